@@ -1,0 +1,163 @@
+"""The ``tfps`` command: a thin layer over the library.
+
+    tfps run          one task of a cluster (classic flags or TF_CONFIG); what containers run
+    tfps local        a whole cluster as local processes, or a user's classic script
+    tfps plan         the cluster plan of an inventory: tasks, flags, TF_CONFIG
+    tfps notify-test  send a test message to every configured notification URL
+    tfps healthcheck  container HEALTHCHECK: is this task's gRPC port up
+    tfps demo-data    write the demo datasets to a directory
+
+Flags accept dashes or underscores (``--train-steps`` = ``--train_steps``). Bad input
+prints one line ``tfps: error: FIELD: what to change`` and exits 2 (``ExitCode``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+from trainer import __version__
+from trainer.config import add_run_options, from_args
+from trainer.errors import ConfigError
+from trainer.exitcodes import ExitCode
+
+PROCESS_START = time.time()
+
+
+def normalize_argv(argv: list[str]) -> list[str]:
+    """``--train-steps=5`` -> ``--train_steps=5``; nothing after a bare ``--`` is touched."""
+    out = []
+    for i, a in enumerate(argv):
+        if a == "--":
+            return out + argv[i:]
+        if a.startswith("--") and len(a) > 2:
+            name, eq, value = a[2:].partition("=")
+            if name.startswith("no-"):
+                name = "no-" + name[3:].replace("-", "_")
+            else:
+                name = name.replace("-", "_")
+            a = f"--{name}{eq}{value}"
+        out.append(a)
+    return out
+
+
+def _cluster_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("cluster (classic flags; or set TF_CONFIG)")
+    g.add_argument("--ps_hosts", help="comma-separated host:port of the ps tasks")
+    g.add_argument("--worker_hosts", help="comma-separated host:port of the workers (the first is the chief)")
+    g.add_argument("--job_name", help="ps or worker")
+    g.add_argument("--task_index", type=int, help="index of this task in its job")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tfps", description="TensorFlow parameter-server training that ends cleanly.")
+    p.add_argument("--version", action="version", version=f"tfps {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run one task of a cluster (what each container runs)")
+    _cluster_options(run)
+    add_run_options(run)
+
+    local = sub.add_parser("local", help="run a whole cluster on this machine as processes")
+    local.add_argument("--ps", type=int, default=1, help="number of ps tasks (default %(default)s)")
+    local.add_argument("--workers", type=int, default=2, help="number of workers (default %(default)s)")
+    local.add_argument("--script", help="run a classic script (taking --ps_hosts ... --task_index) instead")
+    local.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
+    add_run_options(local)
+    local.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: arguments for --script")
+
+    plan = sub.add_parser("plan", help="print the cluster plan of an inventory")
+    plan.add_argument("-i", "--inventory", required=True, help="inventory file or directory (YAML)")
+    plan.add_argument("--format", choices=("table", "json"), default="table")
+
+    nt = sub.add_parser("notify_test", aliases=["notify-test"], help="send a test notification")
+    nt.add_argument("--notify", action="append", default=[], metavar="URL")
+    nt.add_argument("--notify_config", metavar="FILE")
+
+    sub.add_parser("healthcheck", help="exit 0 if this container's task serves its port")
+
+    dd = sub.add_parser("demo_data", aliases=["demo-data"], help="write the demo datasets")
+    dd.add_argument("directory")
+    return p
+
+
+def _setup_logging(verbose: bool, prefix: str = "") -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stdout,
+                        format=f"%(asctime)s {prefix}%(levelname).1s %(message)s", datefmt="%H:%M:%S")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def cmd_run(ns) -> int:
+    from trainer.cluster import TaskRef
+    cfg = from_args(ns)
+    task = TaskRef.resolve(ns.ps_hosts, ns.worker_hosts, ns.job_name, ns.task_index)
+    if task.is_chief:   # refuse malformed notification URLs before anything starts
+        from trainer.notify import Notifier
+        Notifier.from_settings(cfg.notify, cfg.notify_config)
+    from trainer.lifecycle import StopSignal
+    stop = StopSignal()
+    if task.job == "ps":
+        from trainer.ps import serve
+        return int(serve(task, cfg, stop))
+    from trainer.worker import Job
+    return int(Job(task, cfg, stop, PROCESS_START).run())
+
+
+def cmd_local(ns) -> int:
+    from trainer.local import run_local
+    cfg = from_args(ns)
+    args = list(ns.script_args)
+    if args and args[0] == "--":
+        args = args[1:]
+    return int(run_local(cfg, num_ps=ns.ps, num_workers=ns.workers, script=ns.script,
+                         script_args=args, python=ns.python))
+
+
+def cmd_plan(ns) -> int:
+    import json
+    from trainer.cluster import load_plan
+    plan = load_plan(ns.inventory)
+    print(json.dumps(plan.to_json(), indent=2) if ns.format == "json" else plan.render_table())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if not ns.command:
+        parser.print_help()
+        return int(ExitCode.BAD_CONFIG)
+    _setup_logging(ns.verbose)
+    try:
+        if ns.command == "run":
+            return cmd_run(ns)
+        if ns.command == "local":
+            return cmd_local(ns)
+        if ns.command == "plan":
+            return cmd_plan(ns)
+        if ns.command in ("notify_test", "notify-test"):
+            from trainer.notify import notify_test
+            return notify_test(ns.notify, ns.notify_config)
+        if ns.command == "healthcheck":
+            from trainer.lifecycle import healthcheck
+            return healthcheck()
+        if ns.command in ("demo_data", "demo-data"):
+            from trainer.demo import ensure_demo_data
+            for k, v in ensure_demo_data(ns.directory).items():
+                print(f"{k}: {v}")
+            return 0
+    except ConfigError as e:
+        print(f"tfps: error: {e}", file=sys.stderr)
+        return int(ExitCode.BAD_CONFIG)
+    except KeyboardInterrupt:
+        return int(ExitCode.STOPPED)
+    return int(ExitCode.BAD_CONFIG)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,301 @@
+"""Training and evaluation input: file discovery, schema inference and tf.data pipelines.
+
+Schema inference (feature shape, number of classes) and validation are plain NumPy so
+that ``tfps local`` can refuse bad data before it starts any process. Only
+``make_dataset`` imports TensorFlow.
+
+Formats, chosen by file name:
+  * ``*.csv``: a header row, one label column (``--label_column``), numeric features.
+  * ``*.tfrecord``/``*.tfrecords``/``*.tfr``: ``tf.train.Example`` with numeric features;
+    every key except the label is a feature, concatenated in sorted key order.
+  * ``*.npz``: arrays ``x`` (or ``features``) and ``y`` (or ``label``/``labels``).
+  * MNIST IDX: ``*images-idx3-ubyte[.gz]`` with the matching ``*labels-idx1-ubyte[.gz]``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import glob
+import gzip
+import os
+import struct
+
+import numpy as np
+
+from trainer.errors import ConfigError
+
+#: Rows scanned per CSV file to validate it and to infer the label type.
+CSV_SCAN_ROWS = 200_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Schema:
+    fmt: str                       # csv | tfrecord | npz | idx
+    files: tuple[str, ...]
+    feature_shape: tuple[int, ...]
+    num_classes: int               # 0 = regression
+    feature_keys: tuple[str, ...] = ()   # csv columns / tfrecord keys, in order
+    num_examples: int | None = None
+
+    @property
+    def num_features(self) -> int:
+        return int(np.prod(self.feature_shape))
+
+
+def _format_of(path: str) -> str:
+    name = os.path.basename(path).lower()
+    if name.endswith(".gz") and "idx" not in name:
+        name = name[:-3]
+    if name.endswith(".csv"):
+        return "csv"
+    if name.endswith((".tfrecord", ".tfrecords", ".tfr")):
+        return "tfrecord"
+    if name.endswith(".npz"):
+        return "npz"
+    if "idx3-ubyte" in name or "idx1-ubyte" in name:
+        return "idx"
+    raise ConfigError(f"{path}: unknown data format; use .csv, .tfrecord, .npz or MNIST idx files", "train_data")
+
+
+def find_files(pattern: str, field: str = "train_data") -> list[str]:
+    files = sorted(f for f in glob.glob(os.path.expanduser(pattern)) if os.path.isfile(f))
+    if os.path.isdir(pattern):
+        raise ConfigError(f"{pattern!r} is a directory; give a glob such as {os.path.join(pattern, '*.csv')!r}", field)
+    if not files:
+        raise ConfigError(f"no files match {pattern!r}; check the path (relative to {os.getcwd()}) and the glob", field)
+    for f in files:
+        if not os.access(f, os.R_OK):
+            raise ConfigError(f"{f} is not readable by this user (uid {os.getuid()}); fix its permissions", field)
+    if "idx" in {_format_of(f) for f in files}:
+        files = [f for f in files if "idx1-ubyte" not in os.path.basename(f)]
+    fmts = {_format_of(f) for f in files}
+    if len(fmts) > 1:
+        raise ConfigError(f"{pattern!r} matches files of several formats ({', '.join(sorted(fmts))}); use one", field)
+    return files
+
+
+def _classes_from_labels(labels: np.ndarray) -> int:
+    if labels.size == 0:
+        return 0
+    if np.all(np.equal(np.mod(labels, 1), 0)) and labels.min() >= 0 and labels.max() < 10_000:
+        return max(2, int(labels.max()) + 1)
+    return 0
+
+
+def _scan_csv(path: str, label_column: str, field: str) -> tuple[list[str], np.ndarray, int]:
+    with open(path, newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if not header:
+            raise ConfigError(f"{path} is empty; a CSV needs a header row and at least one data row", field)
+        header = [h.strip() for h in header]
+        if label_column not in header:
+            raise ConfigError(f"label column {label_column!r} is not in the header of {path} "
+                              f"(columns: {', '.join(header)}); pass --label_column", "label_column")
+        li = header.index(label_column)
+        labels, rows = [], 0
+        for lineno, row in enumerate(reader, start=2):
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise ConfigError(f"{path}:{lineno} has {len(row)} columns, the header has {len(header)}; "
+                                  "fix or remove that row", field)
+            if rows < CSV_SCAN_ROWS:
+                try:
+                    [float(v) for v in row]
+                except ValueError:
+                    raise ConfigError(f"{path}:{lineno} has a non-numeric value; all columns must be numbers",
+                                      field) from None
+                labels.append(float(row[li]))
+            rows += 1
+        if rows == 0:
+            raise ConfigError(f"{path} has a header but no data rows", field)
+    return header, np.asarray(labels), rows
+
+
+def _load_npz(path: str, label_column: str, field: str) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        with np.load(path) as z:
+            keys = list(z.keys())
+            xk = next((k for k in ("x", "features") if k in z), None)
+            yk = next((k for k in (label_column, "y", "label", "labels") if k in z), None)
+            if xk is None or yk is None:
+                raise ConfigError(f"{path} holds arrays {keys}; it needs 'x' (or 'features') and "
+                                  f"'y' (or '{label_column}')", "label_column" if xk else field)
+            x, y = z[xk].astype(np.float32), z[yk]
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path} is not a readable .npz file ({e})", field) from None
+    if len(x) == 0:
+        raise ConfigError(f"{path} holds no examples", field)
+    if len(x) != len(y):
+        raise ConfigError(f"{path}: {len(x)} examples but {len(y)} labels", field)
+    if x.ndim == 1:
+        x = x[:, None]
+    return x, y
+
+
+def _open(path: str):
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def _idx_labels_path(images: str) -> str:
+    d, b = os.path.split(images)
+    cand = os.path.join(d, b.replace("images-idx3", "labels-idx1").replace("images.idx3", "labels.idx1"))
+    if cand == images or not os.path.exists(cand):
+        raise ConfigError(f"no labels file next to {images} (expected {cand})", "train_data")
+    return cand
+
+
+def load_idx(path: str) -> tuple[np.ndarray, np.ndarray]:
+    def read(p: str) -> np.ndarray:
+        with _open(p) as fh:
+            data = fh.read()
+        if len(data) < 8:
+            raise ConfigError(f"{p} is too short to be an IDX file", "train_data")
+        magic = struct.unpack(">I", data[:4])[0]
+        ndim = magic & 0xFF
+        if magic >> 8 != 0x08:
+            raise ConfigError(f"{p} is not an unsigned-byte IDX file", "train_data")
+        dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+        return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+    x = read(path).astype(np.float32) / 255.0
+    y = read(_idx_labels_path(path)).astype(np.int64)
+    if x.ndim == 3:
+        x = x[..., None]
+    return x, y
+
+
+def _tfrecord_schema(path: str, label_column: str, field: str):
+    import tensorflow as tf  # protobuf parsing of one record
+
+    try:
+        first = next(iter(tf.data.TFRecordDataset([path]).take(1)), None)
+    except tf.errors.OpError as e:
+        raise ConfigError(f"{path} is not a readable TFRecord file ({e.message.splitlines()[0]})", field) from None
+    if first is None:
+        raise ConfigError(f"{path} holds no records", field)
+    ex = tf.train.Example.FromString(first.numpy())
+    feats = ex.features.feature
+    if label_column not in feats:
+        raise ConfigError(f"label key {label_column!r} is not in {path} (keys: {', '.join(sorted(feats))}); "
+                          "pass --label_column", "label_column")
+    keys, width = [], 0
+    for k in sorted(feats):
+        if k == label_column:
+            continue
+        kind = feats[k].WhichOneof("kind")
+        if kind == "bytes_list":
+            raise ConfigError(f"{path}: feature {k!r} holds bytes; tfps reads numeric features only", field)
+        keys.append(k)
+        width += len(getattr(feats[k], kind).value)
+    lab = feats[label_column]
+    labels = np.asarray(getattr(lab, lab.WhichOneof("kind")).value, dtype=np.float64)
+    return tuple(keys), (width,), labels
+
+
+def infer_schema(pattern: str, label_column: str = "label", num_classes: int | None = None,
+                 field: str = "train_data") -> Schema:
+    """Validate the files behind ``pattern`` and infer their feature shape and classes."""
+    files = find_files(pattern, field)
+    fmt = _format_of(files[0])
+    keys: tuple[str, ...] = ()
+    labels: list[np.ndarray] = []
+    n = 0
+    if fmt == "csv":
+        first_header = None
+        for f in files:
+            header, lab, rows = _scan_csv(f, label_column, field)
+            if first_header is None:
+                first_header = header
+            elif header != first_header:
+                raise ConfigError(f"{f} has columns {header}, {files[0]} has {first_header}; all files "
+                                  "must share one header", field)
+            labels.append(lab)
+            n += rows
+        keys = tuple(h for h in first_header if h != label_column)
+        shape: tuple[int, ...] = (len(keys),)
+        if not keys:
+            raise ConfigError(f"{files[0]} has only the label column; it needs feature columns", field)
+    elif fmt == "npz" or fmt == "idx":
+        shape = None
+        for f in files:
+            x, y = _load_npz(f, label_column, field) if fmt == "npz" else load_idx(f)
+            if shape is None:
+                shape = tuple(x.shape[1:])
+            elif tuple(x.shape[1:]) != shape:
+                raise ConfigError(f"{f} has examples of shape {x.shape[1:]}, {files[0]} has {shape}", field)
+            labels.append(np.asarray(y, dtype=np.float64).reshape(len(y), -1)[:, 0])
+            n += len(x)
+    else:
+        keys, shape, lab = _tfrecord_schema(files[0], label_column, field)
+        labels.append(lab)
+    inferred = _classes_from_labels(np.concatenate(labels)) if labels else 0
+    classes = inferred if num_classes is None else num_classes
+    if num_classes and inferred and inferred > num_classes:
+        raise ConfigError(f"labels go up to {inferred - 1} but num_classes is {num_classes}", "num_classes")
+    return Schema(fmt, tuple(files), tuple(int(s) for s in shape), classes, keys, n or None)
+
+
+# ----------------------------------------------------------------------------- tf.data
+def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shards: int = 1,
+                 shard_index: int = 0, train: bool = True, seed: int = 7):
+    """A batched ``tf.data.Dataset`` of (features, labels) for one worker's shard.
+
+    Each worker reads its own files when there are at least as many files as workers,
+    otherwise its own records. Training data repeats and is shuffled; eval data is one pass.
+    """
+    import tensorflow as tf
+
+    files = list(schema.files)
+    by_file = len(files) >= num_shards
+    if by_file:
+        files = files[shard_index::num_shards]
+    label_dtype = tf.int64 if schema.num_classes else tf.float32
+
+    if schema.fmt == "csv":
+        with open(files[0]) as fh:
+            header = [h.strip() for h in next(csv.reader(fh))]
+        li = header.index(label_column)
+
+        def parse(line):
+            cols = tf.io.decode_csv(line, record_defaults=[[0.0]] * len(header))
+            x = tf.stack([c for i, c in enumerate(cols) if i != li], axis=-1)
+            return x, tf.cast(cols[li], label_dtype)
+        ds = tf.data.Dataset.from_tensor_slices(files).interleave(
+            lambda f: tf.data.TextLineDataset(f).skip(1), cycle_length=max(1, min(4, len(files))))
+        ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
+        if not by_file:
+            ds = ds.shard(num_shards, shard_index)
+        ds = ds.map(parse, num_parallel_calls=2)
+    elif schema.fmt == "tfrecord":
+        spec = {label_column: tf.io.VarLenFeature(tf.float32)}
+        spec.update({k: tf.io.VarLenFeature(tf.float32) for k in schema.feature_keys})
+
+        def parse(record):
+            # VarLen + float32 accepts both int64 and float lists after the cast below.
+            ex = tf.io.parse_single_example(record, {k: tf.io.VarLenFeature(tf.float32) for k in spec})
+            x = tf.concat([tf.sparse.to_dense(ex[k]) for k in schema.feature_keys], axis=0)
+            x.set_shape(schema.feature_shape)
+            return x, tf.cast(tf.sparse.to_dense(ex[label_column])[0], label_dtype)
+        ds = tf.data.TFRecordDataset(files)
+        if not by_file:
+            ds = ds.shard(num_shards, shard_index)
+        ds = ds.map(parse, num_parallel_calls=2)
+    else:
+        xs, ys = [], []
+        for f in files:
+            x, y = _load_npz(f, label_column, "train_data") if schema.fmt == "npz" else load_idx(f)
+            xs.append(x)
+            ys.append(np.asarray(y).reshape(len(y), -1)[:, 0])
+        x, y = np.concatenate(xs), np.concatenate(ys)
+        if not by_file:
+            x, y = x[shard_index::num_shards], y[shard_index::num_shards]
+        ds = tf.data.Dataset.from_tensor_slices((x.astype(np.float32), y.astype(label_dtype.as_numpy_dtype)))
+    if train:
+        ds = ds.shuffle(2048, seed=seed + shard_index, reshuffle_each_iteration=True).repeat()
+        ds = ds.batch(batch_size, drop_remainder=True)
+    else:
+        ds = ds.batch(batch_size)
+    return ds.prefetch(2)

@@ -1,0 +1,89 @@
+"""Final export and evaluation, from the last checkpoint, in a fresh local graph.
+
+``hook.end()`` is skipped when training ends with an exception, and a graph built under
+``replica_device_setter`` pins variables to ``/job:ps``; so the SavedModel is never
+written from the training session. After the session closes, the chief rebuilds the
+model in predict mode in a new graph on its own CPU, restores the checkpoint (which a
+non-sharded saver wrote on the chief's own disk) and writes the SavedModel into a
+temporary directory that is renamed into place together with its completion marker.
+A reader therefore sees either the previous complete export or the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+EXPORT_MARKER = "tfps_export.json"
+
+
+def _restore(sess, checkpoint: str):
+    import tensorflow as tf
+    tf.compat.v1.train.Saver(sharded=False).restore(sess, checkpoint)
+
+
+def export_saved_model(model_fn, params, checkpoint: str, export_dir: str, global_step: int) -> str:
+    import tensorflow as tf
+    v1 = tf.compat.v1
+    export_dir = os.path.abspath(export_dir)
+    parent = os.path.dirname(export_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp = f"{export_dir}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.device("/cpu:0"):
+        features = v1.placeholder(tf.float32, [None, *params.feature_shape], name="features")
+        spec = model_fn(features, None, "predict", params)
+        with v1.Session(graph=graph) as sess:
+            _restore(sess, checkpoint)
+            signature = v1.saved_model.predict_signature_def(inputs={"features": features},
+                                                            outputs=dict(spec.predictions))
+            builder = v1.saved_model.Builder(tmp)
+            builder.add_meta_graph_and_variables(
+                sess, [v1.saved_model.tag_constants.SERVING],
+                signature_def_map={"serving_default": signature}, strip_default_attrs=True)
+            builder.save()
+    with open(os.path.join(tmp, EXPORT_MARKER), "w") as fh:
+        json.dump({"global_step": global_step, "checkpoint": checkpoint,
+                   "completed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                   "inputs": {"features": [None, *params.feature_shape]},
+                   "outputs": sorted(spec.predictions)}, fh, indent=2)
+    old = f"{export_dir}.old-{os.getpid()}"
+    if os.path.exists(export_dir):
+        os.replace(export_dir, old)
+    os.replace(tmp, export_dir)
+    shutil.rmtree(old, ignore_errors=True)
+    return export_dir
+
+
+def export_complete(export_dir: str) -> bool:
+    return os.path.isfile(os.path.join(export_dir, EXPORT_MARKER)) and \
+        os.path.isfile(os.path.join(export_dir, "saved_model.pb"))
+
+
+def evaluate(model_fn, params, checkpoint: str, dataset) -> dict[str, float]:
+    """Average loss and metrics of the checkpoint over one pass of ``dataset``."""
+    import numpy as np
+    import tensorflow as tf
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.device("/cpu:0"):
+        features, labels = v1.data.make_one_shot_iterator(dataset()).get_next()
+        spec = model_fn(features, labels, "eval", params)
+        fetch = {"loss": spec.loss, **spec.metrics, "_n": tf.shape(features)[0]}
+        totals: dict[str, float] = {}
+        count = 0
+        with v1.Session(graph=graph) as sess:
+            _restore(sess, checkpoint)
+            while True:
+                try:
+                    out = sess.run(fetch)
+                except tf.errors.OutOfRangeError:
+                    break
+                n = int(out.pop("_n"))
+                count += n
+                for k, v in out.items():
+                    totals[k] = totals.get(k, 0.0) + float(np.asarray(v)) * n
+    return {k: round(v / count, 6) for k, v in totals.items()} if count else {}

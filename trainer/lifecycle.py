@@ -1,0 +1,104 @@
+"""Signals, the "done" queue on each ps, and the shared TensorFlow session settings.
+
+The ps never blocks in ``server.join()``: it waits for one token per worker on a queue it
+hosts (``done_queue``) and exits 0 by itself. Workers enqueue their index when they are
+finished; the chief does so only after its final checkpoint and export are on disk, so the
+ps always outlives the final save.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import tempfile
+import threading
+import time
+
+log = logging.getLogger("tfps")
+
+#: Room for many duplicate tokens (a restarted worker reports again): enqueues never block.
+DONE_QUEUE_CAPACITY = 1024
+
+
+class StopSignal:
+    """SIGTERM/SIGINT become a stop request instead of killing the process mid-save."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first_at: float | None = None
+        self.signame = ""
+        self._event = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, _frame) -> None:
+        self.count += 1
+        self.signame = signal.Signals(signum).name
+        if self.first_at is None:
+            self.first_at = time.monotonic()
+        self._event.set()
+        log.warning("received %s (%d): finishing the current step, then the final save", self.signame, self.count)
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+
+def session_config(task, cfg, *, local: bool = False):
+    """ConfigProto for a task. Device filters keep a worker from waiting on other workers."""
+    import tensorflow as tf
+    c = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=cfg.tf_threads,
+        inter_op_parallelism_threads=cfg.tf_threads,
+        allow_soft_placement=True,
+    )
+    if not local and task.job == "worker":
+        c.device_filters.extend(["/job:ps", f"/job:worker/task:{task.index}"])
+        # A step that waits longer than this (a sync step missing a worker that never comes
+        # back, a dead ps) fails the job with a clear error instead of hanging forever.
+        c.operation_timeout_in_ms = int(cfg.sync_timeout * 1000)
+    return c
+
+
+def cluster_spec(task):
+    import tensorflow as tf
+    return tf.train.ClusterSpec(task.cluster.as_dict())
+
+
+def done_queue(ps_index: int, num_workers: int):
+    """The queue of "worker i is done" tokens hosted by ps ``ps_index`` (same op everywhere)."""
+    import tensorflow as tf
+    with tf.device(f"/job:ps/task:{ps_index}"):
+        return tf.compat.v1.FIFOQueue(DONE_QUEUE_CAPACITY, [tf.int32], shapes=[[]],
+                                      shared_name=f"tfps_done_ps{ps_index}", name=f"tfps_done_ps{ps_index}")
+
+
+def health_file() -> str:
+    return os.environ.get("TFPS_HEALTH_FILE") or os.path.join(tempfile.gettempdir(), "tfps-task.json")
+
+
+def write_health(task) -> None:
+    """Tell ``tfps healthcheck`` which port this task serves (containers' HEALTHCHECK)."""
+    try:
+        with open(health_file(), "w") as fh:
+            json.dump({"pid": os.getpid(), "port": task.port, "name": task.name}, fh)
+    except OSError as e:
+        log.debug("cannot write health file: %s", e)
+
+
+def healthcheck() -> int:
+    """0 if this container's task process is alive and its gRPC port accepts connections."""
+    import socket
+    try:
+        with open(health_file()) as fh:
+            info = json.load(fh)
+        os.kill(int(info["pid"]), 0)
+        with socket.create_connection(("127.0.0.1", int(info["port"])), timeout=3):
+            pass
+    except (OSError, ValueError, KeyError) as e:
+        print(f"unhealthy: {e}")
+        return 1
+    print(f"healthy: {info['name']} serves port {info['port']}")
+    return 0

@@ -1,0 +1,53 @@
+"""The parameter server task: serve variables until every worker says it is done.
+
+Classic scripts call ``server.join()``, which never returns, so someone has to kill the
+ps - possibly while the chief is still writing its final checkpoint. Here the ps dequeues
+one token per worker from its own ``done`` queue and exits 0 when all have reported.
+On SIGTERM it keeps serving for ``grace_period(final_save_timeout)`` so the chief can
+finish its final save; a second signal, or the end of that grace, stops it at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from trainer.config import RunConfig, grace_period
+from trainer.exitcodes import ExitCode
+from trainer.lifecycle import StopSignal, cluster_spec, done_queue, session_config, write_health
+
+log = logging.getLogger("tfps")
+
+
+def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
+    import tensorflow as tf
+    v1 = tf.compat.v1
+
+    server = tf.distribute.Server(cluster_spec(task), job_name="ps", task_index=task.index,
+                                  config=session_config(task, cfg), start=True)
+    write_health(task)
+    log.info("ps%d serving on port %d; waiting for %d worker(s) to finish", task.index, task.port,
+             task.num_workers)
+    graph = tf.Graph()
+    with graph.as_default():
+        dequeue = done_queue(task.index, task.num_workers).dequeue()
+    seen: set[int] = set()
+    grace = grace_period(cfg.final_save_timeout)
+    poll = v1.RunOptions(timeout_in_ms=1000)
+    with v1.Session(server.target, graph=graph, config=session_config(task, cfg)) as sess:
+        while len(seen) < task.num_workers:
+            if stop.count >= 2:
+                log.warning("second stop signal: ps%d exits now", task.index)
+                return ExitCode.STOPPED
+            if stop.requested and time.monotonic() - stop.first_at > grace:
+                log.warning("ps%d stopped: %d s grace for the final save is over", task.index, grace)
+                return ExitCode.STOPPED
+            try:
+                worker = int(sess.run(dequeue, options=poll))
+            except tf.errors.DeadlineExceededError:
+                continue
+            if worker not in seen:
+                seen.add(worker)
+                log.info("ps%d: worker %d is done (%d/%d)", task.index, worker, len(seen), task.num_workers)
+    log.info("ps%d: every worker is done; exiting", task.index)
+    return ExitCode.OK

@@ -1,0 +1,101 @@
+"""The chief's report of a job: results.json, the loss plot and the one notification.
+
+Exactly one completion message per job: the chief sends it after the final save. If the
+chief dies without one, the orchestrator (``tfps local``, Ansible) sends the failure
+message instead, using ``orphan_failure``. Notification URLs live only in the Notifier;
+nothing here writes them anywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from trainer import results
+
+log = logging.getLogger("tfps")
+
+
+def _notifier(cfg):
+    from trainer.notify import Notifier
+    try:
+        return Notifier.from_settings(cfg.notify, cfg.notify_config)
+    except Exception as e:  # a bad URL was refused before the job started; never fail here
+        log.error("notifications disabled: %s", e)
+        return None
+
+
+class Reporter:
+    def __init__(self, cfg, task, setup, started_iso: str, started_wall: float):
+        self.cfg, self.task, self.setup = cfg, task, setup
+        self.started_iso, self.started_wall = started_iso, started_wall
+        self.notifier = _notifier(cfg)
+
+    def base(self) -> dict:
+        cfg, task = self.cfg, self.task
+        from trainer.worker import host_name
+        return {
+            "job": cfg.name, "model": cfg.model, "mode": "sync" if cfg.sync_replicas else "async",
+            "task": task.name, "host": host_name(), "cluster": task.cluster.as_dict(),
+            "train_steps": cfg.train_steps, "batch_size": cfg.batch_size,
+            "train_data": self.setup.train_glob, "eval_data": self.setup.eval_glob,
+            "model_dir": os.path.abspath(cfg.model_dir), "started_at": self.started_iso,
+        }
+
+    def started(self) -> None:
+        if self.cfg.notify_started and self.notifier is not None and self.notifier.enabled:
+            self.notifier.send("started", {**self.base(), "status": "started"})
+
+    def finished(self, *, status, exit_code, step, checkpoint, export_dir, train_summary, eval_metrics,
+                 error, times) -> dict:
+        from trainer.export import export_complete
+        from trainer.worker import format_error
+        ended = time.time()
+        res = self.base()
+        final_loss = train_summary.pop("loss", None) if train_summary else None
+        res.update({
+            "status": status, "exit_code": exit_code, "ended_at": results.now_iso(),
+            "duration_s": round(ended - self.started_wall, 3), "global_step": step,
+            "final_loss": final_loss, "metrics": train_summary or {}, "eval_metrics": eval_metrics or {},
+            "times": times, "checkpoint": checkpoint, "export_dir": export_dir,
+            "export_complete": bool(export_dir and export_complete(export_dir)),
+        })
+        err = format_error(error)
+        if err:
+            res["error"] = err
+        path = os.path.join(self.cfg.model_dir, results.RESULTS)
+        results.write_json_atomic(path, res)
+        log.info("chief: job %s %s at step %d; results in %s", res["job"], status, step, path)
+        self.notify(res)
+        return res
+
+    def notify(self, res: dict) -> None:
+        if self.notifier is None or not self.notifier.enabled:
+            return
+        attachments = [os.path.join(self.cfg.model_dir, results.RESULTS)]
+        try:
+            from trainer.plot import plot_history
+            png = plot_history(results.read_history(self.cfg.model_dir),
+                               os.path.join(self.cfg.model_dir, "loss.png"))
+            if png:
+                attachments.append(png)
+        except Exception as e:  # noqa: BLE001 - a plot never blocks the message
+            log.warning("no loss plot: %s", e)
+        self.notifier.send(res["status"], res, attachments)
+
+
+def orphan_failure(cfg, urls: list[str], reason: str, results_extra: dict | None = None) -> None:
+    """Send the failure message for a chief that died without sending one (orchestrators)."""
+    from trainer.notify import Notifier
+    try:
+        notifier = Notifier(urls, cfg.notify_config)
+    except Exception as e:  # noqa: BLE001
+        log.error("cannot send the failure message: %s", e)
+        return
+    if not notifier.enabled:
+        return
+    res = {"job": cfg.name, "model": cfg.model, "status": "failed", "ended_at": results.now_iso(),
+           "model_dir": os.path.abspath(cfg.model_dir), "train_steps": cfg.train_steps,
+           "error": {"type": "ChiefLost", "message": reason, "traceback_tail": ""}, **(results_extra or {})}
+    notifier.send("failed", res)
