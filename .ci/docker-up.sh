@@ -55,6 +55,8 @@ if [ "${#want[@]}" -gt 0 ]; then
                 -o Dir::State::Lists="$APT_DIR/lists" -o Dir::Cache="$APT_DIR/cache")
     "${apt_trixie[@]}" update
     rm -f "$APT_DIR"/debs/*.deb
+    # Let apt's unprivileged download user write there (avoids an "unsandboxed" warning).
+    if id _apt >/dev/null 2>&1; then chown _apt "$APT_DIR/debs"; fi
     # `apt-get download` writes into the current directory.
     (cd "$APT_DIR/debs" && "${apt_trixie[@]}" download "${want[@]}")
     dpkg -i "$APT_DIR"/debs/*.deb

@@ -1,0 +1,39 @@
+# tfps: the two commands of the README.
+#   make demo   a local cluster (1 ps + 2 workers) trains the demo model: checkpoint,
+#               SavedModel and results in runs/demo-<time>/, installing what it needs
+#   make test   the whole test suite (unit, integration, system); .ci/run calls it
+
+VENV    ?= .venv
+PYTHON  ?= python3
+STAMP   := $(VENV)/.tfps-installed
+PYTEST_ARGS ?=
+
+.PHONY: install demo test unit docker image lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[cpu,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/tfps local --ps 1 --workers 2 --model_dir runs/demo-$$(date +%Y%m%d-%H%M%S)
+
+# Docker engine + Compose v2 + base images + the trainer image, each step idempotent.
+docker:
+	bash .ci/docker-up.sh
+image: docker
+	bash .ci/build-image.sh
+
+unit: install
+	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
+
+# Exit status 5 (no test collected) is a failure here, never a silent pass.
+test: install image
+	$(VENV)/bin/pytest -q -rs --durations=15 tests $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
+
+clean:
+	rm -rf runs .pytest_cache
