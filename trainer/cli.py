@@ -4,6 +4,7 @@
     tfps local        a whole cluster as local processes, or a user's classic script
     tfps plan         the cluster plan of an inventory: tasks, flags, TF_CONFIG
     tfps notify-test  send a test message to every configured notification URL
+    tfps compose      a docker-compose.yml for a cluster, from the same plan
     tfps healthcheck  container HEALTHCHECK: is this task's gRPC port up
     tfps demo-data    write the demo datasets to a directory
 
@@ -80,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("healthcheck", help="exit 0 if this container's task serves its port")
 
+    from trainer import compose
+    compose.add_arguments(sub.add_parser("compose", help="write a docker-compose.yml for a cluster plan"))
+
     dd = sub.add_parser("demo_data", aliases=["demo-data"], help="write the demo datasets")
     dd.add_argument("directory")
     return p
@@ -110,6 +114,8 @@ def cmd_run(ns) -> int:
 def cmd_local(ns) -> int:
     from trainer.local import run_local
     cfg = from_args(ns)
+    if ns.model_dir is None:    # a fresh directory per launch: never resume by accident
+        cfg.model_dir = os.path.join("runs", f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     args = list(ns.script_args)
     if args and args[0] == "--":
         args = args[1:]
@@ -143,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         if ns.command in ("notify_test", "notify-test"):
             from trainer.notify import notify_test
             return notify_test(ns.notify, ns.notify_config)
+        if ns.command == "compose":
+            from trainer import compose
+            return compose.main(ns)
         if ns.command == "healthcheck":
             from trainer.lifecycle import healthcheck
             return healthcheck()

@@ -179,8 +179,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tf_threads", type=int, default=d.tf_threads,
                    help="TensorFlow intra/inter-op threads per task (default %(default)s)")
     g = parser.add_argument_group("checkpoints, export and results")
-    g.add_argument("--model_dir", default=d.model_dir,
-                   help="checkpoints, TensorBoard summaries and results.json (default %(default)s)")
+    g.add_argument("--model_dir", help="checkpoints, TensorBoard summaries and results.json "
+                                       f"(default {d.model_dir}; for tfps local runs/JOB-TIME)")
     g.add_argument("--export_dir", help="SavedModel directory (default MODEL_DIR/export)")
     g.add_argument("--run_name", help="name of the job in results and messages (default tfps-MODEL)")
     g.add_argument("--checkpoint_steps", type=int, help="checkpoint every N global steps (default train_steps/5, max 500)")
@@ -200,4 +200,4 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 def from_args(ns: argparse.Namespace) -> RunConfig:
     names = {f.name for f in dataclasses.fields(RunConfig)}
-    return RunConfig(**{k: v for k, v in vars(ns).items() if k in names}).validate()
+    return RunConfig(**{k: v for k, v in vars(ns).items() if k in names and v is not None}).validate()

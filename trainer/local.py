@@ -59,6 +59,8 @@ class Task:
     def _pump(self) -> None:
         assert self.proc and self.proc.stdout
         for line in self.proc.stdout:
+            if line.startswith("I0000 ") and "port.cc" in line:
+                continue   # TensorFlow's oneDNN banner, printed whatever TF_CPP_MIN_LOG_LEVEL says
             self.out.write(f"[{self.name}] {line}" if line.endswith("\n") else f"[{self.name}] {line}\n")
             self.out.flush()
 

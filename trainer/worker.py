@@ -264,7 +264,7 @@ class Job:
         # stop_grace_period_secs only bounds joining queue-runner threads at close(); the
         # final checkpoint is written before that (CheckpointSaverHook.end) and the export
         # after it, so a short value cuts nothing and keeps a stuck sync queue from stalling.
-        return v1.train.MonitoredSession(session_creator=creator, hooks=all_hooks, stop_grace_period_secs=10), progress
+        return v1.train.MonitoredSession(session_creator=creator, hooks=all_hooks, stop_grace_period_secs=3), progress
 
     def _train(self, server, graph):
         with graph.as_default():
