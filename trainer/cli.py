@@ -5,6 +5,7 @@
     tfps plan         the cluster plan of an inventory: tasks, flags, TF_CONFIG
     tfps notify-test  send a test message to every configured notification URL
     tfps compose      a docker-compose.yml for a cluster, from the same plan
+    tfps notify-failure  the failure message for a chief that died silently
     tfps healthcheck  container HEALTHCHECK: is this task's gRPC port up
     tfps demo-data    write the demo datasets to a directory
 
@@ -79,6 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
     nt.add_argument("--notify", action="append", default=[], metavar="URL")
     nt.add_argument("--notify_config", metavar="FILE")
 
+    nf = sub.add_parser("notify_failure", aliases=["notify-failure"],
+                        help="send the failure message for a chief that died without one (orchestrators)")
+    nf.add_argument("--run_name", required=True, help="the job's name")
+    nf.add_argument("--reason", required=True, help="what happened, e.g. 'chief container exited 137'")
+    nf.add_argument("--model_dir", default="", help="where the job's checkpoints were")
+    nf.add_argument("--notify", action="append", default=[], metavar="URL")
+    nf.add_argument("--notify_config", metavar="FILE")
+
     sub.add_parser("healthcheck", help="exit 0 if this container's task serves its port")
 
     from trainer import compose
@@ -152,6 +161,13 @@ def main(argv: list[str] | None = None) -> int:
         if ns.command == "compose":
             from trainer import compose
             return compose.main(ns)
+        if ns.command in ("notify_failure", "notify-failure"):
+            from trainer.config import RunConfig
+            from trainer.notify import collect_urls
+            from trainer.report import orphan_failure
+            cfg = RunConfig(run_name=ns.run_name, model_dir=ns.model_dir or "-", notify_config=ns.notify_config)
+            delivered = orphan_failure(cfg, collect_urls(ns.notify), ns.reason)
+            return 0 if delivered else 1
         if ns.command == "healthcheck":
             from trainer.lifecycle import healthcheck
             return healthcheck()

@@ -56,7 +56,7 @@ KNOWN_VARS: dict[str, str] = {
     "tfps_job_name": "name of the job, used in container names, results and messages",
     "tfps_model": "model to train (a built-in name such as mlp, or one from tfps_user_model_dir)",
     "tfps_train_data": "training data file or pattern, as seen inside the trainer",
-    "tfps_eval_data": "evaluation data file or pattern the chief evaluates on at the end",
+    "tfps_eval_data": "evaluation data file or pattern, as seen inside the trainer",
     "tfps_label_column": "name of the label column in the data",
     "tfps_train_steps": "global step at which training ends",
     "tfps_batch_size": "examples per step on each worker",
@@ -79,7 +79,13 @@ KNOWN_VARS: dict[str, str] = {
     "tfps_user_model_dir": "directory of user model modules made available to the trainer",
 }
 
-_LAYOUT_VARS = ("tfps_base_port", "tfps_ps_tasks", "tfps_workers", "tfps_gpus", "tfps_gpu_count")
+_LAYOUT_VARS = (
+    "tfps_base_port",
+    "tfps_ps_tasks",
+    "tfps_workers",
+    "tfps_gpus",
+    "tfps_gpu_count",
+)
 
 
 # --------------------------------------------------------------------------- addresses
@@ -95,28 +101,43 @@ def _join_target(address: str, port: int) -> str:
 def _split_target(text: Any, field: str, what: str) -> tuple[str, int]:
     """Parse one ``host:port`` entry of a cluster list; ``what`` says where it was found."""
     if not isinstance(text, str) or not text.strip():
-        raise ConfigError(f"{what} is {text!r}; write it as host:port, e.g. 10.0.0.1:2222", field)
+        raise ConfigError(
+            f"{what} is {text!r}; write it as host:port, e.g. 10.0.0.1:2222", field
+        )
     text = text.strip()
     host, sep, port_text = text.rpartition(":")
-    if not sep or not host or not port_text:
-        raise ConfigError(f"{what} {text!r} has no port; write it as host:port, e.g. {text}:2222", field)
+    if sep and not host:
+        raise ConfigError(f"{what} {text!r} has no host; write it as host:port", field)
+    if not sep or not port_text:
+        raise ConfigError(
+            f"{what} {text!r} has no port; write it as host:port, e.g. {text}:2222",
+            field,
+        )
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
-        raise ConfigError(f"{what} {text!r} looks like an IPv6 address; write it as [address]:port", field)
+        raise ConfigError(
+            f"{what} {text!r} looks like an IPv6 address; write it as [address]:port",
+            field,
+        )
     if not port_text.isdigit():
-        raise ConfigError(f"{what} {text!r} has port {port_text!r}, which is not a number; write host:port", field)
+        raise ConfigError(
+            f"{what} {text!r} has port {port_text!r}, which is not a number; write host:port",
+            field,
+        )
     port = int(port_text)
     if not 1 <= port <= 65535:
-        raise ConfigError(f"{what} {text!r} has port {port}; use a port in 1..65535", field)
-    if not host:
-        raise ConfigError(f"{what} {text!r} has no host; write it as host:port", field)
+        raise ConfigError(
+            f"{what} {text!r} has port {port}; use a port in 1..65535", field
+        )
     return host, port
 
 
 def _check_port(port: int, field: str, what: str) -> None:
     if not 1 <= port <= 65535:
-        raise ConfigError(f"{what} would use port {port}; ports must be in 1..65535", field)
+        raise ConfigError(
+            f"{what} would use port {port}; ports must be in 1..65535", field
+        )
 
 
 # --------------------------------------------------------------------------- plan types
@@ -131,7 +152,9 @@ class Task:
     job: str  #: "ps" or "worker"
     index: int
     port: int
-    gpu: str | None = None  #: GPU id for a GPU worker task (becomes CUDA_VISIBLE_DEVICES)
+    gpu: str | None = (
+        None  #: GPU id for a GPU worker task (becomes CUDA_VISIBLE_DEVICES)
+    )
 
     @property
     def is_chief(self) -> bool:
@@ -152,7 +175,9 @@ class ClusterSpec:
     """The cluster every task of one job must agree on, as TensorFlow wants it."""
 
     ps: tuple[str, ...]  #: "address:port" per ps task, by index
-    worker: tuple[str, ...]  #: "address:port" per worker task, by index; worker 0 is the chief
+    worker: tuple[
+        str, ...
+    ]  #: "address:port" per worker task, by index; worker 0 is the chief
 
     def __post_init__(self) -> None:
         # Accept lists from callers; a frozen plan must not share mutable state.
@@ -166,21 +191,30 @@ class ClusterSpec:
         return self.ps if job == PS else self.worker
 
 
-def _check_cluster(ps: list[str], worker: list[str], fields: tuple[str, str], source: str) -> ClusterSpec:
-    """Validate both lists of a cluster: non-empty, well-formed and no address used twice."""
+def _check_cluster(
+    ps: list[str], worker: list[str], fields: tuple[str, str], labels: tuple[str, str]
+) -> ClusterSpec:
+    """Validate both lists of a cluster: non-empty, well-formed and no address used twice.
+
+    ``fields`` are the error fields of the two lists, ``labels`` how the user wrote them.
+    """
     seen: dict[tuple[str, int], str] = {}
-    for job, entries, field in ((PS, ps, fields[0]), (WORKER, worker, fields[1])):
+    for job, entries, field, label in (
+        (PS, ps, fields[0], labels[0]),
+        (WORKER, worker, fields[1], labels[1]),
+    ):
         if not entries:
             kind = "parameter server" if job == PS else "worker"
             raise ConfigError(
-                f"{source} lists no {job} task; give at least one {kind} as host:port", field
+                f"{label} lists no {job} task; give at least one {kind} as host:port",
+                field,
             )
         for i, entry in enumerate(entries):
-            host, port = _split_target(entry, field, f"{job} task {i} in {source}")
+            host, port = _split_target(entry, field, f"{label} entry {i}")
             key = (host.lower(), port)
             if key in seen:
                 raise ConfigError(
-                    f"{entry.strip()} is listed twice in {source} ({seen[key]} and {job}{i}); "
+                    f"{entry.strip()} is listed twice ({seen[key]} and {job}{i}); "
                     "every task needs its own host:port",
                     field,
                 )
@@ -195,14 +229,21 @@ def _as_index(value: Any, field: str, what: str) -> int:
         return value
     if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
         return int(value)
-    raise ConfigError(f"{what} is {value!r}, which is not a whole number; use e.g. 0", field)
+    raise ConfigError(
+        f"{what} is {value!r}, which is not a whole number; use e.g. 0", field
+    )
 
 
-def _check_index(cluster: ClusterSpec, job: str, index: int, field: str, what: str) -> None:
+def _check_index(
+    cluster: ClusterSpec, job: str, index: int, field: str, what: str
+) -> None:
     n = len(cluster.job(job))
     if not 0 <= index < n:
         noun = "ps task(s)" if job == PS else "worker(s)"
-        raise ConfigError(f"{what} {index} is out of range for {n} {noun}; use 0..{n - 1}", field)
+        prefix = f"{what} " if what and what != field else ""
+        raise ConfigError(
+            f"{prefix}{index} is out of range for {n} {noun}; use 0..{n - 1}", field
+        )
 
 
 @dataclass(frozen=True)
@@ -215,7 +256,9 @@ class TaskRef:
 
     def __post_init__(self) -> None:
         if self.job not in JOBS:
-            raise ConfigError(f"wrong job name {self.job!r}; use ps or worker", "job_name")
+            raise ConfigError(
+                f"wrong job name {self.job!r}; use ps or worker", "job_name"
+            )
         _check_index(self.cluster, self.job, self.index, "task_index", "task_index")
 
     @property
@@ -280,14 +323,28 @@ class TaskRef:
                 value = ",".join(value)
             # Ignore empty items so that a trailing comma from a shell loop is harmless.
             lists.append([item for item in str(value).split(",") if item.strip()])
-        cluster = _check_cluster(lists[0], lists[1], ("ps_hosts", "worker_hosts"), "--ps_hosts/--worker_hosts")
+        cluster = _check_cluster(
+            lists[0],
+            lists[1],
+            ("ps_hosts", "worker_hosts"),
+            ("--ps_hosts", "--worker_hosts"),
+        )
         if job_name is None or not str(job_name).strip():
-            raise ConfigError(f"--job_name is missing; set --job_name=ps or --job_name=worker ({hint})", "job_name")
+            raise ConfigError(
+                f"--job_name is missing; set --job_name=ps or --job_name=worker ({hint})",
+                "job_name",
+            )
         job = str(job_name).strip()
         if job not in JOBS:
             extra = " (worker 0 is the chief)" if job in ("chief", "master") else ""
-            raise ConfigError(f"wrong job name {job!r}; use ps or worker{extra}", "job_name")
-        index = 0 if task_index is None else _as_index(task_index, "task_index", "--task_index")
+            raise ConfigError(
+                f"wrong job name {job!r}; use ps or worker{extra}", "job_name"
+            )
+        index = (
+            0
+            if task_index is None
+            else _as_index(task_index, "task_index", "--task_index")
+        )
         _check_index(cluster, job, index, "task_index", "task_index")
         return cls(cluster, job, index)
 
@@ -303,7 +360,9 @@ class TaskRef:
         try:
             config = json.loads(text)
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"is not valid JSON ({exc}); set it like {example}", field) from None
+            raise ConfigError(
+                f"is not valid JSON ({exc}); set it like {example}", field
+            ) from None
         if not isinstance(config, dict):
             raise ConfigError(f"must be a JSON object like {example}", field)
         for key in ("cluster", "task"):
@@ -311,7 +370,10 @@ class TaskRef:
                 raise ConfigError(f"has no {key!r} key; set it like {example}", field)
         cluster, task = config["cluster"], config["task"]
         if not isinstance(cluster, dict) or not isinstance(task, dict):
-            raise ConfigError(f"'cluster' and 'task' must be JSON objects; set it like {example}", field)
+            raise ConfigError(
+                f"'cluster' and 'task' must be JSON objects; set it like {example}",
+                field,
+            )
 
         lists: dict[str, list] = {}
         for name, entries in cluster.items():
@@ -319,17 +381,26 @@ class TaskRef:
                 continue  # not part of the training cluster (Kubeflow leaves it out too)
             if name not in (PS, WORKER, "chief", "master"):
                 raise ConfigError(
-                    f"cluster has a {name!r} job; tfps knows ps, worker and chief (worker 0 is the chief)", field
+                    f"cluster has a {name!r} job; tfps knows ps, worker and chief (worker 0 is the chief)",
+                    field,
                 )
             if not isinstance(entries, list):
-                raise ConfigError(f"cluster.{name} must be a list of host:port strings, not {entries!r}", field)
+                raise ConfigError(
+                    f"cluster.{name} must be a list of host:port strings, not {entries!r}",
+                    field,
+                )
             lists[name] = entries
         if "chief" in lists and "master" in lists:
-            raise ConfigError("cluster has both 'chief' and 'master'; keep one of them", field)
-        chief_key = "chief" if "chief" in lists else "master" if "master" in lists else None
+            raise ConfigError(
+                "cluster has both 'chief' and 'master'; keep one of them", field
+            )
+        chief_key = (
+            "chief" if "chief" in lists else "master" if "master" in lists else None
+        )
         if chief_key and len(lists[chief_key]) != 1:
             raise ConfigError(
-                f"cluster.{chief_key} has {len(lists[chief_key])} entries; a cluster has exactly one chief", field
+                f"cluster.{chief_key} has {len(lists[chief_key])} entries; a cluster has exactly one chief",
+                field,
             )
 
         if "type" not in task:
@@ -338,32 +409,43 @@ class TaskRef:
         index = _as_index(task.get("index", 0), field, "task.index")
         if job == "evaluator":
             raise ConfigError(
-                "task type 'evaluator' is not supported: tfps has no evaluator task "
-                "(the chief evaluates at the end); run only ps and worker/chief tasks",
+                "task type 'evaluator' is not supported: tfps has no evaluator task; "
+                "start only ps, worker and chief tasks",
                 field,
             )
         if job not in (PS, WORKER, "chief", "master"):
-            raise ConfigError(f"wrong task type {job!r}; use ps, worker or chief", field)
-        if job != PS and job != WORKER:
-            if chief_key is None:
-                raise ConfigError(
-                    f"task type {job!r} is not in the cluster (it has {', '.join(sorted(lists))})", field
-                )
-        elif job not in lists:
-            raise ConfigError(f"task type {job!r} is not in the cluster (it has {', '.join(sorted(lists))})", field)
+            raise ConfigError(
+                f"wrong task type {job!r}; use ps, worker or chief", field
+            )
+        present = chief_key is not None if job in ("chief", "master") else job in lists
+        if not present:
+            raise ConfigError(
+                f"task type {job!r} is not in the cluster (it has {', '.join(sorted(lists))})",
+                field,
+            )
 
         chief = lists.get(chief_key, []) if chief_key else []
         workers = chief + lists.get(WORKER, [])
         if job in ("chief", "master"):
             if index != 0:
-                raise ConfigError(f"task.index {index} is out of range for 1 chief; use 0", field)
+                raise ConfigError(
+                    f"task.index {index} is out of range for 1 chief; use 0", field
+                )
             job = WORKER
         elif job == WORKER:
             n = len(lists[WORKER])
             if not 0 <= index < n:
-                raise ConfigError(f"task.index {index} is out of range for {n} worker(s); use 0..{n - 1}", field)
+                raise ConfigError(
+                    f"task.index {index} is out of range for {n} worker(s); use 0..{n - 1}",
+                    field,
+                )
             index += len(chief)
-        spec = _check_cluster(lists.get(PS, []), workers, (field, field), "TF_CONFIG")
+        worker_label = (
+            f"cluster.{chief_key} + cluster.worker" if chief_key else "cluster.worker"
+        )
+        spec = _check_cluster(
+            lists.get(PS, []), workers, (field, field), ("cluster.ps", worker_label)
+        )
         _check_index(spec, job, index, field, "task.index")
         return cls(spec, job, index)
 
@@ -398,7 +480,8 @@ class TaskRef:
                 env_ref = cls.from_tf_config(tf_config)
             except ConfigError as exc:
                 raise ConfigError(
-                    f"is set next to the classic flags but is invalid ({exc}); unset it or fix it", "TF_CONFIG"
+                    f"is set next to the classic flags but is invalid ({exc}); unset it or fix it",
+                    "TF_CONFIG",
                 ) from None
             if env_ref != ref:
                 raise ConfigError(
@@ -420,16 +503,27 @@ class Plan:
     @classmethod
     def from_tasks(cls, tasks: list[Task] | tuple[Task, ...]) -> Plan:
         """Order the tasks, derive the cluster and reject two tasks on one address:port."""
+        for task in tasks:
+            if task.job not in JOBS:
+                raise ConfigError(
+                    f"task {task.name} has job {task.job!r}; use ps or worker",
+                    "job_name",
+                )
         ordered = sorted(tasks, key=lambda t: (JOBS.index(t.job), t.index))
         for job in JOBS:
             indices = [t.index for t in ordered if t.job == job]
             if indices != list(range(len(indices))):
-                raise ConfigError(f"{job} task indices are {indices}; they must be 0..{len(indices) - 1}", job)
+                raise ConfigError(
+                    f"{job} task indices are {indices}; they must be 0..{len(indices) - 1}",
+                    job,
+                )
             if not indices:
                 raise ConfigError(f"the plan has no {job} task; add at least one", job)
         seen: dict[tuple[str, int], Task] = {}
         for task in ordered:
-            _check_port(task.port, "tfps_base_port", f"{task.name} on host {task.host!r}")
+            _check_port(
+                task.port, "tfps_base_port", f"{task.name} on host {task.host!r}"
+            )
             key = (task.address.lower(), task.port)
             if key in seen:
                 other = seen[key]
@@ -459,7 +553,8 @@ class Plan:
             if task.job == job and task.index == index:
                 return task
         raise ConfigError(
-            f"the plan has no task {job}{index}; it has {', '.join(t.name for t in self.tasks)}", "task"
+            f"the plan has no task {job}{index}; it has {', '.join(t.name for t in self.tasks)}",
+            "task",
         )
 
     def tasks_on(self, host: str) -> tuple[Task, ...]:
@@ -489,7 +584,11 @@ class Plan:
                     "tf_config": ref.to_tf_config(),
                 }
             )
-        return {"cluster": self.cluster.as_dict(), "chief": self.chief.name, "tasks": tasks}
+        return {
+            "cluster": self.cluster.as_dict(),
+            "chief": self.chief.name,
+            "tasks": tasks,
+        }
 
     def render_table(self) -> str:
         """A table for people, then how each task is started (flags and TF_CONFIG)."""
@@ -508,10 +607,15 @@ class Plan:
             for t in self.tasks
         ]
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+        lines = [
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
+            for row in rows
+        ]
         n_ps, n_workers = len(self.cluster.ps), len(self.cluster.worker)
         lines.append("")
-        lines.append(f"{n_ps} ps, {n_workers} worker(s); chief: {self.chief.name} on {self.chief.host}")
+        lines.append(
+            f"{n_ps} ps, {n_workers} worker(s); chief: {self.chief.name} on {self.chief.host}"
+        )
         for task in self.tasks:
             ref = self.task_ref(task)
             lines.append("")
@@ -568,16 +672,24 @@ class _Inventory:
 
     def __init__(self, data: Any):
         self.groups: dict[str, _Group] = {}
-        self.host_vars: dict[str, dict] = {}  # inline host vars, merged over all entries
+        self.host_vars: dict[str, dict] = (
+            {}
+        )  # inline host vars, merged over all entries
         if data is None:
-            raise ConfigError("the inventory is empty; define all: {children: {ps: ..., worker: ...}}", "inventory")
+            raise ConfigError(
+                "the inventory is empty; define all: {children: {ps: ..., worker: ...}}",
+                "inventory",
+            )
         if not isinstance(data, dict):
             raise ConfigError(
-                f"the inventory must be a YAML mapping of groups (all: ...), not {type(data).__name__}", "inventory"
+                f"the inventory must be a YAML mapping of groups (all: ...), not {type(data).__name__}",
+                "inventory",
             )
         self._group("all")
         for name, body in data.items():
-            self._parse_group(str(name), body, None if str(name) == "all" else "all", str(name))
+            self._parse_group(
+                str(name), body, None if str(name) == "all" else "all", str(name)
+            )
         for host in self.host_vars:
             if not any(host in g.hosts for n, g in self.groups.items() if n != "all"):
                 self._group("ungrouped", "all").hosts.append(host)
@@ -587,7 +699,10 @@ class _Inventory:
         group = self.groups.setdefault(name, _Group(name, {}, [], [], set()))
         if parent is not None and name not in self.groups[parent].children:
             if name in ("all", parent) or self._is_ancestor(name, parent):
-                raise ConfigError(f"group {name!r} is its own ancestor; remove the loop from children", "children")
+                raise ConfigError(
+                    f"group {name!r} is its own ancestor; remove the loop from children",
+                    "children",
+                )
             self.groups[parent].children.append(name)
             group.parents.add(parent)
         return group
@@ -608,7 +723,9 @@ class _Inventory:
         if body is None:
             return
         if not isinstance(body, dict):
-            raise ConfigError(f"group {name!r} must be a mapping with hosts, vars or children", path)
+            raise ConfigError(
+                f"group {name!r} must be a mapping with hosts, vars or children", path
+            )
         for key, value in body.items():
             if key not in _GROUP_KEYS:
                 hint = difflib.get_close_matches(str(key), _GROUP_KEYS, n=1)
@@ -620,7 +737,11 @@ class _Inventory:
             if value is None:
                 continue
             if not isinstance(value, dict):
-                example = "{name: {ansible_host: 10.0.0.1}}" if key == "hosts" else "{name: ...}"
+                example = (
+                    "{name: {ansible_host: 10.0.0.1}}"
+                    if key == "hosts"
+                    else "{name: ...}"
+                )
                 raise ConfigError(
                     f"group {name!r}: {key} must be a mapping like {example}, not {type(value).__name__}",
                     f"{path}.{key}",
@@ -628,7 +749,11 @@ class _Inventory:
             if key == "vars":
                 group.vars.update(value)
                 if "ansible_group_priority" in value:
-                    group.priority = _as_index(value["ansible_group_priority"], f"{path}.vars", "ansible_group_priority")
+                    group.priority = _as_index(
+                        value["ansible_group_priority"],
+                        f"{path}.vars",
+                        "ansible_group_priority",
+                    )
             elif key == "hosts":
                 for pattern, host_vars in value.items():
                     if host_vars is not None and not isinstance(host_vars, dict):
@@ -642,7 +767,9 @@ class _Inventory:
                         self.host_vars.setdefault(host, {}).update(host_vars or {})
             else:
                 for child, child_body in value.items():
-                    self._parse_group(str(child), child_body, name, f"{path}.children.{child}")
+                    self._parse_group(
+                        str(child), child_body, name, f"{path}.children.{child}"
+                    )
 
     def _depths(self) -> dict[str, int]:
         """Longest distance from ``all``, as Ansible computes it for var precedence."""
@@ -680,9 +807,13 @@ class _Inventory:
                 found.add(g)
                 todo.extend(self.groups[g].parents)
         found.discard("all")
-        return sorted(found, key=lambda n: (self.depth.get(n, 0), self.groups[n].priority, n))
+        return sorted(
+            found, key=lambda n: (self.depth.get(n, 0), self.groups[n].priority, n)
+        )
 
-    def merged_vars(self, host: str, host_vars: Mapping[str, dict], group_vars: Mapping[str, dict]) -> dict:
+    def merged_vars(
+        self, host: str, host_vars: Mapping[str, dict], group_vars: Mapping[str, dict]
+    ) -> dict:
         """Variables of one host with Ansible's default precedence (lowest first):
         inline vars of all, inline vars of the host's groups, group_vars/all,
         group_vars/<group>, inline host vars, host_vars/<host>. Note that a
@@ -734,7 +865,10 @@ def _expand_host_pattern(pattern: str, field: str) -> list[str]:
             raise ConfigError(bad, field)
         width = len(beg) if beg.startswith("0") and len(beg) > 1 else 0
         if width and len(end) != width:
-            raise ConfigError(f"host range {pattern!r} must have equal-length begin and end, e.g. [01:10]", field)
+            raise ConfigError(
+                f"host range {pattern!r} must have equal-length begin and end, e.g. [01:10]",
+                field,
+            )
         values = [str(v).zfill(width) for v in range(int(beg), int(end) + 1, step)]
     hosts = []
     for value in values:
@@ -747,22 +881,40 @@ def _check_var_names(variables: Mapping, where: str) -> None:
     for key in variables:
         if isinstance(key, str) and key.startswith("tfps_") and key not in KNOWN_VARS:
             hint = difflib.get_close_matches(key, KNOWN_VARS, n=1, cutoff=0.6)
-            suggestion = f"did you mean {hint[0]!r}?" if hint else "see the variables listed in the README"
+            suggestion = (
+                f"did you mean {hint[0]!r}?"
+                if hint
+                else "see the variables listed in the README"
+            )
             raise ConfigError(f"unknown variable in {where}; {suggestion}", key)
 
 
-def _int_var(variables: Mapping, name: str, host: str, default: int, minimum: int) -> int:
+def _int_var(
+    variables: Mapping, name: str, host: str, default: int, minimum: int
+) -> int:
     value = variables.get(name, default)
     if isinstance(value, _Vaulted):
-        raise ConfigError(f"host {host!r}: is vault-encrypted; cluster layout is not secret, write it in plain text", name)
+        raise ConfigError(
+            f"host {host!r}: is vault-encrypted; cluster layout is not secret, write it in plain text",
+            name,
+        )
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"host {host!r} has {name}: {value!r}; use a whole number such as {max(default, minimum)}", name)
+        raise ConfigError(
+            f"host {host!r} has {name}: {value!r}; use a whole number such as {max(default, minimum)}",
+            name,
+        )
     if value < minimum:
         need = "a positive number" if minimum == 1 else f"a number >= {minimum}"
-        advice = " (remove the host from the group to run no task there)" if minimum == 1 else ""
-        raise ConfigError(f"host {host!r} has {name}: {value}; use {need}{advice}", name)
+        advice = (
+            " (remove the host from the group to run no task there)"
+            if minimum == 1
+            else ""
+        )
+        raise ConfigError(
+            f"host {host!r} has {name}: {value}; use {need}{advice}", name
+        )
     return value
 
 
@@ -771,26 +923,48 @@ def _gpu_ids(variables: Mapping, host: str) -> list[str]:
     if value is None:
         return []
     if isinstance(value, _Vaulted):
-        raise ConfigError(f"host {host!r}: is vault-encrypted; write the GPU ids in plain text", "tfps_gpus")
+        raise ConfigError(
+            f"host {host!r}: is vault-encrypted; write the GPU ids in plain text",
+            "tfps_gpus",
+        )
     if not isinstance(value, list):
-        raise ConfigError(f"host {host!r} has tfps_gpus: {value!r}; use a YAML list of GPU ids such as [0, 1]", "tfps_gpus")
+        raise ConfigError(
+            f"host {host!r} has tfps_gpus: {value!r}; use a YAML list of GPU ids such as [0, 1]",
+            "tfps_gpus",
+        )
     ids: list[str] = []
     for item in value:
         if isinstance(item, bool) or not isinstance(item, (int, str)):
-            raise ConfigError(f"host {host!r} lists GPU id {item!r}; use numbers such as 0 or GPU UUID strings", "tfps_gpus")
+            raise ConfigError(
+                f"host {host!r} lists GPU id {item!r}; use numbers such as 0 or GPU UUID strings",
+                "tfps_gpus",
+            )
         gpu = str(item).strip()
         if (isinstance(item, int) and item < 0) or not gpu or re.search(r"[\s,]", gpu):
-            raise ConfigError(f"host {host!r} lists GPU id {item!r}; use numbers such as 0 or GPU UUID strings", "tfps_gpus")
+            raise ConfigError(
+                f"host {host!r} lists GPU id {item!r}; use numbers such as 0 or GPU UUID strings",
+                "tfps_gpus",
+            )
         if gpu in ids:
-            raise ConfigError(f"host {host!r} lists GPU id {gpu} twice; list each GPU once", "tfps_gpus")
+            raise ConfigError(
+                f"host {host!r} lists GPU id {gpu} twice; list each GPU once",
+                "tfps_gpus",
+            )
         ids.append(gpu)
     return ids
 
 
 def _address(variables: Mapping, host: str) -> str:
     value = variables.get("ansible_host", host)
-    if isinstance(value, _Vaulted) or not isinstance(value, (str, int)) or not str(value).strip():
-        raise ConfigError(f"host {host!r} has ansible_host {value!r}; set the address peers connect to", "ansible_host")
+    if (
+        isinstance(value, _Vaulted)
+        or not isinstance(value, (str, int))
+        or not str(value).strip()
+    ):
+        raise ConfigError(
+            f"host {host!r} has ansible_host {value!r}; set the address peers connect to",
+            "ansible_host",
+        )
     value = str(value).strip()
     if "{{" in value or "{%" in value:
         raise ConfigError(
@@ -804,13 +978,18 @@ def _address(variables: Mapping, host: str) -> str:
 def _missing_group(inv: _Inventory, job: str) -> ConfigError:
     others = [n for n in inv.groups if n not in ("all", "ungrouped", PS, WORKER)]
     hint = difflib.get_close_matches(job, others, n=1, cutoff=0.5)
-    suffix = f"; did you mean to name group {hint[0]!r} {job!r}?" if hint else ""
+    suffix = (
+        f"; the inventory has a group {hint[0]!r}: rename it to {job!r}" if hint else ""
+    )
     kind = "parameter servers" if job == PS else "workers"
     if job not in inv.groups:
         what = f"the inventory has no {job!r} group"
     else:
         what = f"the {job!r} group has no hosts"
-    return ConfigError(f"{what}; add the host(s) that run {kind} under all.children.{job}.hosts{suffix}", job)
+    return ConfigError(
+        f"{what}; add the host(s) that run {kind} under all.children.{job}.hosts{suffix}",
+        job,
+    )
 
 
 def plan_from_inventory(
@@ -832,19 +1011,28 @@ def plan_from_inventory(
         _check_var_names(group.vars, f"the vars of group {name!r}")
     for host, variables in inv.host_vars.items():
         _check_var_names(variables, f"host {host!r}")
-    for kind, files, known in (("group_vars", group_vars, inv.groups), ("host_vars", host_vars, inv.host_vars)):
+    for kind, files, known in (
+        ("group_vars", group_vars, inv.groups),
+        ("host_vars", host_vars, inv.host_vars),
+    ):
         for name, variables in files.items():
             if variables is None:
                 continue
             if not isinstance(variables, Mapping):
-                raise ConfigError(f"must hold a mapping of variables, not {type(variables).__name__}", f"{kind}/{name}")
+                raise ConfigError(
+                    f"must hold a mapping of variables, not {type(variables).__name__}",
+                    f"{kind}/{name}",
+                )
             _check_var_names(variables, f"{kind}/{name}")
-            tfps_keys = [k for k in variables if isinstance(k, str) and k.startswith("tfps_")]
+            tfps_keys = [
+                k for k in variables if isinstance(k, str) and k.startswith("tfps_")
+            ]
             if name not in known and name not in ("all", "ungrouped") and tfps_keys:
                 hint = difflib.get_close_matches(name, list(known), n=1)
                 raise ConfigError(
                     f"sets {', '.join(tfps_keys)} for {name!r}, which is not in the inventory, so Ansible "
-                    "would ignore it" + (f"; did you mean {hint[0]!r}?" if hint else "; rename the file"),
+                    "would ignore it"
+                    + (f"; did you mean {hint[0]!r}?" if hint else "; rename the file"),
                     f"{kind}/{name}",
                 )
 
@@ -872,7 +1060,9 @@ def plan_from_inventory(
             base = _int_var(variables, "tfps_base_port", host, DEFAULT_BASE_PORT, 1)
             _check_port(base, "tfps_base_port", f"host {host!r} (tfps_base_port)")
             if job == PS:
-                slots: list[str | None] = [None] * _int_var(variables, "tfps_ps_tasks", host, 1, 1)
+                slots: list[str | None] = [None] * _int_var(
+                    variables, "tfps_ps_tasks", host, 1, 1
+                )
             else:
                 slots = list(_worker_slots(variables, host))
             last = base + len(slots) - 1
@@ -895,7 +1085,8 @@ def _worker_slots(variables: Mapping, host: str) -> list[str | None]:
         count = _int_var(variables, "tfps_gpu_count", host, 0, 0)
         if gpus and count == 0:
             raise ConfigError(
-                f"GPU ids on a host without GPUs: host {host!r} has tfps_gpu_count: 0 and tfps_gpus: {gpus}; "
+                f"GPU ids on a host without GPUs: host {host!r} has tfps_gpu_count: 0 and "
+                f"tfps_gpus: [{', '.join(gpus)}]; "
                 "remove tfps_gpus (and set tfps_workers) or fix tfps_gpu_count",
                 "tfps_gpus",
             )
@@ -935,18 +1126,27 @@ def _read_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError("no such file; pass an inventory file (hosts.yml) or a directory holding one", str(path)) from None
+        raise ConfigError(
+            "no such file; pass an inventory file (hosts.yml) or a directory holding one",
+            str(path),
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot be read ({exc}); check the path and its permissions", str(path)) from None
+        raise ConfigError(
+            f"cannot be read ({exc}); check the path and its permissions", str(path)
+        ) from None
     if text.lstrip().startswith(_VAULT_HEADER):
         return _Vaulted()
     try:
-        return yaml.load(text, Loader=_InventoryLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(
+            text, Loader=_InventoryLoader
+        )  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"YAML syntax error{where}: {problem}; fix the file", str(path)) from None
+        raise ConfigError(
+            f"YAML syntax error{where}: {problem}; fix the file", str(path)
+        ) from None
 
 
 def _vars_files(path: Path) -> list[Path]:
@@ -993,7 +1193,9 @@ def _load_vars_dir(directory: Path, base: Path) -> dict[str, dict]:
         names.setdefault(name, None)
     result: dict[str, dict] = {}
     for name in names:
-        if (directory / name).is_dir() and any((directory / f"{name}{ext}").is_file() for ext in _VARS_EXTENSIONS[1:]):
+        if (directory / name).is_dir() and any(
+            (directory / f"{name}{ext}").is_file() for ext in _VARS_EXTENSIONS[1:]
+        ):
             raise ConfigError(
                 f"both {name}/ and a {name}.yml file exist; Ansible reads only the directory and ignores the "
                 f"file, so move the file into the directory (e.g. {name}/vars.yml)",
@@ -1006,7 +1208,10 @@ def _load_vars_dir(directory: Path, base: Path) -> dict[str, dict]:
             if isinstance(data, _Vaulted) or data is None:
                 continue  # vault files hold secrets (notification URLs), never cluster layout
             if not isinstance(data, dict):
-                raise ConfigError(f"must hold a mapping of variables, not {type(data).__name__}", where)
+                raise ConfigError(
+                    f"must hold a mapping of variables, not {type(data).__name__}",
+                    where,
+                )
             _check_var_names(data, where)
             merged.update(data)
         result[name] = merged
@@ -1025,22 +1230,33 @@ def load_plan(path: str | os.PathLike) -> Plan:
         candidates = [given / "hosts.yml", given / "hosts.yaml"]
         file = next((c for c in candidates if c.is_file()), None)
         if file is None:
-            others = [p.name for p in (given / "hosts", given / "hosts.ini") if p.is_file()]
+            others = [
+                p.name for p in (given / "hosts", given / "hosts.ini") if p.is_file()
+            ]
             hint = (
                 f" ({others[0]} looks like an INI inventory: convert it with "
                 f"`ansible-inventory -i {given / others[0]} --list --yaml > {given / 'hosts.yml'}`)"
                 if others
                 else ""
             )
-            raise ConfigError(f"holds no hosts.yml or hosts.yaml; put the YAML inventory there{hint}", str(given))
+            raise ConfigError(
+                f"holds no hosts.yml or hosts.yaml; put the YAML inventory there{hint}",
+                str(given),
+            )
         base = given
     elif given.exists():
         file, base = given, given.parent
     else:
-        raise ConfigError("no such file or directory; pass an inventory file (hosts.yml) or a directory holding one", str(given))
+        raise ConfigError(
+            "no such file or directory; pass an inventory file (hosts.yml) or a directory holding one",
+            str(given),
+        )
     data = _read_yaml(file)
     if isinstance(data, _Vaulted):
-        raise ConfigError("is vault-encrypted; keep the cluster layout in plain text and only secrets in vault files", str(file))
+        raise ConfigError(
+            "is vault-encrypted; keep the cluster layout in plain text and only secrets in vault files",
+            str(file),
+        )
     group_vars = _load_vars_dir(base / "group_vars", base)
     host_vars = _load_vars_dir(base / "host_vars", base)
     try:
@@ -1073,14 +1289,22 @@ def free_ports(n: int, address: str = "127.0.0.1") -> list[int]:
             try:
                 sock.bind((address.strip("[]"), 0))
             except OSError as exc:
-                raise ConfigError(f"cannot bind to {address} ({exc}); use an address of this machine", "address") from None
+                raise ConfigError(
+                    f"cannot bind to {address} ({exc}); use an address of this machine",
+                    "address",
+                ) from None
         return [s.getsockname()[1] for s in sockets]
     finally:
         for sock in sockets:
             sock.close()
 
 
-def local_plan(num_ps: int, num_workers: int, ports: list[int] | None = None, address: str = "127.0.0.1") -> Plan:
+def local_plan(
+    num_ps: int,
+    num_workers: int,
+    ports: list[int] | None = None,
+    address: str = "127.0.0.1",
+) -> Plan:
     """Every task on this machine (``tfps local``): ps tasks first, then workers."""
     for value, field in ((num_ps, "num_ps"), (num_workers, "num_workers")):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -1091,12 +1315,24 @@ def local_plan(num_ps: int, num_workers: int, ports: list[int] | None = None, ad
     else:
         ports = list(ports)
         if len(ports) != total:
-            raise ConfigError(f"has {len(ports)} port(s) for {total} task(s); give one port per task", "ports")
+            raise ConfigError(
+                f"has {len(ports)} port(s) for {total} task(s); give one port per task",
+                "ports",
+            )
         for port in ports:
-            if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            if (
+                isinstance(port, bool)
+                or not isinstance(port, int)
+                or not 1 <= port <= 65535
+            ):
                 raise ConfigError(f"has {port!r}; use ports in 1..65535", "ports")
         if len(set(ports)) != total:
-            raise ConfigError(f"lists a port twice ({ports}); give every task its own port", "ports")
+            raise ConfigError(
+                f"lists a port twice ({ports}); give every task its own port", "ports"
+            )
     tasks = [Task("localhost", address, PS, i, ports[i]) for i in range(num_ps)]
-    tasks += [Task("localhost", address, WORKER, i, ports[num_ps + i]) for i in range(num_workers)]
+    tasks += [
+        Task("localhost", address, WORKER, i, ports[num_ps + i])
+        for i in range(num_workers)
+    ]
     return Plan.from_tasks(tasks)

@@ -85,17 +85,20 @@ class Reporter:
         self.notifier.send(res["status"], res, attachments)
 
 
-def orphan_failure(cfg, urls: list[str], reason: str, results_extra: dict | None = None) -> None:
-    """Send the failure message for a chief that died without sending one (orchestrators)."""
+def orphan_failure(cfg, urls: list[str], reason: str, results_extra: dict | None = None) -> bool:
+    """Send the failure message for a chief that died without sending one (orchestrators).
+
+    Returns True when every configured service took the message (or none is configured).
+    """
     from trainer.notify import Notifier
     try:
         notifier = Notifier(urls, cfg.notify_config)
     except Exception as e:  # noqa: BLE001
         log.error("cannot send the failure message: %s", e)
-        return
+        return False
     if not notifier.enabled:
-        return
+        return True
     res = {"job": cfg.name, "model": cfg.model, "status": "failed", "ended_at": results.now_iso(),
            "model_dir": os.path.abspath(cfg.model_dir), "train_steps": cfg.train_steps,
            "error": {"type": "ChiefLost", "message": reason, "traceback_tail": ""}, **(results_extra or {})}
-    notifier.send("failed", res)
+    return all(d.ok for d in notifier.send("failed", res))
