@@ -8,7 +8,7 @@ PYTHON  ?= python3
 STAMP   := $(VENV)/.tfps-installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test unit docker image lint clean
+.PHONY: install demo test unit docker image bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ unit: install
 test: install image
 	$(VENV)/bin/pytest -q -rs --durations=15 tests $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
+
+# Benchmarks print ratios measured side by side; they are not tests (docs/benchmarks.md).
+bench: install
+	$(VENV)/bin/python bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf runs .pytest_cache

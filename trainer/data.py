@@ -37,6 +37,8 @@ class Schema:
     num_classes: int               # 0 = regression
     feature_keys: tuple[str, ...] = ()   # csv columns / tfrecord keys, in order
     num_examples: int | None = None
+    #: tfrecord: "float" or "int64" per key of feature_keys, then the label's
+    tfrecord_kinds: tuple[str, ...] = ()
 
     @property
     def num_features(self) -> int:
@@ -190,9 +192,25 @@ def _tfrecord_schema(path: str, label_column: str, field: str):
             raise ConfigError(f"{path}: feature {k!r} holds bytes; tfps reads numeric features only", field)
         keys.append(k)
         width += len(getattr(feats[k], kind).value)
-    lab = feats[label_column]
-    labels = np.asarray(getattr(lab, lab.WhichOneof("kind")).value, dtype=np.float64)
-    return tuple(keys), (width,), labels
+    kinds = tuple(feats[k].WhichOneof("kind").replace("_list", "") for k in [*keys, label_column])
+    if kinds[-1] == "bytes":
+        raise ConfigError(f"{path}: label {label_column!r} holds bytes; it must be a number", "label_column")
+    return tuple(keys), (width,), kinds
+
+
+def _tfrecord_labels(files: list[str], label_column: str, kind: str, field: str) -> np.ndarray:
+    """The labels of the first CSV_SCAN_ROWS records: the number of classes needs all of them."""
+    import tensorflow as tf
+
+    dtype = tf.int64 if kind == "int64" else tf.float32
+    ds = tf.data.TFRecordDataset(files).take(CSV_SCAN_ROWS).batch(4096).map(
+        lambda r: tf.io.parse_example(r, {label_column: tf.io.VarLenFeature(dtype)})[label_column].values)
+    try:
+        parts = [b.numpy() for b in ds]
+    except tf.errors.OpError as e:
+        raise ConfigError(f"cannot read the labels of {', '.join(files)} ({e.message.splitlines()[0]}); "
+                          f"every record needs a numeric {label_column!r}", field) from None
+    return np.concatenate(parts).astype(np.float64) if parts else np.zeros(0)
 
 
 def infer_schema(pattern: str, label_column: str = "label", num_classes: int | None = None,
@@ -229,13 +247,14 @@ def infer_schema(pattern: str, label_column: str = "label", num_classes: int | N
             labels.append(np.asarray(y, dtype=np.float64).reshape(len(y), -1)[:, 0])
             n += len(x)
     else:
-        keys, shape, lab = _tfrecord_schema(files[0], label_column, field)
-        labels.append(lab)
+        keys, shape, kinds = _tfrecord_schema(files[0], label_column, field)
+        labels.append(_tfrecord_labels(files, label_column, kinds[-1], field))
     inferred = _classes_from_labels(np.concatenate(labels)) if labels else 0
     classes = inferred if num_classes is None else num_classes
     if num_classes and inferred and inferred > num_classes:
         raise ConfigError(f"labels go up to {inferred - 1} but num_classes is {num_classes}", "num_classes")
-    return Schema(fmt, tuple(files), tuple(int(s) for s in shape), classes, keys, n or None)
+    return Schema(fmt, tuple(files), tuple(int(s) for s in shape), classes, keys, n or None,
+                  kinds if fmt == "tfrecord" else ())
 
 
 # ----------------------------------------------------------------------------- tf.data
@@ -270,13 +289,14 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
             ds = ds.shard(num_shards, shard_index)
         ds = ds.map(parse, num_parallel_calls=2)
     elif schema.fmt == "tfrecord":
-        spec = {label_column: tf.io.VarLenFeature(tf.float32)}
-        spec.update({k: tf.io.VarLenFeature(tf.float32) for k in schema.feature_keys})
+        # Parse every key with the type it was written with (int64_list or float_list), then cast.
+        kinds = schema.tfrecord_kinds or ("float",) * (len(schema.feature_keys) + 1)
+        spec = {k: tf.io.VarLenFeature(tf.int64 if kind == "int64" else tf.float32)
+                for k, kind in zip([*schema.feature_keys, label_column], kinds)}
 
         def parse(record):
-            # VarLen + float32 accepts both int64 and float lists after the cast below.
-            ex = tf.io.parse_single_example(record, {k: tf.io.VarLenFeature(tf.float32) for k in spec})
-            x = tf.concat([tf.sparse.to_dense(ex[k]) for k in schema.feature_keys], axis=0)
+            ex = tf.io.parse_single_example(record, spec)
+            x = tf.concat([tf.cast(tf.sparse.to_dense(ex[k]), tf.float32) for k in schema.feature_keys], axis=0)
             x.set_shape(schema.feature_shape)
             return x, tf.cast(tf.sparse.to_dense(ex[label_column])[0], label_dtype)
         ds = tf.data.TFRecordDataset(files)

@@ -59,6 +59,11 @@ def session_config(task, cfg, *, local: bool = False):
         # A step that waits longer than this (a sync step missing a worker that never comes
         # back, a dead ps) fails the job with a clear error instead of hanging forever.
         c.operation_timeout_in_ms = int(cfg.sync_timeout * 1000)
+    elif not local and task.job == "ps":
+        # The ps's own session (its "done" queue) needs no other task. Without a filter its
+        # creation waits for every worker, forever if one is gone, and its early failed
+        # connections to workers that are still starting break their first steps.
+        c.device_filters.append(f"/job:ps/task:{task.index}")
     return c
 
 

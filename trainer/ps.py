@@ -3,6 +3,8 @@
 Classic scripts call ``server.join()``, which never returns, so someone has to kill the
 ps - possibly while the chief is still writing its final checkpoint. Here the ps dequeues
 one token per worker from its own ``done`` queue and exits 0 when all have reported.
+Once the chief (whose token comes after its final save) is done, the others get
+``sync_timeout`` seconds more: a worker that died for good cannot keep the ps alive.
 On SIGTERM it keeps serving for ``grace_period(final_save_timeout)`` so the chief can
 finish its final save; a second signal, or the end of that grace, stops it at once.
 """
@@ -33,6 +35,7 @@ def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
         dequeue = done_queue(task.index, task.num_workers).dequeue()
     seen: set[int] = set()
     grace = grace_period(cfg.final_save_timeout)
+    chief_done_at: float | None = None
     poll = v1.RunOptions(timeout_in_ms=1000)
     with v1.Session(server.target, graph=graph, config=session_config(task, cfg)) as sess:
         while len(seen) < task.num_workers:
@@ -42,10 +45,17 @@ def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
             if stop.requested and time.monotonic() - stop.first_at > grace:
                 log.warning("ps%d stopped: %d s grace for the final save is over", task.index, grace)
                 return ExitCode.STOPPED
+            if chief_done_at is not None and time.monotonic() - chief_done_at > cfg.sync_timeout:
+                missing = sorted(set(range(task.num_workers)) - seen)
+                log.warning("ps%d: the chief finished %.0f s ago but worker(s) %s never reported done "
+                            "(dead?); exiting anyway", task.index, cfg.sync_timeout, missing)
+                return ExitCode.OK
             try:
                 worker = int(sess.run(dequeue, options=poll))
             except tf.errors.DeadlineExceededError:
                 continue
+            if worker == 0 and chief_done_at is None:
+                chief_done_at = time.monotonic()   # the final save is on disk: nothing more to protect
             if worker not in seen:
                 seen.add(worker)
                 log.info("ps%d: worker %d is done (%d/%d)", task.index, worker, len(seen), task.num_workers)

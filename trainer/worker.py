@@ -103,6 +103,7 @@ def _hooks_module():
             rec = {k: float(np.asarray(v)) for k, v in out.items() if k != "global_step"}
             rec["step"] = int(out["global_step"])
             self.recent = (self.recent + [rec])[-20:]
+            self.job.last_seen_step = rec["step"]
             if not np.isfinite(rec["loss"]):
                 raise FloatingPointError(f"loss is {rec['loss']} at global step {rec['step']}: training "
                                          "diverged; lower --learning_rate")
@@ -176,6 +177,7 @@ class Job:
         self.started_wall = started_wall or time.time()
         self.started_iso = results.now_iso()
         self.first_step_at: float | None = None
+        self.last_seen_step = 0
 
     # ------------------------------------------------------------------ graph
     def build(self, setup: JobSetup):
@@ -230,7 +232,12 @@ class Job:
         server = tf.distribute.Server(cluster_spec(task), job_name="worker", task_index=task.index,
                                       config=session_config(task, cfg), start=True)
         write_health(task)
-        graph, ops = self.build(setup)
+        try:
+            graph, ops = self.build(setup)
+        except ConfigError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a model that raises still ends the job cleanly
+            return self._build_failed(setup, server, e)
         if task.is_chief:
             return self._run_chief(setup, server, graph, ops)
         return self._run_worker(server, graph, ops)
@@ -289,6 +296,26 @@ class Job:
         if self._end_rpc(server, graph, self.ops["done"], "tell the ps it is done"):
             log.info("%s: told %d ps task(s) it is done", self.task.name, self.task.num_ps)
 
+    def _build_failed(self, setup: JobSetup, server, error: Exception) -> ExitCode:
+        """The model raised while its training graph was built: report, then let the ps go."""
+        import tensorflow as tf
+        from trainer import report
+        task, cfg = self.task, self.cfg
+        log.error("%s: building the training graph failed: %s: %s", task.name, type(error).__name__, error)
+        if task.is_chief:
+            ckpt = tf.train.latest_checkpoint(cfg.model_dir)
+            report.Reporter(cfg, task, setup, self.started_iso, self.started_wall).finished(
+                status="failed", exit_code=int(ExitCode.TRAINING_FAILED),
+                step=int(ckpt.rsplit("-", 1)[1]) if ckpt else 0, checkpoint=ckpt, export_dir=None,
+                train_summary={}, eval_metrics={}, error=error,
+                times={"startup_s": round(time.time() - self.started_wall, 3), "training_s": 0.0,
+                       "final_save_s": 0.0})
+        graph = tf.Graph()
+        with graph.as_default():
+            self.ops = {"done": [done_queue(j, task.num_workers).enqueue(task.index) for j in range(task.num_ps)]}
+        self._send_done(server, graph)
+        return ExitCode.TRAINING_FAILED
+
     def _run_worker(self, server, graph, ops) -> ExitCode:
         self.ops = ops
         code = ExitCode.OK
@@ -322,19 +349,23 @@ class Job:
             self._end_rpc(server, graph, ops["raise_flag"], "ask the other workers to stop")
         t_save = time.time()
         ckpt = tf.train.latest_checkpoint(cfg.model_dir)
-        step = int(ckpt.rsplit("-", 1)[1]) if ckpt else 0
+        ckpt_step = int(ckpt.rsplit("-", 1)[1]) if ckpt else 0
+        step = max(ckpt_step, self.last_seen_step)
         export_dir = None
         eval_metrics = {}
-        if ckpt and not isinstance(error, FloatingPointError):
+        # A failed job keeps its checkpoints for a resume but exports nothing, unless the
+        # checkpoint already reached the target (a ps lost after the last step, say).
+        if ckpt and (error is None or ckpt_step >= cfg.train_steps):
             try:
-                export_dir = export.export_saved_model(setup.model_fn, setup.params, ckpt, cfg.export_path, step)
-                log.info("chief: exported the SavedModel of step %d to %s (%.1f s)", step, export_dir,
+                export_dir = export.export_saved_model(setup.model_fn, setup.params, ckpt, cfg.export_path,
+                                                       ckpt_step)
+                log.info("chief: exported the SavedModel of step %d to %s (%.1f s)", ckpt_step, export_dir,
                          time.time() - t_save)
                 if setup.eval_schema is not None:
                     eval_metrics = export.evaluate(
                         setup.model_fn, setup.params, ckpt,
                         lambda: data_mod.make_dataset(setup.eval_schema, cfg.label_column, 256, train=False))
-                    log.info("chief: evaluation of step %d: %s", step, eval_metrics)
+                    log.info("chief: evaluation of step %d: %s", ckpt_step, eval_metrics)
             except Exception as e:  # noqa: BLE001
                 log.error("chief: final export failed: %s: %s", type(e).__name__, e)
                 if error is None:

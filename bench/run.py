@@ -1,0 +1,267 @@
+"""tfps benchmarks: every figure measured side by side in one run, reported as ratios.
+
+    .venv/bin/python bench/run.py [--quick] [--skip deploy,image,final_save]
+
+1. start-up: launch -> every worker past its first step, tfps local vs the classic script
+2. throughput: examples/s, async and sync, MLP and CNN: tfps vs classic feed_dict loop vs
+   one process (the ceiling on one machine)
+3. final save: checkpoint + export of ~100 MB and ~1 GB of variables, under default settings
+4. deployment: ansible-playbook wall time on the 3-host test cluster (first and no-change run)
+5. image size of the CPU image vs the official CPU TensorFlow image's published size
+
+Results go to stdout (a table), docs/benchmarks.md and docs/benchmarks.png. These machines
+are noisy: absolute times are context, ratios measured in the same run are the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from trainer.cluster import local_plan  # noqa: E402
+
+PY = sys.executable
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
+FIRST_RE = re.compile(r"\[(worker\d+)\].*first training step done ([\d.]+) s after start")
+#: The official tensorflow/tensorflow:latest (CPU) image size (Docker Hub, 2.x, uncompressed
+#: as `docker images` shows it); see tensorflow/tensorflow PR #59682: 2.07 GB -> 1.76 GB.
+OFFICIAL_CPU_IMAGE_GB = 1.76
+
+
+def sh(argv, timeout=900, env=ENV):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+# ---------------------------------------------------------------------------- tfps side
+def run_tfps(steps, batch, model="mlp", sync=False, extra=()):
+    d = tempfile.mkdtemp(prefix="tfps-bench-")
+    t0 = time.time()
+    p = sh([PY, "-m", "trainer", "local", "--ps", "1", "--workers", "2", "--model", model,
+            "--train_steps", str(steps), "--batch_size", str(batch), "--model_dir", d, "--log_steps", "100",
+            *(["--sync_replicas"] if sync else []), *extra], timeout=3600)
+    wall = time.time() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"tfps local failed ({p.returncode}):\n{p.stdout[-3000:]}")
+    res = json.load(open(os.path.join(d, "results.json")))
+    firsts = {m.group(1): float(m.group(2)) for m in FIRST_RE.finditer(p.stdout)}
+    shutil.rmtree(d, ignore_errors=True)
+    factor = 2 if sync else 1
+    return {"first": firsts, "examples_s": res["global_step"] * batch * factor / res["times"]["training_s"],
+            "final_save_s": res["times"]["final_save_s"], "wall": wall, "results": res}
+
+
+# ------------------------------------------------------------------------- classic side
+def run_classic(steps, batch, model="mlp", sync=False):
+    plan = local_plan(1, 2)
+    t0 = time.time()
+    procs = {}
+    for t in plan.tasks:
+        argv = [PY, os.path.join(ROOT, "bench", "classic_replica.py"), *plan.task_ref(t).to_flags(),
+                "--train_steps", str(steps), "--batch_size", str(batch), "--model", model,
+                *(["--sync_replicas"] if sync else [])]
+        procs[t.name] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                         env=ENV, cwd=ROOT, start_new_session=True)
+    outs = {}
+    try:
+        for name in ("worker0", "worker1"):
+            outs[name] = procs[name].communicate(timeout=3600)[0]
+    finally:
+        for pr in procs.values():        # the classic ps never exits: it has to be killed
+            if pr.poll() is None:
+                os.killpg(pr.pid, signal.SIGKILL)
+                pr.wait()
+    first, done = {}, {}
+    for name, out in outs.items():
+        m = re.search(r"BENCH first_step ([\d.]+)", out)
+        d = re.search(r"BENCH done (\d+) ([\d.]+) ([\d.]+)", out)
+        if not (m and d):
+            raise RuntimeError(f"classic {name} failed:\n{out[-3000:]}")
+        first[name] = float(m.group(1)) - t0
+        done[name] = (int(d.group(1)), float(d.group(2)), float(d.group(3)))
+    step, start, end = done["worker0"]
+    factor = 2 if sync else 1
+    return {"first": first, "examples_s": step * batch * factor / (end - start)}
+
+
+def run_single(steps, batch, model="mlp"):
+    p = sh([PY, os.path.join(ROOT, "bench", "single.py"), "--train_steps", str(steps),
+            "--batch_size", str(batch), "--model", model])
+    d = re.search(r"BENCH done (\d+) ([\d.]+) ([\d.]+)", p.stdout)
+    if not d:
+        raise RuntimeError(p.stdout[-2000:] + p.stderr[-2000:])
+    return {"examples_s": int(d.group(1)) * batch / (float(d.group(3)) - float(d.group(2)))}
+
+
+# ------------------------------------------------------------------------------ benches
+def bench_startup(rows, quick):
+    steps = 300 if quick else 600
+    t = run_tfps(steps, 64)
+    c = run_classic(steps, 64)
+    tj = t["first"]["worker1"] - t["first"]["worker0"]
+    cj = c["first"]["worker1"] - c["first"]["worker0"]
+    rows.append(("start-up: non-chief joins after the chief (s)", f"{tj:.2f}", f"{cj:.2f}",
+                 f"{cj / max(tj, 0.05):.1f}x sooner", "within 2 s, >= 10x"))
+    rows.append(("start-up: launch -> all workers training (s)", f"{max(t['first'].values()):.2f}",
+                 f"{max(c['first'].values()):.2f}",
+                 f"{max(c['first'].values()) / max(t['first'].values()):.1f}x sooner", ""))
+    return {"tfps": t["first"], "classic": c["first"]}
+
+
+def bench_throughput(rows, quick):
+    out = {}
+    for model, steps in (("mlp", 1500 if quick else 4000), ("cnn", 300 if quick else 800)):
+        single = run_single(steps, 64, model)["examples_s"]
+        for sync in (False, True):
+            mode = "sync" if sync else "async"
+            t = run_tfps(steps, 64, model, sync)["examples_s"]
+            c = run_classic(steps, 64, model, sync)["examples_s"]
+            out[f"{model}-{mode}"] = {"tfps": t, "classic": c, "single": single}
+            rows.append((f"throughput {model} {mode} (examples/s)", f"{t:.0f}", f"{c:.0f}",
+                         f"{t / c:.2f}x classic, {t / single:.2f}x one process", ">= 1.3x classic"))
+        rows.append((f"throughput {model}: sync/async (tfps)",
+                     f"{out[f'{model}-sync']['tfps'] / out[f'{model}-async']['tfps']:.2f}", "", "", ""))
+    return out
+
+
+def bench_final_save(rows, quick):
+    out = {}
+    # an 8 -> H -> H -> 3 MLP holds about H*H float32 variables: 5000 -> 100 MB, 15800 -> 1 GB
+    sizes = (("100MB", "5000,5000"), ("1GB", "15800,15800")) if not quick else (("100MB", "5000,5000"),)
+    for label, hidden in sizes:
+        t = run_tfps(4, 8, "mlp", extra=("--hidden_units", hidden, "--optimizer", "sgd", "--checkpoint_steps", "1000"))
+        res = t["results"]
+        ok = res["status"] == "succeeded" and res["export_complete"]
+        out[label] = t["final_save_s"]
+        rows.append((f"final save, {label} of variables (s)", f"{t['final_save_s']:.1f}", "", 
+                     "complete" if ok else "CUT SHORT", "complete within 1800 s default"))
+    return out
+
+
+def bench_image(rows):
+    p = sh(["docker", "image", "inspect", "tfps-trainer:latest", "--format", "{{.Size}}"])
+    if p.returncode != 0:
+        rows.append(("image size (GB)", "n/a (no tfps-trainer:latest)", "", "", ""))
+        return None
+    gb = int(p.stdout.strip()) / 1e9
+    rows.append(("CPU image size (GB)", f"{gb:.2f}", f"{OFFICIAL_CPU_IMAGE_GB:.2f} (official)",
+                 f"{gb / OFFICIAL_CPU_IMAGE_GB:.2f}x", "well below official"))
+    return gb
+
+
+def bench_deploy(rows):
+    script = os.path.join(ROOT, "bench", "deploy_bench.py")
+    if not os.path.exists(script):
+        rows.append(("ansible deploy", "not measured", "", "", ""))
+        return None
+    p = sh([PY, script], timeout=3600)
+    try:
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        rows.append(("ansible deploy", "failed: " + (p.stderr or p.stdout)[-200:], "", "", ""))
+        return None
+    rows.append(("ansible deploy, first run (s)", f"{r['first_s']:.0f}", "", "", ""))
+    rows.append(("ansible deploy, no-change run (s)", f"{r['second_s']:.1f}", "", f"changed={r['changed']}",
+                 "changed=0, < 30 s"))
+    return r
+
+
+def chart(data, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    tp = data.get("throughput") or {}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    if tp:
+        keys = list(tp)
+        xs = range(len(keys))
+        for off, who in ((-0.27, "tfps"), (0, "classic"), (0.27, "single")):
+            axes[0].bar([x + off for x in xs], [tp[k][who] for k in keys], width=0.27, label=who)
+        axes[0].set_xticks(list(xs), keys, fontsize=8)
+        axes[0].set_ylabel("examples/s")
+        axes[0].set_title("training throughput (1 ps + 2 workers)")
+        axes[0].legend(fontsize=8)
+    su = data.get("startup") or {}
+    if su:
+        names = ["worker0", "worker1"]
+        for off, who in ((-0.2, "tfps"), (0.2, "classic")):
+            axes[1].bar([i + off for i in range(2)], [su[who][n] for n in names], width=0.4, label=who)
+        axes[1].set_xticks([0, 1], names)
+        axes[1].set_ylabel("s from launch to first step")
+        axes[1].set_title("start-up")
+        axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    import tensorflow as tf  # noqa: F401 - version only
+    return (f"{platform.node()}: {os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.platform()}, "
+            f"Python {platform.python_version()}, TensorFlow {tf.__version__}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer steps, skip the 1 GB save")
+    ap.add_argument("--skip", default="", help="comma-separated: startup,throughput,final_save,image,deploy")
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs"))
+    a = ap.parse_args()
+    skip = set(filter(None, a.skip.split(",")))
+    rows: list[tuple] = []
+    data = {}
+    for name, fn in (("startup", lambda: bench_startup(rows, a.quick)),
+                     ("throughput", lambda: bench_throughput(rows, a.quick)),
+                     ("final_save", lambda: bench_final_save(rows, a.quick)),
+                     ("image", lambda: bench_image(rows)), ("deploy", lambda: bench_deploy(rows))):
+        if name in skip:
+            continue
+        print(f"running {name} ...", file=sys.stderr, flush=True)
+        data[name] = fn()
+    header = ("benchmark", "tfps", "baseline", "ratio", "target")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(5)]
+    table = "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in [header, *rows])
+    print(table)
+    os.makedirs(a.out, exist_ok=True)
+    chart(data, os.path.join(a.out, "benchmarks.png"))
+    md = [f"Measured {time.strftime('%Y-%m-%d')} with `make bench` on {machine()}.", "",
+          "| " + " | ".join(header) + " |", "|" + "---|" * 5]
+    md += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    md += ["", "![benchmarks](benchmarks.png)", "", "Raw figures:", "", "```json",
+           json.dumps(data, indent=1, default=str), "```", ""]
+    write_section(os.path.join(a.out, "benchmarks.md"), "\n".join(md))
+    return 0
+
+
+BEGIN, END = "<!-- bench:begin (written by bench/run.py) -->", "<!-- bench:end -->"
+
+
+def write_section(path: str, body: str) -> None:
+    """Replace the generated part of docs/benchmarks.md, keep the prose around it."""
+    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n\n" + BEGIN + "\n" + END + "\n"
+    if BEGIN not in text:
+        text += "\n" + BEGIN + "\n" + END + "\n"
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1] if END in rest else ""
+    with open(path, "w") as fh:
+        fh.write(head + BEGIN + "\n" + body + "\n" + END + tail)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
