@@ -1,0 +1,286 @@
+"""Helpers for the integration tests: real clusters as processes, and nothing left behind.
+
+Every cluster is driven through the real command line (``python -m trainer ...``) as
+subprocesses in their own sessions, with their output in a log file that tests read while
+the job runs. A ``Processes`` registry remembers every process it started and, through a
+watcher thread, every descendant of those processes (the tasks that ``tfps local``
+starts run in sessions of their own); teardown kills all of them by process group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# ----------------------------------------------------------------------------- /proc
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, start time) of a process, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    rest = text[text.rindex(")") + 2:].split()
+    return rest[0], int(rest[1]), int(rest[19])
+
+
+def _all_pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def pids_with_cmdline(fragment: str) -> list[int]:
+    """Live (non-zombie) processes whose command line contains ``fragment``."""
+    out = []
+    for pid in _all_pids():
+        if pid == os.getpid() or fragment not in _cmdline(pid):
+            continue
+        st = _stat(pid)
+        if st and st[0] != "Z":
+            out.append(pid)
+    return out
+
+
+def cluster_pids(ports: list[int]) -> list[int]:
+    """Live processes of a cluster: every task's command line names the ps's host:port."""
+    found: set[int] = set()
+    for port in ports:
+        found.update(pids_with_cmdline(f"127.0.0.1:{port}"))
+    return sorted(found)
+
+
+# ----------------------------------------------------------------------------- processes
+class Proc:
+    """One started process: its log, its exit code and (tracked) descendants."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str],
+                 stderr_path: Path | None = None):
+        self.name, self.argv, self.log_path, self.stderr_path = name, argv, log_path, stderr_path
+        self._fh = open(log_path, "w")
+        self._err = open(stderr_path, "w") if stderr_path else None
+        self.popen = subprocess.Popen(argv, stdout=self._fh, stderr=self._err or subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, env=env, cwd=str(REPO), start_new_session=True)
+        self.pid = self.popen.pid
+        self.started = time.monotonic()
+        st = _stat(self.pid)
+        #: pid -> start time of this process and every descendant seen while it ran.
+        self.family: dict[int, int] = {self.pid: st[2] if st else -1}
+
+    # output ---------------------------------------------------------------
+    def output(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def lines(self, pattern: str) -> list[re.Match]:
+        rx = re.compile(pattern)
+        return [m for m in (rx.search(line) for line in self.output().splitlines()) if m]
+
+    def wait_for(self, pattern: str, timeout: float) -> re.Match:
+        """The first line matching ``pattern``; fails if the process exits or time runs out first."""
+        rx = re.compile(pattern)
+        end = time.monotonic() + timeout
+        while True:
+            for line in self.output().splitlines():
+                m = rx.search(line)
+                if m:
+                    return m
+            if self.popen.poll() is not None:
+                pytest.fail(f"{self.name} exited with {self.popen.returncode} before logging /{pattern}/:\n"
+                            f"{self.tail()}")
+            if time.monotonic() > end:
+                pytest.fail(f"{self.name} did not log /{pattern}/ within {timeout} s:\n{self.tail()}")
+            time.sleep(0.2)
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path else ""
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join((self.output() + self.stderr()).splitlines()[-n:])
+
+    # lifetime -------------------------------------------------------------
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{self.name} still running after {timeout} s:\n{self.tail()}")
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def signal(self, sig: int) -> None:
+        if self.popen.poll() is None:
+            os.kill(self.pid, sig)
+
+    def alive_family(self) -> list[int]:
+        """The process and its known descendants that still run (same pid and start time)."""
+        out = []
+        for pid, start in list(self.family.items()):   # the watcher thread adds to it
+            st = _stat(pid)
+            if st and st[0] != "Z" and st[2] == start:
+                out.append(pid)
+        return out
+
+    def kill(self) -> None:
+        for pid in self.alive_family():
+            for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+                try:
+                    kill()
+                except (ProcessLookupError, PermissionError):
+                    pass
+        try:
+            self.popen.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._fh.close()
+        if self._err:
+            self._err.close()
+
+
+class Processes:
+    """Starts processes, follows their descendants, kills whatever is left at teardown."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.procs: list[Proc] = []
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None,
+              separate_stderr: bool = False) -> Proc:
+        proc = Proc(name, argv, self.log_dir / f"{name}.log", env or base_env(),
+                    self.log_dir / f"{name}.stderr" if separate_stderr else None)
+        self.procs.append(proc)
+        return proc
+
+    def tfps(self, name: str, *args: str, env: dict[str, str] | None = None, separate_stderr: bool = False) -> Proc:
+        return self.start(name, [sys.executable, "-m", "trainer", *map(str, args)], env, separate_stderr)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.25):
+            procs = [p for p in self.procs if p.popen.poll() is None or p.alive_family()]
+            if not procs:
+                continue
+            parents = {}
+            for pid in _all_pids():
+                st = _stat(pid)
+                if st:
+                    parents[pid] = (st[1], st[2])
+            for p in procs:
+                changed = True
+                while changed:
+                    changed = False
+                    for pid, (ppid, start) in parents.items():
+                        if ppid in p.family and pid not in p.family:
+                            p.family[pid] = start
+                            changed = True
+
+    def cleanup(self) -> None:
+        self._stop.set()
+        self._watcher.join(5)
+        for p in self.procs:
+            p.kill()
+
+
+# ----------------------------------------------------------------------------- environment
+def base_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    for key in ("TF_CONFIG", "APPRISE_URLS"):   # no cluster or notification from the caller
+        env.pop(key, None)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
+
+
+# ----------------------------------------------------------------------------- job outcomes
+def read_results(model_dir: Path) -> dict:
+    path = Path(model_dir) / "results.json"
+    assert path.is_file(), f"no results.json in {model_dir}: {sorted(os.listdir(model_dir)) if Path(model_dir).is_dir() else 'no model_dir'}"
+    return json.loads(path.read_text())
+
+
+def read_history(model_dir: Path) -> list[dict]:
+    path = Path(model_dir) / "history.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def launcher_ports(proc: Proc, timeout: float = 60) -> list[int]:
+    """The ports of the tasks ``tfps local`` started, from its first log line."""
+    m = proc.wait_for(r"tfps local: \d+ ps \+ \d+ worker\(s\) on (.*); model_dir", timeout)
+    return [int(t.rpartition(":")[2]) for t in m.group(1).split(", ")]
+
+
+def task_exit(proc: Proc, task: str) -> str:
+    """What ``tfps local`` said about a task's exit, e.g. ``0 (OK)`` or ``signal SIGTERM``."""
+    found = proc.lines(rf"\b{task} exited with (.*)$")
+    assert found, f"the launcher did not report how {task} exited:\n{proc.tail()}"
+    return found[-1].group(1).strip()
+
+
+def first_step_secs(proc: Proc, task: str) -> float:
+    """Seconds from process start to the task's first training step, as the task logs it."""
+    found = proc.lines(rf"{task}: first training step done ([0-9.]+) s after start")
+    assert found, f"{task} never logged its first training step:\n{proc.tail()}"
+    return float(found[0].group(1))
+
+
+def load_and_predict(export_dir: str | Path, x):
+    """Load the SavedModel like a serving user would and run its default signature."""
+    import tensorflow as tf
+    loaded = tf.saved_model.load(str(export_dir))
+    fn = loaded.signatures["serving_default"]
+    out = fn(features=tf.constant(x, dtype=tf.float32))
+    return {k: v.numpy() for k, v in out.items()}
+
+
+def load_csv(path: str):
+    import numpy as np
+    data = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float32)
+    return data[:, :-1], data[:, -1].astype(np.int64)
+
+
+def assert_nothing_left(ports: list[int], *procs: Proc, timeout: float = 10) -> None:
+    """No process of the cluster runs any more: neither by command line nor by known pid."""
+    end = time.monotonic() + timeout
+    while True:
+        left = set(cluster_pids(ports))
+        for p in procs:
+            left.update(p.alive_family())
+        if not left:
+            return
+        if time.monotonic() > end:
+            pytest.fail("processes of the cluster still run: " +
+                        "; ".join(f"{pid}: {_cmdline(pid)[:200]}" for pid in sorted(left)))
+        time.sleep(0.2)
+
+
+def run_flags(model_dir: Path, *extra: str, steps: int = 300) -> list[str]:
+    """Run options every integration job shares: few steps, one TF thread per task."""
+    return ["--model_dir", str(model_dir), "--train_steps", str(steps), "--tf_threads", "1",
+            "--log_steps", "20", *map(str, extra)]

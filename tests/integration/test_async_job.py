@@ -1,0 +1,117 @@
+"""An asynchronous job through ``tfps local``: it trains, exports, reports and ends by itself.
+
+One job (1 ps + 2 workers, 300 steps on the demo data) is shared by every test here;
+each test checks one promise about its outcome.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from integration_helpers import (Proc, assert_nothing_left, first_step_secs, launcher_ports, load_and_predict, load_csv,
+                      read_history, read_results, run_flags, task_exit)
+
+pytestmark = pytest.mark.integration
+
+STEPS = 300
+
+
+@dataclasses.dataclass
+class Job:
+    proc: Proc
+    model_dir: Path
+    ports: list[int]
+    rc: int
+
+    @property
+    def results(self) -> dict:
+        return read_results(self.model_dir)
+
+
+@pytest.fixture(scope="module")
+def job(module_procs, tmp_path_factory) -> Job:
+    model_dir = tmp_path_factory.mktemp("async") / "model"
+    # The demo problem is easy: with a small learning rate and progress every 5 steps the
+    # history starts before it is learnt, so that "the loss fell" means something.
+    proc = module_procs.tfps("tfps-local-async", "local",
+                             *run_flags(model_dir, "--log_steps", 5, "--learning_rate", 0.001, steps=STEPS))
+    ports = launcher_ports(proc)
+    rc = proc.wait(300)
+    return Job(proc, model_dir, ports, rc)
+
+
+def test_job_succeeds_at_the_requested_step(job):
+    assert job.rc == 0, job.proc.tail()
+    res = job.results
+    assert res["status"] == "succeeded"
+    assert res["exit_code"] == 0
+    assert res["mode"] == "async"
+    assert res["global_step"] >= STEPS
+    assert res["export_complete"] is True
+    assert Path(res["export_dir"], "tfps_export.json").is_file()
+    assert "error" not in res
+
+
+def test_loss_falls(job):
+    history = read_history(job.model_dir)
+    assert len(history) >= 5, history
+    steps = [r["step"] for r in history]
+    assert steps == sorted(steps) and steps[0] > 0
+    assert all(np.isfinite(r["loss"]) for r in history)
+    first = history[0]["loss"]
+    last = np.median([r["loss"] for r in history[-5:]])
+    assert last < 0.6 * first, f"loss went from {first} to {last}"
+
+
+def test_eval_accuracy_well_above_chance(job):
+    ev = job.results["eval_metrics"]
+    assert ev["accuracy"] > 0.8, ev      # 3 classes: chance is 0.33
+    assert np.isfinite(ev["loss"])
+
+
+def test_saved_model_serves_the_eval_data(job, demo_dir):
+    from trainer import demo
+    _, eval_glob = demo.demo_globs("mlp", str(demo_dir))
+    x, y = load_csv(eval_glob)
+    out = load_and_predict(job.results["export_dir"], x)
+    probs, classes = out["probabilities"], out["classes"]
+    assert probs.shape == (len(x), 3)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(classes, probs.argmax(axis=1))
+    assert (classes == y).mean() > 0.8
+
+
+def test_export_marker_and_graph_are_local(job):
+    res = job.results
+    marker = json.loads(Path(res["export_dir"], "tfps_export.json").read_text())
+    assert marker["global_step"] == int(res["checkpoint"].rsplit("-", 1)[1]) >= STEPS   # the final checkpoint
+    assert marker["inputs"] == {"features": [None, 8]}
+    # Exported from a fresh local graph: no op is pinned to the (gone) ps.
+    assert b"/job:ps" not in Path(res["export_dir"], "saved_model.pb").read_bytes()
+
+
+def test_ps_and_workers_exit_by_themselves(job):
+    out = job.proc.output()
+    assert task_exit(job.proc, "ps0") == "0 (OK)"
+    assert task_exit(job.proc, "worker1") == "0 (OK)"
+    assert task_exit(job.proc, "worker0") == "0 (OK)"
+    assert "ending tasks that did not exit by themselves" not in out
+    assert "[ps0]" in out and "every worker is done" in out
+
+
+def test_non_chief_joins_within_seconds(job):
+    # Both tasks start at the same moment in tfps local, and each logs the seconds from
+    # its own start to its first step: the difference is how long worker1 lagged.
+    chief = first_step_secs(job.proc, "worker0")
+    other = first_step_secs(job.proc, "worker1")
+    assert 0 < chief and 0 < other
+    assert other - chief < 3.0, f"worker1 trained {other - chief:.1f} s after the chief"
+
+
+def test_nothing_left_running(job):
+    assert_nothing_left(job.ports, job.proc)

@@ -1,0 +1,88 @@
+"""One short job per input format: TFRecord, NPZ (demo images, cnn) and MNIST IDX files."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from integration_helpers import assert_nothing_left, launcher_ports, load_and_predict, read_results, run_flags
+
+pytestmark = pytest.mark.integration
+
+STEPS = 100
+
+
+def blobs(n: int, seed: int, width: int = 5, classes: int = 3):
+    centers = np.random.default_rng(99).normal(0.0, 3.0, size=(classes, width))
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, size=n)
+    return (centers[y] + rng.normal(0.0, 1.0, size=(n, width))).astype(np.float32), y
+
+
+def write_tfrecord(directory: Path):
+    """Two float features of different widths plus an int64 label, like a user's export."""
+    import tensorflow as tf
+    x, y = blobs(1200, seed=1)
+    for part in range(2):
+        with tf.io.TFRecordWriter(str(directory / f"train-{part}.tfrecord")) as w:
+            for row, label in zip(x[part::2], y[part::2]):
+                ex = tf.train.Example(features=tf.train.Features(feature={
+                    "a": tf.train.Feature(float_list=tf.train.FloatList(value=row[:3])),
+                    "b": tf.train.Feature(float_list=tf.train.FloatList(value=row[3:])),
+                    "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+                }))
+                w.write(ex.SerializeToString())
+    return ["--train_data", directory / "train-*.tfrecord"], x[:200], y[:200]
+
+
+def write_idx(directory: Path):
+    """A tiny MNIST look-alike: 8x8 images of a vertical bar, a horizontal bar or a dot."""
+    rng = np.random.default_rng(3)
+    n = 900
+    y = rng.integers(0, 3, size=n).astype(np.uint8)
+    img = rng.integers(0, 60, size=(n, 8, 8)).astype(np.uint8)
+    for i, label in enumerate(y):
+        k = rng.integers(1, 7)
+        if label == 0:
+            img[i, :, k] = 255
+        elif label == 1:
+            img[i, k, :] = 255
+        else:
+            img[i, k - 1:k + 1, k - 1:k + 1] = 255
+    (directory / "train-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 0x0803, n, 8, 8) + img.tobytes())
+    (directory / "train-labels-idx1-ubyte").write_bytes(struct.pack(">II", 0x0801, n) + y.tobytes())
+    x = img[:200].astype(np.float32)[..., None] / 255.0
+    return ["--train_data", directory / "train-images-idx3-ubyte"], x, y[:200].astype(np.int64)
+
+
+def demo_npz(directory: Path):
+    from trainer import demo
+    _, eval_glob = demo.demo_globs("cnn")
+    with np.load(eval_glob) as z:
+        x, y = z["x"][:200], z["y"][:200]
+    return ["--model", "cnn"], x, y          # no --train_data: the demo images (NPZ)
+
+
+@pytest.mark.parametrize("make,expect_fmt", [(write_tfrecord, ".tfrecord"), (demo_npz, ".npz"),
+                                             (write_idx, "idx3-ubyte")], ids=["tfrecord", "npz-cnn", "mnist-idx"])
+def test_short_job_on_each_format(make, expect_fmt, procs, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    args, x, y = make(data)
+    model_dir = tmp_path / "model"
+    launcher = procs.tfps("tfps-local", "local", *run_flags(model_dir, *args, steps=STEPS))
+    ports = launcher_ports(launcher)
+    assert launcher.wait(300) == 0, launcher.tail()
+    res = read_results(model_dir)
+    assert res["status"] == "succeeded"
+    assert res["global_step"] >= STEPS
+    assert res["export_complete"] is True
+    assert expect_fmt in res["train_data"], res["train_data"]
+    out = load_and_predict(res["export_dir"], x)
+    assert out["probabilities"].shape == (len(x), 3)
+    np.testing.assert_allclose(out["probabilities"].sum(axis=1), 1.0, atol=1e-5)
+    assert (out["classes"] == y).mean() > 0.6      # easy data, 3 classes: chance is 0.33
+    assert_nothing_left(ports, launcher)

@@ -1,0 +1,118 @@
+"""Tasks killed with SIGKILL mid-run and started again with the same command line.
+
+Each task is started by hand (``python -m trainer run`` with the classic flags of
+``trainer.cluster.local_plan``), the way a container restart policy would restart it.
+Asynchronous training, so that the job keeps going while one worker is away.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from integration_helpers import Proc, Processes, assert_nothing_left, read_history, read_results, run_flags
+
+pytestmark = pytest.mark.integration
+
+LOG_STEPS = 10
+#: The worker test needs the job to outlast a restart (a new task needs ~5 s to start
+#: TensorFlow and join) at ~150 steps/s; the chief test restores and trains the rest itself.
+WORKER_TEST_STEPS = 2000
+CHIEF_TEST_STEPS = 400
+
+
+def start_cluster(procs: Processes, model_dir: Path, *extra: str, steps: int):
+    from trainer.cluster import local_plan
+    plan = local_plan(1, 2)
+    argv = {}
+    tasks: dict[str, Proc] = {}
+    for t in plan.tasks:
+        argv[t.name] = ["run", *plan.task_ref(t).to_flags(),
+                        *run_flags(model_dir, "--log_steps", LOG_STEPS, *extra, steps=steps)]
+        tasks[t.name] = procs.tfps(t.name, *argv[t.name])
+    ports = [t.port for t in plan.tasks]
+    return tasks, argv, ports
+
+
+def sigkill(proc: Proc) -> None:
+    proc.signal(signal.SIGKILL)
+    assert proc.wait(10) == -signal.SIGKILL
+
+
+def checkpoint_step(model_dir: Path) -> int:
+    """Global step of the newest checkpoint, from the ``checkpoint`` index file (0 if none)."""
+    try:
+        text = (model_dir / "checkpoint").read_text()
+    except OSError:
+        return 0
+    m = re.search(r'^model_checkpoint_path: ".*-(\d+)"', text, re.M)
+    return int(m.group(1)) if m else 0
+
+
+def wait_until(predicate, timeout: float, what: str, *procs: Proc):
+    end = time.monotonic() + timeout
+    while not predicate():
+        for p in procs:
+            if p.returncode is not None:
+                pytest.fail(f"{p.name} exited with {p.returncode} while waiting for {what}:\n{p.tail()}")
+        if time.monotonic() > end:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def test_killed_worker_rejoins_and_job_completes(procs, tmp_path):
+    model_dir = tmp_path / "model"
+    tasks, argv, ports = start_cluster(procs, model_dir, steps=WORKER_TEST_STEPS)
+    tasks["worker1"].wait_for(r"worker1: first training step done", 120)
+    wait_until(lambda: any(r["step"] >= 60 for r in read_history(model_dir)), 60, "training progress",
+               tasks["worker0"], tasks["worker1"])
+    sigkill(tasks["worker1"])
+    killed_at = max(r["step"] for r in read_history(model_dir))
+
+    again = procs.tfps("worker1-restarted", *argv["worker1"])
+    chief_rc = tasks["worker0"].wait(300)
+    assert chief_rc == 0, tasks["worker0"].tail()
+    assert again.wait(60) == 0, again.tail()
+    assert tasks["ps0"].wait(60) == 0, tasks["ps0"].tail()   # by itself: nobody signalled it
+
+    res = read_results(model_dir)
+    assert res["status"] == "succeeded"
+    assert res["global_step"] >= WORKER_TEST_STEPS
+    assert res["export_complete"] is True
+    # The restarted worker really trained: it logged its first step and a progress line
+    # at a global step past the one at which its predecessor died.
+    again.wait_for(r"worker1: first training step done", 0)
+    progress = [int(m.group(1)) for m in again.lines(r"worker1: step (\d+)/%d" % WORKER_TEST_STEPS)]
+    assert progress, again.tail()
+    assert max(progress) > killed_at
+    assert_nothing_left(ports, *tasks.values(), again)
+
+
+def test_killed_chief_resumes_from_its_checkpoint(procs, tmp_path):
+    model_dir = tmp_path / "model"
+    tasks, argv, ports = start_cluster(procs, model_dir, "--checkpoint_steps", 50, steps=CHIEF_TEST_STEPS)
+    wait_until(lambda: checkpoint_step(model_dir) > 0, 120, "a checkpoint after step 0",
+               tasks["worker0"], tasks["worker1"])
+    sigkill(tasks["worker0"])
+    resumed_from = checkpoint_step(model_dir)
+    assert resumed_from >= 50
+
+    chief = procs.tfps("worker0-restarted", *argv["worker0"])
+    assert chief.wait(300) == 0, chief.tail()
+    assert chief.lines(r"resuming from the newest checkpoint"), chief.tail()
+    steps = [int(m.group(1)) for m in chief.lines(r"worker0: step (\d+)/%d" % CHIEF_TEST_STEPS)]
+    assert steps, chief.tail()
+    # Restored, not restarted: the first step it reports is past the checkpoint it restored.
+    assert steps[0] > resumed_from, (steps[:3], resumed_from)
+    assert tasks["worker1"].wait(60) == 0, tasks["worker1"].tail()
+    assert tasks["ps0"].wait(60) == 0, tasks["ps0"].tail()
+
+    res = read_results(model_dir)
+    assert res["status"] == "succeeded"
+    assert res["global_step"] >= CHIEF_TEST_STEPS
+    assert res["export_complete"] is True
+    assert_nothing_left(ports, *tasks.values(), chief)
