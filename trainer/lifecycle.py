@@ -80,6 +80,19 @@ def done_queue(ps_index: int, num_workers: int):
                                       shared_name=f"tfps_done_ps{ps_index}", name=f"tfps_done_ps{ps_index}")
 
 
+def stop_flag():
+    """The chief's "stop now" to every worker: a variable on ps 0, shared by name.
+
+    A local variable, so it is never checkpointed: a job resumed from a stopped one does
+    not stop again at once.
+    """
+    import tensorflow as tf
+    v1 = tf.compat.v1
+    with v1.device("/job:ps/task:0"):
+        return v1.get_variable("tfps_stop_requested", initializer=False, trainable=False,
+                               collections=[v1.GraphKeys.LOCAL_VARIABLES])
+
+
 def health_file() -> str:
     return os.environ.get("TFPS_HEALTH_FILE") or os.path.join(tempfile.gettempdir(), "tfps-task.json")
 

@@ -39,13 +39,23 @@ class Reporter:
             "job": cfg.name, "model": cfg.model, "mode": "sync" if cfg.sync_replicas else "async",
             "task": task.name, "host": host_name(), "cluster": task.cluster.as_dict(),
             "train_steps": cfg.train_steps, "batch_size": cfg.batch_size,
-            "train_data": self.setup.train_glob, "eval_data": self.setup.eval_glob,
+            "train_data": self.setup.train_glob if self.setup else cfg.train_data,
+            "eval_data": self.setup.eval_glob if self.setup else cfg.eval_data,
             "model_dir": os.path.abspath(cfg.model_dir), "started_at": self.started_iso,
         }
 
     def started(self) -> None:
         if self.cfg.notify_started and self.notifier is not None and self.notifier.enabled:
             self.notifier.send("started", {**self.base(), "status": "started"})
+
+    def notify_only(self, status: str, exit_code: int, error: BaseException) -> None:
+        """The message for a job that ended before it had anything to write (bad input)."""
+        from trainer.worker import format_error
+        res = {**self.base(), "status": status, "exit_code": exit_code, "ended_at": results.now_iso(),
+               "duration_s": round(time.time() - self.started_wall, 3), "global_step": 0,
+               "error": format_error(error)}
+        if self.notifier is not None and self.notifier.enabled:
+            self.notifier.send(status, res)
 
     def finished(self, *, status, exit_code, step, checkpoint, export_dir, train_summary, eval_metrics,
                  error, times) -> dict:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import time
 import traceback
 
@@ -24,14 +25,18 @@ from trainer import demo, models, results
 from trainer.config import RunConfig
 from trainer.errors import ConfigError
 from trainer.exitcodes import ExitCode
-from trainer.lifecycle import StopSignal, cluster_spec, done_queue, session_config, write_health
+from trainer.lifecycle import StopSignal, cluster_spec, done_queue, session_config, stop_flag, write_health
 
 log = logging.getLogger("tfps")
 
 #: Non-chief workers check this often whether the chief has initialised the model.
 JOIN_POLL_SECS = 0.5
+#: How long a non-chief worker waits for the chief to initialise the model (TF's default).
+CHIEF_WAIT_SECS = 7200
 #: Bound on sending tokens / flags at the end; the ps may already be gone.
 END_RPC_TIMEOUT_MS = 10_000
+#: After its done token the chief waits at most this long for the ps tasks to exit.
+PS_EXIT_WAIT_SECS = 20.0
 
 
 class JobSetup:
@@ -208,10 +213,7 @@ class Job:
                 train_op = opt.minimize(spec.loss, global_step=global_step)
                 ops["release_tokens"] = opt.get_init_tokens_op(task.num_workers) if cfg.sync_replicas else None
                 ops["sync_hook"] = opt.make_session_run_hook(task.is_chief) if cfg.sync_replicas else None
-            # A local (never checkpointed) variable on ps 0: the chief's "stop now" to everyone.
-            with v1.device("/job:ps/task:0"):
-                flag = v1.get_variable("tfps_stop_requested", initializer=False, trainable=False,
-                                       collections=[v1.GraphKeys.LOCAL_VARIABLES])
+            flag = stop_flag()
             ops["flag"], ops["raise_flag"] = flag, flag.assign(True)
             v1.summary.scalar("loss", spec.loss)
             for k, t in spec.metrics.items():
@@ -223,21 +225,24 @@ class Job:
     # -------------------------------------------------------------- run
     def run(self) -> ExitCode:
         task, cfg = self.task, self.cfg
-        setup = JobSetup(cfg)
-        if task.is_chief:
-            resumed = results.claim_model_dir(cfg.model_dir, setup.identity())
-            if resumed:
-                log.info("resuming from the newest checkpoint in %s", cfg.model_dir)
         import tensorflow as tf
         server = tf.distribute.Server(cluster_spec(task), job_name="worker", task_index=task.index,
                                       config=session_config(task, cfg), start=True)
         write_health(task)
+        setup = None
         try:
+            # Bad input found here on the chief (data, model, a model_dir of another job)
+            # must still end the whole job: the other tasks are already waiting for it.
+            setup = JobSetup(cfg)
+            if task.is_chief and results.claim_model_dir(cfg.model_dir, setup.identity()):
+                log.info("resuming from the newest checkpoint in %s", cfg.model_dir)
             graph, ops = self.build(setup)
-        except ConfigError:
-            raise
+        except ConfigError as e:
+            print(f"tfps: error: {e}", file=sys.stderr, flush=True)
+            return self._abort(setup, server, e, ExitCode.BAD_CONFIG)
         except Exception as e:  # noqa: BLE001 - a model that raises still ends the job cleanly
-            return self._build_failed(setup, server, e)
+            log.error("%s: building the training graph failed: %s: %s", task.name, type(e).__name__, e)
+            return self._abort(setup, server, e, ExitCode.TRAINING_FAILED)
         if task.is_chief:
             return self._run_chief(setup, server, graph, ops)
         return self._run_worker(server, graph, ops)
@@ -296,29 +301,66 @@ class Job:
         if self._end_rpc(server, graph, self.ops["done"], "tell the ps it is done"):
             log.info("%s: told %d ps task(s) it is done", self.task.name, self.task.num_ps)
 
-    def _build_failed(self, setup: JobSetup, server, error: Exception) -> ExitCode:
-        """The model raised while its training graph was built: report, then let the ps go."""
+    def _abort(self, setup, server, error: Exception, code: ExitCode) -> ExitCode:
+        """This task cannot train: report (chief), stop the other workers, let the ps go."""
         import tensorflow as tf
         from trainer import report
         task, cfg = self.task, self.cfg
-        log.error("%s: building the training graph failed: %s: %s", task.name, type(error).__name__, error)
-        if task.is_chief:
-            ckpt = tf.train.latest_checkpoint(cfg.model_dir)
-            report.Reporter(cfg, task, setup, self.started_iso, self.started_wall).finished(
-                status="failed", exit_code=int(ExitCode.TRAINING_FAILED),
-                step=int(ckpt.rsplit("-", 1)[1]) if ckpt else 0, checkpoint=ckpt, export_dir=None,
-                train_summary={}, eval_metrics={}, error=error,
-                times={"startup_s": round(time.time() - self.started_wall, 3), "training_s": 0.0,
-                       "final_save_s": 0.0})
         graph = tf.Graph()
         with graph.as_default():
+            flag = stop_flag()
             self.ops = {"done": [done_queue(j, task.num_workers).enqueue(task.index) for j in range(task.num_ps)]}
+            raise_flag = flag.assign(True)
+        if task.is_chief:
+            reporter = report.Reporter(cfg, task, setup, self.started_iso, self.started_wall)
+            if code == ExitCode.BAD_CONFIG:
+                # model_dir may belong to another job: write nothing there, send the message only.
+                reporter.notify_only("failed", int(code), error)
+            else:
+                ckpt = tf.train.latest_checkpoint(cfg.model_dir)
+                reporter.finished(
+                    status="failed", exit_code=int(code),
+                    step=int(ckpt.rsplit("-", 1)[1]) if ckpt else 0, checkpoint=ckpt, export_dir=None,
+                    train_summary={}, eval_metrics={}, error=error,
+                    times={"startup_s": round(time.time() - self.started_wall, 3), "training_s": 0.0,
+                           "final_save_s": 0.0})
+            self._end_rpc(server, graph, raise_flag, "ask the other workers to stop")
         self._send_done(server, graph)
-        return ExitCode.TRAINING_FAILED
+        return code
+
+    def _wait_for_chief(self, server, graph) -> bool:
+        """Non-chief: poll every JOIN_POLL_SECS until the chief has initialised the model.
+
+        Returns False when the chief gave up instead (it raised the stop flag before the
+        model was ever ready, e.g. on bad input): then this worker must not wait for hours.
+        """
+        import tensorflow as tf
+        v1 = tf.compat.v1
+        with graph.as_default():
+            ready = v1.report_uninitialized_variables(v1.global_variables())
+        deadline = time.monotonic() + CHIEF_WAIT_SECS
+        with v1.Session(server.target, graph=graph, config=session_config(self.task, self.cfg)) as s:
+            while time.monotonic() < deadline and not self.stop.requested:
+                try:
+                    if len(s.run(ready)) == 0:
+                        return True
+                except tf.errors.OpError:
+                    pass
+                try:
+                    if s.run(self.ops["flag"]):
+                        log.error("%s: the chief gave up before training started", self.task.name)
+                        return False
+                except tf.errors.OpError:
+                    pass   # not set: the flag is uninitialised until someone writes it
+                time.sleep(JOIN_POLL_SECS)
+        return not self.stop.requested
 
     def _run_worker(self, server, graph, ops) -> ExitCode:
         self.ops = ops
         code = ExitCode.OK
+        if not self._wait_for_chief(server, graph):
+            self._send_done(server, graph)
+            return ExitCode.STOPPED if self.stop.requested else ExitCode.TRAINING_FAILED
         try:
             self._train(server, graph)
         except Exception as e:
@@ -381,7 +423,32 @@ class Job:
                               "training_s": round(t_save - (self.first_step_at or t_train), 3),
                               "final_save_s": round(t_end - t_save, 3)})
         self._send_done(server, graph)
+        self._wait_for_ps_exit()
         return code
+
+    def _wait_for_ps_exit(self) -> None:
+        """Exit last: give the ps tasks (which exit once every worker is done) a moment to go.
+
+        An orchestrator that watches only the chief (``docker compose up --exit-code-from
+        worker-0``, the Ansible play) stops whatever still runs when the chief exits; a
+        worker finishing its last step a moment after the chief would then be stopped
+        instead of ending by itself. Bounded, so a worker that never reports cannot hold
+        the chief, and well inside the grace that follows a stop request.
+        """
+        deadline = time.monotonic() + PS_EXIT_WAIT_SECS
+        for target in self.task.cluster.ps:
+            host, _, port = target.rpartition(":")
+            while time.monotonic() < deadline:
+                try:
+                    with socket.create_connection((host.strip("[]"), int(port)), timeout=1):
+                        pass
+                except OSError:
+                    break   # refused or no longer resolvable: this ps has exited
+                time.sleep(0.2)
+            else:
+                log.info("chief: ps at %s still runs %.0f s after the final save; exiting anyway",
+                         target, PS_EXIT_WAIT_SECS)
+                return
 
 
 def ops_gs(graph):

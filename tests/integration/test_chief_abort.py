@@ -1,0 +1,41 @@
+"""A chief that refuses its input after the cluster has started still ends the whole job.
+
+In containers every task starts at once, so when the chief finds bad input (here: a
+model_dir that belongs to another job) the ps and the other workers are already waiting
+for it. The chief raises the stop flag and sends its done token; the waiting worker gives
+up at once instead of waiting hours for a model that will never be initialised, and the
+ps exits by itself. The other job's files are left untouched.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from integration_helpers import assert_nothing_left
+from test_restarts import start_cluster
+
+pytestmark = pytest.mark.integration
+
+
+def test_chief_refusing_model_dir_ends_every_task(procs, tmp_path):
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    other = {"run_name": "someone-else", "model": "cnn", "feature_shape": [12, 12, 1], "num_classes": 3,
+             "hidden_units": "64,32"}
+    (model_dir / "tfps_run.json").write_text(json.dumps(other))
+    (model_dir / "results.json").write_text('{"status": "succeeded", "job": "someone-else"}')
+    tasks, _, ports = start_cluster(procs, model_dir, steps=200)
+
+    assert tasks["worker0"].wait(120) == 2
+    assert "model_dir: " in tasks["worker0"].output() and "belongs to another job" in tasks["worker0"].output()
+    # The non-chief gave up because the chief did, well before any long timeout.
+    assert tasks["worker1"].wait(60) == 1, tasks["worker1"].tail()
+    assert "the chief gave up before training started" in tasks["worker1"].output()
+    assert tasks["ps0"].wait(60) == 0, tasks["ps0"].tail()
+    # The other job's record is untouched and nothing of this job was written there.
+    assert json.loads((model_dir / "results.json").read_text())["job"] == "someone-else"
+    assert json.loads((model_dir / "tfps_run.json").read_text()) == other
+    assert not (model_dir / "checkpoint").exists()
+    assert_nothing_left(ports, *tasks.values())
