@@ -8,7 +8,7 @@ PYTHON  ?= python3
 STAMP   := $(VENV)/.tfps-installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test unit docker image bench clean
+.PHONY: install demo test unit docker image collections compose-files compose-demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,11 +27,22 @@ docker:
 image: docker
 	bash .ci/build-image.sh
 
+# The committed compose files are generated from the cluster plan (a unit test checks).
+compose-files: install
+	$(VENV)/bin/tfps compose --ps 1 --workers 2 -o compose/docker-compose.yml
+	$(VENV)/bin/tfps compose --gpus 0,1 -o compose/docker-compose.gpu.yml
+compose-demo: image
+	cd compose && docker compose up --exit-code-from worker-0 --attach worker-0
+
+# Ansible collections pinned in ansible/requirements.yml, unpacked into ansible/collections.
+collections: install
+	bash .ci/ansible-collections.sh
+
 unit: install
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
 # Exit status 5 (no test collected) is a failure here, never a silent pass.
-test: install image
+test: install image collections
 	$(VENV)/bin/pytest -q -rs --durations=15 tests $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
 

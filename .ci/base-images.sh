@@ -116,7 +116,7 @@ if ! have_image tfps-host:bookworm; then
 FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      openssh-server docker.io iptables python3 sudo procps iproute2 ca-certificates \
+      openssh-server docker.io iptables python3 python3-requests sudo procps iproute2 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && mkdir -p /run/sshd /root/.ssh && chmod 700 /root/.ssh
 EXPOSE 22

@@ -82,11 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     nf = sub.add_parser("notify_failure", aliases=["notify-failure"],
                         help="send the failure message for a chief that died without one (orchestrators)")
-    nf.add_argument("--run_name", required=True, help="the job's name")
     nf.add_argument("--reason", required=True, help="what happened, e.g. 'chief container exited 137'")
-    nf.add_argument("--model_dir", default="", help="where the job's checkpoints were")
-    nf.add_argument("--notify", action="append", default=[], metavar="URL")
-    nf.add_argument("--notify_config", metavar="FILE")
+    add_run_options(nf)
 
     sub.add_parser("healthcheck", help="exit 0 if this container's task serves its port")
 
@@ -115,9 +112,18 @@ def cmd_run(ns) -> int:
     stop = StopSignal()
     if task.job == "ps":
         from trainer.ps import serve
-        return int(serve(task, cfg, stop))
-    from trainer.worker import Job
-    return int(Job(task, cfg, stop, PROCESS_START).run())
+        code = int(serve(task, cfg, stop))
+    else:
+        from trainer.worker import Job
+        code = int(Job(task, cfg, stop, PROCESS_START).run())
+    # The task is over and its exit status decided; only the interpreter and TensorFlow
+    # shut down now (a second or two), and Python restores SIGTERM's default action for
+    # that. An orchestrator cleaning up at this moment (`docker compose up --exit-code-from`
+    # stops the other tasks as soon as the chief exits) must not turn a clean exit into
+    # "killed by SIGTERM" (143).
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return code
 
 
 def cmd_local(ns) -> int:
@@ -162,12 +168,10 @@ def main(argv: list[str] | None = None) -> int:
             from trainer import compose
             return compose.main(ns)
         if ns.command in ("notify_failure", "notify-failure"):
-            from trainer.config import RunConfig
             from trainer.notify import collect_urls
             from trainer.report import orphan_failure
-            cfg = RunConfig(run_name=ns.run_name, model_dir=ns.model_dir or "-", notify_config=ns.notify_config)
-            delivered = orphan_failure(cfg, collect_urls(ns.notify), ns.reason)
-            return 0 if delivered else 1
+            cfg = from_args(ns)
+            return 0 if orphan_failure(cfg, collect_urls(cfg.notify), ns.reason) else 1
         if ns.command == "healthcheck":
             from trainer.lifecycle import healthcheck
             return healthcheck()

@@ -77,6 +77,26 @@ KNOWN_VARS: dict[str, str] = {
     "tfps_restart_policy": "container restart policy of the tasks",
     "tfps_script": "a user training script run instead of the built-in trainer",
     "tfps_user_model_dir": "directory of user model modules made available to the trainer",
+    # Deployment settings (read by the Ansible role only; see ansible/roles/tfps/defaults/main.yml).
+    "tfps_script_args": "extra arguments for tfps_script",
+    "tfps_image_archive_sha256": "expected sha256 of tfps_image_archive (computed when empty)",
+    "tfps_image_archive_remote_dir": "directory on the hosts the image archive is copied to",
+    "tfps_restart_retries": "restart attempts of a failed task container",
+    "tfps_container_uid": "uid the trainer containers run as (the image's non-root user)",
+    "tfps_env": "extra environment variables for every task container",
+    "tfps_executable": "path of the tfps command on the controller",
+    "tfps_inventory": "inventory path handed to tfps plan",
+    "tfps_results_dir": "controller directory results.json and logs are fetched into",
+    "tfps_log_lines": "number of final log lines collected per task",
+    "tfps_install_requirements": "install the Python packages the docker modules need on the hosts",
+    "tfps_requests_package": "name of the python requests package on the hosts",
+    "tfps_wait": "wait for the job to end (false: start it and return)",
+    "tfps_wait_timeout": "seconds deploy.yml waits for the chief",
+    "tfps_wait_poll_interval": "seconds between two looks at the chief while waiting",
+    "tfps_settle_timeout": "seconds the other tasks get to exit by themselves after the chief",
+    "tfps_remove_containers": "remove finished containers after collecting",
+    "tfps_cleanup_model_dir": "cleanup.yml also deletes the model directory",
+    "tfps_cleanup_image": "cleanup.yml also removes the trainer image",
 }
 
 _LAYOUT_VARS = (

@@ -1,9 +1,410 @@
-"""``tfps compose``: placeholder until the compose generator lands."""
+"""``tfps compose``: a docker-compose.yml for one job on one machine, from the cluster plan.
+
+The services are the plan's tasks (``ps-0``, ``worker-0``, ``worker-1``, ...) and the
+service names are the hostnames in the plan: every service has its own network
+namespace, so every task listens on the same port (2222) and peers reach it by name on
+the project's network. The TF ports are never published on the host (an open TF port
+runs any graph sent to it).
+
+What the file encodes, and why:
+
+* ``TF_CONFIG`` per service comes from :meth:`TaskRef.to_tf_config`, the same rendering
+  ``tfps plan`` shows and the playbook uses; the task numbering is the plan's.
+* Every task exits by itself (the ps after every worker's "done" token, the chief last,
+  once the ps has gone), so the job ends with the chief. Run it as ``docker compose up --exit-code-from worker-0 --attach
+  worker-0``: compose then watches only the chief, returns its exit status, and stops
+  whatever is left when it exits. Without ``--attach``, ``--exit-code-from`` aborts the
+  job when any task exits first (a worker that finished, or one that crashed and is
+  being restarted); plain ``up`` always returns 0 (checked on Compose 2.26.1).
+* ``stop_grace_period`` of every task is ``grace_period(final_save_timeout)``: the
+  chief's final checkpoint and export must fit, and the ps must outlive them.
+* ``restart: on-failure:3``: a crashed task (SIGKILL, out of memory) comes back and
+  resumes; a task that exited 0, or that ``docker compose stop`` stopped, stays down.
+* No ``init: true``: the image's entrypoint already runs tini as PID 1, which forwards
+  SIGTERM to tfps; a second init in front of it makes tini warn that it is not PID 1.
+* Checkpoints, the SavedModel, TensorBoard logs and results.json go to the named volume
+  ``tfps-data`` at /data. On first use Docker copies the image's /data into an empty
+  named volume, owner included, so the non-root user (uid 10001) can write it.
+* Notification URLs are secrets: they never go into this file. Only the chief reads
+  ``.env`` (optional), where ``APPRISE_URLS`` lives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import shlex
+import sys
+
+import yaml
+
+from trainer.cluster import WORKER, Plan, Task, load_plan, local_plan
+from trainer.config import RunConfig, add_run_options, from_args, grace_period
+from trainer.errors import ConfigError
+
+#: Every task has its own network namespace, so all of them use TensorFlow's usual port.
+TASK_PORT = 2222
+MODEL_DIR = "/data/model"
+VOLUME = "tfps-data"
+DEFAULT_IMAGE = "tfps-trainer:latest"
+#: Tag of an image built with ``--build-arg TF_PACKAGE="tensorflow[and-cuda]==..."``.
+DEFAULT_GPU_IMAGE = "tfps-trainer:gpu"
+DEFAULT_RESTART = "on-failure:3"
+#: Where --data_dir, --user_model_dir and --notify_config appear inside the containers.
+DATA_MOUNT = "/input"
+USER_MODEL_MOUNT = "/opt/usermodels"  # on the image's PYTHONPATH
+NOTIFY_CONFIG_MOUNT = "/etc/tfps/notify.yml"
+#: The image's user (Dockerfile: useradd --uid 10001).
+USER = "10001:10001"
+TENSORBOARD_PORT = 6006
+ENV_FILE = ".env"
 
 
-def add_arguments(parser) -> None:
-    parser.add_argument("-o", "--output", default="-")
+def service_name(task: Task) -> str:
+    """``ps-0``, ``worker-1``: the plan's task name with a dash (a valid hostname)."""
+    return f"{task.job}-{task.index}"
 
 
-def main(ns) -> int:
-    raise SystemExit("tfps compose is not implemented yet")
+def chief_service(plan: Plan) -> str:
+    return service_name(plan.chief)
+
+
+#: Files ``docker compose`` reads without ``-f``.
+DEFAULT_FILES = ("compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml")
+
+
+def up_command(plan: Plan, output: str | None = None) -> str:
+    """How to run the job: compose watches only the chief and returns its exit status.
+
+    ``--exit-code-from`` alone would abort the job as soon as any task exits (a worker
+    that finished first, or one that crashed and is being restarted); ``--attach`` limits
+    what compose watches to the chief. Plain ``up`` always returns 0.
+    """
+    chief = chief_service(plan)
+    name = os.path.basename(output) if output and output != "-" else ""
+    f = f"-f {shlex.quote(name)} " if name and name not in DEFAULT_FILES else ""
+    return f"docker compose {f}up --exit-code-from {chief} --attach {chief}"
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+def compose_plan(plan: Plan) -> Plan:
+    """The same tasks, each on its own service: address = service name, port 2222.
+
+    Only the layout of ``plan`` is kept (how many ps and workers, which GPU each worker
+    gets); on one machine two workers cannot share a GPU id, so that is refused.
+    """
+    gpus: dict[str, str] = {}
+    for task in plan.tasks:
+        if task.gpu is None:
+            continue
+        if task.gpu in gpus:
+            raise ConfigError(
+                f"{gpus[task.gpu]} and {task.name} both use GPU {task.gpu}; compose runs every task on this one "
+                "machine, so give each worker its own GPU id",
+                "gpus",
+            )
+        gpus[task.gpu] = task.name
+    tasks = []
+    for task in plan.tasks:
+        name = service_name(task)
+        tasks.append(dataclasses.replace(task, host=name, address=name, port=TASK_PORT))
+    return Plan.from_tasks(tasks)
+
+
+def _parse_gpus(text: str) -> list[str]:
+    ids = [g.strip() for g in text.split(",") if g.strip()]
+    if not ids:
+        raise ConfigError(f"{text!r} names no GPU; give ids such as 0,1", "gpus")
+    for gpu in ids:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]+", gpu):
+            raise ConfigError(f"{gpu!r} is not a GPU id; use numbers such as 0,1 or GPU UUIDs", "gpus")
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"{text!r} lists a GPU twice; one worker per GPU", "gpus")
+    return ids
+
+
+def plan_from_args(ns: argparse.Namespace) -> Plan:
+    """The layout asked for: an inventory, GPU ids, or numbers of ps and workers."""
+    if ns.inventory:
+        given = [f"--{n}" for n in ("ps", "workers", "gpus") if getattr(ns, n) is not None]
+        if given:
+            raise ConfigError(f"take the layout from the inventory or from {' '.join(given)}, not both", "inventory")
+        return compose_plan(load_plan(ns.inventory))
+    num_ps = 1 if ns.ps is None else ns.ps
+    for value, field in ((num_ps, "ps"), (ns.workers, "workers")):
+        if value is not None and value < 1:
+            raise ConfigError(f"is {value}; a job needs at least one ps and one worker", field)
+    if ns.gpus is not None:
+        gpus = _parse_gpus(ns.gpus)
+        if ns.workers is not None and ns.workers != len(gpus):
+            raise ConfigError(
+                f"--workers {ns.workers} does not match {len(gpus)} GPU id(s) in --gpus; a GPU worker per GPU, "
+                "so drop --workers",
+                "workers",
+            )
+        base = local_plan(num_ps, len(gpus), ports=list(range(TASK_PORT, TASK_PORT + num_ps + len(gpus))))
+        tasks = [dataclasses.replace(t, gpu=gpus[t.index]) if t.job == WORKER else t for t in base.tasks]
+        return compose_plan(Plan.from_tasks(tasks))
+    num_workers = 2 if ns.workers is None else ns.workers
+    return compose_plan(local_plan(num_ps, num_workers, ports=list(range(TASK_PORT, TASK_PORT + num_ps + num_workers))))
+
+
+# ----------------------------------------------------------------------------- options
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Write a docker-compose.yml that runs one job on this machine: one service per task of the "
+        "cluster plan (ps-0, worker-0, ...), TF_CONFIG from the plan, the job settings as the command. "
+        "Run it with: docker compose up --exit-code-from worker-0 --attach worker-0"
+    )
+    g = parser.add_argument_group("cluster layout (one of)")
+    g.add_argument("--ps", type=int, help="number of ps tasks (default 1)")
+    g.add_argument("--workers", type=int, help="number of CPU workers (default 2)")
+    g.add_argument("--gpus", metavar="IDS",
+                   help="comma-separated GPU ids, one worker service per GPU (e.g. 0,1)")
+    g.add_argument("-i", "--inventory", help="take the layout from an inventory (as `tfps plan` shows it)")
+    g = parser.add_argument_group("compose file")
+    g.add_argument("-o", "--output", default="-", help="file to write (default: standard output)")
+    g.add_argument("--image", help=f"trainer image (default {DEFAULT_IMAGE}, with --gpus {DEFAULT_GPU_IMAGE})")
+    g.add_argument("--data_dir", metavar="DIR",
+                   help=f"host directory mounted read-only at {DATA_MOUNT} (then --train_data {DATA_MOUNT}/...)")
+    g.add_argument("--user_model_dir", metavar="DIR",
+                   help=f"host directory of model modules, mounted read-only at {USER_MODEL_MOUNT} "
+                        "(then --model module:function)")
+    g.add_argument("--restart_policy", default=DEFAULT_RESTART,
+                   help="restart policy of every task (default %(default)s: crashed tasks come back, at most 3 times)")
+    add_run_options(parser)
+    # Checkpoints and results live on the named volume.
+    parser.set_defaults(model_dir=MODEL_DIR)
+
+
+_RESTART = re.compile(r"no|always|unless-stopped|on-failure(:[0-9]+)?")
+
+
+def _check(ns: argparse.Namespace, cfg: RunConfig) -> None:
+    if cfg.notify:
+        raise ConfigError(
+            "notification URLs hold passwords and tokens and do not belong in a compose file; put them in "
+            f"{ENV_FILE} next to it as APPRISE_URLS=... (see compose/.env.example)",
+            "notify",
+        )
+    if not _RESTART.fullmatch(ns.restart_policy):
+        raise ConfigError(f"{ns.restart_policy!r} is not a restart policy; use no, always, unless-stopped or "
+                          "on-failure[:N]", "restart_policy")
+    for field in ("model_dir", "export_dir"):
+        value = getattr(cfg, field)
+        if value and not (value == "/data" or value.startswith("/data/")):
+            raise ConfigError(f"{value} is not on the {VOLUME} volume; use a path under /data "
+                              f"(default {MODEL_DIR})", field)
+
+
+def _host_path(path: str, output: str, field: str) -> str:
+    """A bind-mount source as compose reads it: relative to the compose file's directory.
+
+    A path inside that directory stays relative (the directory can move); any other
+    becomes absolute.
+    """
+    if not os.path.exists(path):
+        raise ConfigError(f"{path} does not exist; Docker would mount an empty root-owned directory instead", field)
+    base = os.path.dirname(os.path.abspath(output)) if output != "-" else os.getcwd()
+    rel = os.path.relpath(os.path.abspath(path), base)
+    if rel == "." or rel.startswith(".."):
+        return os.path.abspath(path) if rel != "." else "."
+    return f"./{rel}"
+
+
+def _run_args(cfg: RunConfig) -> list[str]:
+    """``tfps run`` options of the job (never URLs); whole-number floats without ``.0``."""
+    out = []
+    for arg in cfg.to_args():
+        out.append(re.sub(r"^(--[a-z_]+=-?\d+)\.0$", r"\1", arg))
+    return out
+
+
+def regenerate_args(ns: argparse.Namespace, cfg: RunConfig) -> list[str]:
+    """The canonical ``tfps compose`` arguments that produce this file (shown in its header)."""
+    args: list[str] = []
+    if ns.inventory:
+        args += ["-i", ns.inventory]
+    else:
+        args += ["--ps", str(1 if ns.ps is None else ns.ps)]
+        if ns.gpus is not None:
+            args += ["--gpus", ",".join(_parse_gpus(ns.gpus))]
+        else:
+            args += ["--workers", str(2 if ns.workers is None else ns.workers)]
+    if ns.image:
+        args += ["--image", ns.image]
+    for opt in ("data_dir", "user_model_dir"):
+        if getattr(ns, opt):
+            args += [f"--{opt}", getattr(ns, opt)]
+    if ns.restart_policy != DEFAULT_RESTART:
+        args += ["--restart_policy", ns.restart_policy]
+    args += [a for a in _run_args(cfg) if a != f"--model_dir={MODEL_DIR}"]
+    return args
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def project_name(cfg: RunConfig) -> str:
+    """Compose project name from the job name: a new job gets its own containers and volume."""
+    name = re.sub(r"[^a-z0-9_-]+", "-", cfg.name.lower()).strip("-_")
+    return name or "tfps"
+
+
+def _q(value: str) -> str:
+    """A YAML scalar: plain when unambiguous, else quoted (single quotes around JSON)."""
+    if re.fullmatch(r"[A-Za-z0-9/_.-][A-Za-z0-9/_.=,+-]*", value):
+        try:
+            if yaml.safe_load(value) == value:
+                return value
+        except yaml.YAMLError:
+            pass
+    if '"' in value:
+        return "'" + value.replace("'", "''") + "'"
+    return json.dumps(value)
+
+
+def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
+    """The compose file for the parsed ``tfps compose`` options."""
+    cfg = cfg or from_args(ns)
+    _check(ns, cfg)
+    plan = plan_from_args(ns)
+    gpu = any(t.gpu is not None for t in plan.tasks)
+    image = ns.image or (DEFAULT_GPU_IMAGE if gpu else DEFAULT_IMAGE)
+    grace = grace_period(cfg.final_save_timeout)
+    chief = chief_service(plan)
+    n_ps, n_workers = len(plan.cluster.ps), len(plan.cluster.worker)
+    output = ns.output or "-"
+    command = ["run", f"--model_dir={cfg.model_dir}"]
+    command += [a for a in _run_args(cfg) if not a.startswith("--model_dir=") and not a.startswith("--notify_config=")]
+    regen = shlex.join(["tfps", "compose", *regenerate_args(ns, cfg)])
+    volumes = [f"{VOLUME}:/data"]
+    if ns.data_dir:
+        volumes.append(f"{_host_path(ns.data_dir, output, 'data_dir')}:{DATA_MOUNT}:ro")
+    if ns.user_model_dir:
+        volumes.append(f"{_host_path(ns.user_model_dir, output, 'user_model_dir')}:{USER_MODEL_MOUNT}:ro")
+
+    layout = f"{n_ps} ps + {n_workers} worker(s)" + (" (one per GPU)" if gpu else "")
+    L: list[str] = [
+        f"# A tfps job on one machine: {layout}; worker-0 is the chief.",
+        "#",
+        f"# Generated by `{regen}`.",
+        "# Change the job by regenerating (add -o FILE) rather than by editing: the cluster plan",
+        "# (service names, TF_CONFIG) and the stop grace period must stay consistent.",
+        "#",
+        "# Run (in this directory); it returns the chief's exit status and leaves nothing running:",
+        f"#   {up_command(plan, output)}",
+        "# Other tasks' logs: docker compose logs -f.  Results: docker compose cp",
+        f"#   {chief}:{cfg.model_dir} ./model   (checkpoints, export/, results.json, TensorBoard logs)",
+        f"# Notifications: APPRISE_URLS in {ENV_FILE} next to this file (see .env.example); only the chief reads it.",
+        "",
+        f"name: {_q(project_name(cfg))}",
+        "",
+        "x-tfps-task: &tfps-task",
+        f"  image: {_q(image)}",
+        "  # The image runs tini as PID 1 (it forwards SIGTERM to tfps), so no `init: true`.",
+        f"  user: {_q(USER)}",
+        "  # grace_period(final_save_timeout): after SIGTERM the chief writes its final checkpoint",
+        "  # and SavedModel, and the ps must serve it until then, so every task gets this long.",
+        f"  stop_grace_period: {grace}s",
+        "  # A crashed task comes back and resumes; one that exited 0 or was stopped stays down.",
+        f"  restart: {_q(ns.restart_policy)}",
+        "  volumes:",
+        *(f"    - {_q(v)}" for v in volumes),
+    ]
+    L += [
+        "  # The healthcheck is the image's: `tfps healthcheck` (this task's TF port accepts connections).",
+        "  # The job settings, the same for every task (TF_CONFIG tells each task its role).",
+        "  command:",
+        *(f"    - {_q(arg)}" for arg in command),
+        "",
+        "services:",
+    ]
+    for task in plan.tasks:
+        name = service_name(task)
+        ref = plan.task_ref(task)
+        note = "  # the chief: checkpoints, exports, writes results.json, notifies" if task.is_chief else ""
+        L += [f"  {name}:{note}", "    <<: *tfps-task", f"    hostname: {name}"]
+        if task.is_chief:
+            if cfg.notify_config:
+                # The apprise config file only on the chief (merging replaces lists, hence the repeats).
+                config = f"{_host_path(cfg.notify_config, output, 'notify_config')}:{NOTIFY_CONFIG_MOUNT}:ro"
+                L += ["    command:", *(f"      - {_q(a)}" for a in command + [f"--notify_config={NOTIFY_CONFIG_MOUNT}"])]
+                L += ["    volumes:", *(f"      - {_q(v)}" for v in volumes + [config])]
+            L += [
+                f"    # APPRISE_URLS (and any apprise settings) for the completion message; {ENV_FILE} is optional.",
+                "    env_file:",
+                f"      - path: {ENV_FILE}",
+                "        required: false",
+                "    # Lets a notification URL name a mail relay or webhook on this machine.",
+                "    extra_hosts:",
+                '      - "host.docker.internal:host-gateway"',
+            ]
+        L += ["    environment:", f"      TF_CONFIG: {_q(ref.to_tf_config())}"]
+        if task.gpu is not None:
+            L += [
+                "    deploy:",
+                "      resources:",
+                "        reservations:",
+                "          devices:",
+                "            - driver: nvidia",
+                f"              device_ids: [{_q(task.gpu)}]",
+                "              capabilities: [gpu]",
+            ]
+    L += [
+        "",
+        "  # TensorBoard on http://127.0.0.1:" + str(TENSORBOARD_PORT) + " while or after the job runs:",
+        "  #   docker compose --profile tensorboard up -d tensorboard",
+        "  tensorboard:",
+        "    profiles: [tensorboard]",
+        f"    image: {_q(image)}",
+        f"    user: {_q(USER)}",
+        "    entrypoint: [/usr/bin/tini, --, tensorboard]",
+        f"    command: [{_q('--logdir=' + cfg.model_dir)}, --bind_all, --port={TENSORBOARD_PORT}]",
+        "    healthcheck:",
+        "      disable: true",
+        "    ports:",
+        f"      - {_q(f'127.0.0.1:{TENSORBOARD_PORT}:{TENSORBOARD_PORT}')}",
+        "    volumes:",
+        f"      - {VOLUME}:/data:ro",
+        "",
+        "volumes:",
+        f"  {VOLUME}:",
+    ]
+    text = "\n".join(L) + "\n"
+    _self_check(text, plan, command)
+    return text
+
+
+def _self_check(text: str, plan: Plan, command: list[str]) -> None:
+    """The rendered YAML must read back as the intended services (guards the hand-written quoting)."""
+    data = yaml.safe_load(text)
+    for task in plan.tasks:
+        service = data["services"][service_name(task)]
+        assert json.loads(service["environment"]["TF_CONFIG"]) == json.loads(plan.task_ref(task).to_tf_config())
+        assert service["command"][: len(command)] == command, service["command"]
+        if task.gpu is not None:
+            assert service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == [task.gpu]
+
+
+def main(ns: argparse.Namespace) -> int:
+    text = render(ns)
+    if ns.output in (None, "-"):
+        sys.stdout.write(text)
+        return 0
+    directory = os.path.dirname(os.path.abspath(ns.output))
+    if not os.path.isdir(directory):
+        raise ConfigError(f"directory {directory} does not exist; create it or write elsewhere", "output")
+    with open(ns.output, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    plan = plan_from_args(ns)
+    print(f"wrote {ns.output}: {', '.join(service_name(t) for t in plan.tasks)}", file=sys.stderr)
+    print(f"run it in {directory}: {up_command(plan, ns.output)}", file=sys.stderr)
+    return 0

@@ -45,6 +45,9 @@ def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
             if stop.requested and time.monotonic() - stop.first_at > grace:
                 log.warning("ps%d stopped: %d s grace for the final save is over", task.index, grace)
                 return ExitCode.STOPPED
+            if stop.requested and chief_done_at is not None:
+                log.warning("ps%d stopped after the chief's final save", task.index)
+                return ExitCode.STOPPED
             if chief_done_at is not None and time.monotonic() - chief_done_at > cfg.sync_timeout:
                 missing = sorted(set(range(task.num_workers)) - seen)
                 log.warning("ps%d: the chief finished %.0f s ago but worker(s) %s never reported done "

@@ -1203,3 +1203,15 @@ def test_module_exports_the_documented_interface():
         "KNOWN_VARS",
     ):
         assert hasattr(cluster, name)
+
+
+def test_every_ansible_role_variable_is_known_to_the_plan():
+    """Inventories set the role's variables; tfps plan must not call them typos."""
+    import pathlib
+
+    import yaml
+
+    from trainer.cluster import KNOWN_VARS
+    defaults = pathlib.Path(__file__).resolve().parents[2] / "ansible/roles/tfps/defaults/main.yml"
+    names = [k for k in yaml.safe_load(defaults.read_text()) if k.startswith("tfps_")]
+    assert names and [k for k in names if k not in KNOWN_VARS] == []

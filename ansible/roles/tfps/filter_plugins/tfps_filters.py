@@ -1,0 +1,40 @@
+# -*- coding: utf-8 -*-
+"""Filters of the tfps role: formatting only. The plan itself comes from `tfps plan`."""
+
+from __future__ import annotations
+
+
+def tfps_plan_row(task):
+    """One line of the plan table for a task of `tfps plan --format json`."""
+    role = "chief" if task.get("chief") else task.get("job", "")
+    gpu = "-" if task.get("gpu") is None else str(task["gpu"])
+    return "%-9s %-18s %-22s %-6s %s" % (task["name"], task["host"], task["target"], gpu, role)
+
+
+def tfps_status_row(result, job="?"):
+    """One line of status.yml for a docker_container_info result of a task's container."""
+    name = "tfps-%s-%s" % (job, result.get("item", {}).get("name", "?"))
+    container = result.get("container") if result.get("exists") else None
+    if not container:
+        return "  %-28s not created" % name
+    state = container.get("State", {})
+    name = container.get("Name", name).lstrip("/")
+    status = state.get("Status", "?")
+    if status == "running":
+        health = (state.get("Health") or {}).get("Status")
+        detail = "since %s" % state.get("StartedAt", "?")[:19] + (", %s" % health if health else "")
+    elif status in ("exited", "dead"):
+        detail = "exit code %s at %s" % (state.get("ExitCode"), state.get("FinishedAt", "?")[:19])
+        if state.get("OOMKilled"):
+            detail += " (out of memory)"
+    else:
+        detail = ""
+    restarts = container.get("RestartCount") or 0
+    if restarts:
+        detail += ", restarted %d time(s)" % restarts
+    return "  %-28s %-10s %s" % (name, status, detail)
+
+
+class FilterModule:
+    def filters(self):
+        return {"tfps_plan_row": tfps_plan_row, "tfps_status_row": tfps_status_row}

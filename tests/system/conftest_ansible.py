@@ -1,0 +1,131 @@
+"""Fixtures for the Ansible system tests (imported by tests/system/conftest.py).
+
+Created once per test session and shared: three bare-metal hosts (see hosts.py), the
+trainer image as a ``docker save`` archive on the controller, the pinned collections.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE_DIR = REPO / "ansible"
+HOST_NAMES = ["host1", "host2", "host3"]
+
+
+def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def docker_engine(docker_client, trainer_image):
+    """The outer Docker engine with the trainer image of this checkout and the host image.
+
+    ``docker_client`` and ``trainer_image`` are the system tests' shared fixtures
+    (tests/system/conftest.py); the host image comes from .ci/base-images.sh.
+    """
+    _run(["bash", str(REPO / ".ci/base-images.sh")])
+    return docker_client
+
+
+@pytest.fixture(scope="session")
+def ansible_collections():
+    """community.docker at the pinned version, in ansible/collections."""
+    env = dict(os.environ, PYTHON=sys.executable)
+    _run(["bash", str(REPO / ".ci/ansible-collections.sh")], env=env)
+    return ANSIBLE_DIR / "collections"
+
+
+@pytest.fixture(scope="session")
+def image_archive(docker_engine, trainer_image, tmp_path_factory) -> Path:
+    """`docker save` of the trainer image: what an air-gapped site copies to its hosts."""
+    path = tmp_path_factory.mktemp("image") / "tfps-trainer.tar"
+    _run(["docker", "save", trainer_image, "-o", str(path)])
+    return path
+
+
+@pytest.fixture(scope="session")
+def bare_metal(docker_engine, tmp_path_factory):
+    """Three hosts with sshd and their own dockerd, reachable over SSH with a test key."""
+    from hosts import start_hosts
+    cluster = start_hosts(HOST_NAMES, tmp_path_factory.mktemp("ssh"))
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture(scope="session")
+def network_smtp_server(bare_metal):
+    """A real SMTP server the hosts can reach: on the hosts' network gateway (this machine)."""
+    from aiosmtpd.controller import Controller
+    from servers import SMTPServer
+
+    class GatewaySMTPServer(SMTPServer):
+        def __init__(self, address: str):
+            super().__init__()
+            self.address = address
+            self._controller = Controller(self, hostname=address, port=self.port)
+
+        def url(self, **params: str) -> str:
+            query = {"from": self.sender, "to": self.recipient, "mode": "insecure", **params}
+            return f"mailto://{self.address}:{self.port}?" + "&".join(f"{k}={v}" for k, v in query.items())
+
+    with GatewaySMTPServer(bare_metal.gateway) as server:
+        yield server
+
+
+@dataclass
+class PlayResult:
+    returncode: int
+    output: str
+    seconds: float
+    log: Path
+
+
+
+@pytest.fixture(scope="session")
+def run_playbook(ansible_collections, tmp_path_factory):
+    """Run one of ansible/*.yml against an inventory like a user does; returns PlayResult."""
+    logs = tmp_path_factory.mktemp("ansible-logs")
+    counter = iter(range(1000))
+
+    def run(playbook: str, inventory: Path, extra_vars: dict | None = None, timeout: float = 600) -> PlayResult:
+        env = dict(os.environ)
+        env.update({
+            "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
+            "ANSIBLE_HOST_KEY_CHECKING": "False",
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_FORCE_COLOR": "0",
+            "ANSIBLE_RETRY_FILES_ENABLED": "0",
+            "ANSIBLE_LOCAL_TEMP": str(logs / "tmp"),
+        })
+        cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
+               str(ANSIBLE_DIR / playbook)]
+        if extra_vars:
+            vars_file = logs / f"extra-{next(counter)}.json"
+            vars_file.write_text(json.dumps(extra_vars))
+            cmd += ["-e", f"@{vars_file}"]
+        log = logs / f"{next(counter):03d}-{playbook.replace('/', '_')}.log"
+        start = time.monotonic()
+        lines = []
+        # The log gets each line with the seconds since the start: where the time goes.
+        with open(log, "w") as fh, subprocess.Popen(cmd, env=env, cwd=REPO, text=True, stdout=subprocess.PIPE,
+                                                     stderr=subprocess.STDOUT) as proc:
+            fh.write(" ".join(cmd) + "\n\n")
+            for line in proc.stdout:
+                lines.append(line)
+                fh.write(f"{time.monotonic() - start:7.1f} {line}")
+                if time.monotonic() - start > timeout:
+                    proc.kill()
+            returncode = proc.wait()
+        seconds = time.monotonic() - start
+        return PlayResult(returncode, "".join(lines), seconds, log)
+
+    return run

@@ -1,0 +1,264 @@
+"""The Ansible playbooks against real "bare-metal hosts": sshd + their own Docker engine.
+
+Three host containers (hosts.py) on their own network play the machines of an
+inventory; Ansible reaches them over SSH with a key made for the test, exactly as it
+reaches real hosts. The trainer image reaches them as an image archive copied from the
+controller (no registry), the completion email goes to a real SMTP server on this
+machine, and every check of what happened on a host looks into that host itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest_ansible import ANSIBLE_DIR, REPO
+
+#: The trainer image the session fixtures build and save (see tests/system/conftest.py).
+IMAGE = os.environ.get("TFPS_TEST_IMAGE", "tfps-trainer:latest")
+PLAYBOOKS = ["deploy.yml", "stop.yml", "status.yml", "cleanup.yml"]
+RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+LAYOUT = {"ps": ["host1"], "worker": ["host2", "host3"]}  # ps0 on host1, chief on host2, worker1 on host3
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP counts per host."""
+    return {m[1]: {"ok": int(m[2]), "changed": int(m[3]), "unreachable": int(m[4]), "failed": int(m[5])}
+            for m in RECAP.finditer(output)}
+
+
+def job_vars(job: str, archive: Path, smtp=None, **extra) -> dict:
+    """group_vars/all.yml of a test inventory: a tiny job from the image archive."""
+    values = {
+        "tfps_job_name": job,
+        "tfps_train_steps": 300,
+        "tfps_batch_size": 32,
+        "tfps_checkpoint_steps": 100,
+        "tfps_final_save_timeout": 60,
+        "tfps_image": IMAGE,
+        "tfps_image_archive": str(archive),
+    }
+    if smtp is not None:
+        values["tfps_notify_urls"] = [smtp.url()]
+    values.update(extra)
+    return values
+
+
+def play_vars(tmp_path: Path) -> dict:
+    """Settings of the play itself (not inventory: `tfps plan` checks only job settings)."""
+    return {"tfps_results_dir": str(tmp_path / "results"), "tfps_wait_poll_interval": 2, "tfps_settle_timeout": 60}
+
+
+def assert_ok(result, what: str) -> None:
+    assert result.returncode == 0, f"{what} failed (log {result.log}):\n{result.output[-6000:]}"
+
+
+def no_containers_anywhere(bare_metal, job: str) -> None:
+    for host in bare_metal.hosts:
+        assert host.containers(f"tfps.job={job}") == [], f"{host.name} has containers of job {job}"
+
+
+@pytest.mark.system
+def test_lint_syntax_check(ansible_collections, tmp_path):
+    """The playbooks and the role are ansible-lint (production profile) and yamllint clean."""
+    bindir = Path(sys.executable).parent
+    env = {"ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"), "PATH": f"{bindir}:/usr/bin:/bin",
+           "HOME": str(tmp_path)}
+    lint = subprocess.run([str(bindir / "ansible-lint"), "--offline", "--profile", "production", "--nocolor"],
+                          cwd=ANSIBLE_DIR, env=env, text=True, capture_output=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert "Profile 'production' was required, and it passed" in lint.stdout + lint.stderr
+    yamllint = subprocess.run([str(bindir / "yamllint"), "--strict", "."], cwd=ANSIBLE_DIR, env=env,
+                              text=True, capture_output=True)
+    assert yamllint.returncode == 0, yamllint.stdout + yamllint.stderr
+    for playbook in PLAYBOOKS:
+        check = subprocess.run([str(bindir / "ansible-playbook"), "-i", str(REPO / "inventory/example"),
+                                "--syntax-check", playbook], cwd=ANSIBLE_DIR, env=env, text=True,
+                               capture_output=True)
+        assert check.returncode == 0, f"{playbook}: {check.stdout}{check.stderr}"
+
+
+@pytest.mark.system
+def test_deploy_trains_a_job_from_the_image_archive(bare_metal, image_archive, network_smtp_server,
+                                                    run_playbook, tmp_path):
+    """deploy.yml: image archive copied and loaded, job trained to the end, results and
+    email delivered, checkpoint and export on the chief's host, containers removed."""
+    job = "airgap"
+    inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT,
+                                     group_vars={"all": job_vars(job, image_archive, network_smtp_server)})
+    result = run_playbook("deploy.yml", inventory, play_vars(tmp_path))
+    print(f"first deploy (image archive copied to 3 hosts, job trained): {result.seconds:.0f} s")
+    assert_ok(result, "deploy.yml")
+    assert "SUCCEEDED at global step" in result.output
+
+    # The image was loaded on every host from the archive (no registry exists here).
+    for host in bare_metal.hosts:
+        assert host.sh(f"docker image inspect {IMAGE} --format '{{{{.Id}}}}'")[1].strip().startswith("sha256:")
+        assert not host.sh("ls /var/tmp/tfps-image-*.tar", check=False)[0] == 0, "archive left on " + host.name
+
+    # results.json reached the controller and says the job succeeded.
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert results["status"] == "succeeded"
+    assert results["global_step"] >= 300
+    assert results["export_complete"] is True
+    assert (tmp_path / "results" / "logs" / "worker0.log").read_text().strip()
+    assert {p.name for p in (tmp_path / "results" / "logs").iterdir()} == {"ps0.log", "worker0.log", "worker1.log"}
+
+    # Checkpoint and SavedModel are on the chief's host (host2), and only there.
+    model_dir = f"/srv/tfps/{job}"
+    chief_host = bare_metal["host2"]
+    for path in ("checkpoint", "results.json", "export/saved_model.pb", "export/tfps_export.json"):
+        assert chief_host.exists(f"{model_dir}/{path}"), f"host2 has no {model_dir}/{path}"
+    assert chief_host.sh(f"ls {model_dir}/model.ckpt-*.index")[1].strip()
+    for other in ("host1", "host3"):
+        assert not bare_metal[other].exists(model_dir)
+
+    # The TF ports accept only the cluster's hosts.
+    rules = chief_host.sh("iptables -S INPUT")[1]
+    assert f'--comment "tfps {job} worker0" -j DROP' in rules
+    for host in bare_metal.hosts:
+        assert f"-s {host.address}/32 -p tcp -m tcp --dport 2222" in rules
+
+    # Exactly one completion email, sent by the chief through the real SMTP server.
+    messages = [m for m in network_smtp_server.wait_for(1, timeout=30) if f"job {job}" in str(m["subject"])]
+    assert len(messages) == 1, [str(m["subject"]) for m in network_smtp_server.messages]
+    assert "succeeded" in str(messages[0]["subject"])
+
+    no_containers_anywhere(bare_metal, job)
+
+
+@pytest.mark.system
+def test_rerun_changes_nothing_and_stop_saves(bare_metal, image_archive, network_smtp_server, run_playbook,
+                                              tmp_path):
+    """deploy.yml again while the job runs changes nothing; stop.yml ends the job with a
+    final checkpoint and export; cleanup.yml removes what the job left on the hosts."""
+    job = "rerun"
+    inventory = bare_metal.inventory(
+        tmp_path / "inventory", LAYOUT,
+        group_vars={"all": job_vars(job, image_archive, network_smtp_server, tfps_train_steps=10_000_000)})
+    nowait = {**play_vars(tmp_path), "tfps_wait": False}
+
+    first = run_playbook("deploy.yml", inventory, nowait)
+    assert_ok(first, "deploy.yml (start only)")
+    assert any(c["changed"] for c in recap(first.output).values())
+    chief_host = bare_metal["host2"]
+    assert chief_host.containers(f"tfps.job={job}") == [f"tfps-{job}-worker0"]
+
+    second = run_playbook("deploy.yml", inventory, nowait)
+    print(f"deploy.yml again while the job runs: {second.seconds:.0f} s")
+    assert_ok(second, "deploy.yml (again)")
+    counts = recap(second.output)
+    assert set(counts) >= {"host1", "host2", "host3"}
+    assert all(c["changed"] == 0 for c in counts.values()), counts
+    assert not re.search(r"^changed:", second.output, re.M)
+
+    status = run_playbook("status.yml", inventory, play_vars(tmp_path))
+    assert_ok(status, "status.yml")
+    assert re.search(rf"tfps-{job}-worker0\s+running", status.output)
+
+    # Stop mid-job, once the chief has trained a little.
+    deadline = time.monotonic() + 120
+    while "first training step done" not in chief_host.sh(f"docker logs tfps-{job}-worker0 2>&1")[1]:
+        assert time.monotonic() < deadline, "the chief did not start training"
+        time.sleep(2)
+    stop = run_playbook("stop.yml", inventory, play_vars(tmp_path))
+    print(f"stop.yml: {stop.seconds:.0f} s")
+    assert_ok(stop, "stop.yml")
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert results["status"] == "stopped"
+    assert 0 < results["global_step"] < 10_000_000
+    assert results["export_complete"] is True
+    assert chief_host.exists(f"/srv/tfps/{job}/export/tfps_export.json")
+    assert chief_host.sh(f"cat /srv/tfps/{job}/checkpoint")[1].count(f"model.ckpt-{results['global_step']}")
+    no_containers_anywhere(bare_metal, job)
+    stopped = [m for m in network_smtp_server.wait_for(2, timeout=30) if f"job {job}" in str(m["subject"])]
+    assert [str(m["subject"]) for m in stopped] == [f"[tfps] job {job} stopped at step {results['global_step']}"]
+
+    cleanup = run_playbook("cleanup.yml", inventory, {**play_vars(tmp_path), "tfps_cleanup_model_dir": True})
+    assert_ok(cleanup, "cleanup.yml")
+    assert not chief_host.exists(f"/srv/tfps/{job}")
+    for host in bare_metal.hosts:
+        assert f"tfps {job} " not in host.sh("iptables -S INPUT")[1]
+
+
+@pytest.mark.system
+def test_deploy_runs_a_classic_script(bare_metal, image_archive, run_playbook, tmp_path):
+    """tfps_script: a user's classic ps/worker script runs unchanged; its ps never exits,
+    so the play stops it once the chief is done, and the job counts as succeeded."""
+    job = "classic"
+    marker = f"/srv/tfps/{job}/classic_done.json"
+    inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
+        job, image_archive, tfps_script="classic_replica.py", tfps_user_model_dir=str(REPO / "tests/fixtures"))})
+    result = run_playbook("deploy.yml", inventory, {
+        **play_vars(tmp_path), "tfps_script_args": ["--train_steps=100", f"--marker={marker}"]})
+    assert_ok(result, "deploy.yml with tfps_script")
+    assert f"job {job} SUCCEEDED" in result.output
+    assert "worker 0: done at global step" in result.output
+    assert json.loads(bare_metal["host2"].sh(f"cat {marker}")[1])["global_step"] > 50  # async: the last step it saw
+    # The ps ran `server.join()` forever: the play ended it.
+    assert re.search(rf"tfps-{job}-ps0 exit (0|143)", result.output)
+    no_containers_anywhere(bare_metal, job)
+
+
+def _bad_inventories(bare_metal, archive: Path, job: str, case: str, tmp_path: Path) -> Path:
+    gv = {"all": job_vars(job, archive)}
+    where = tmp_path / "inventory"
+    if case == "no ps group":
+        return bare_metal.inventory(where, {"pss": ["host1"], "worker": ["host2", "host3"]}, gv)
+    if case == "duplicate ports":
+        return bare_metal.inventory(where, {"ps": ["host1-ps"], "worker": ["host1", "host2"]}, gv)
+    if case == "GPU ids on a host without GPUs":
+        return bare_metal.inventory(where, {"ps": ["host1"], "worker": {"host2": {}, "host3": {"tfps_gpus": [0]}}}, gv)
+    if case == "unreachable host":
+        return bare_metal.inventory(where, {"ps": ["host1"], "worker": {"host2": {}, "host3": {"ansible_port": 2}}}, gv)
+    if case == "port in use":
+        return bare_metal.inventory(where, {"ps": ["host1"], "worker": {"host2": {}, "host3": {"tfps_base_port": 2299}}},
+                                    gv)
+    raise AssertionError(case)
+
+
+BAD = {
+    "no ps group": "the inventory has no 'ps' group",
+    "duplicate ports": "ps0 (host 'host1-ps') and worker0 (host 'host1') both use",
+    "GPU ids on a host without GPUs": "host3: worker1 need GPU(s) 0, but its Docker engine has no nvidia runtime",
+    "unreachable host": "cannot be reached over SSH",
+    "port in use": "host3: port 2299 of worker1 is in use on 127.0.0.1",
+}
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_inventory_fails_in_the_check_phase(case, bare_metal, image_archive, run_playbook, tmp_path):
+    """A bad inventory or host fails before anything starts, saying what is wrong."""
+    job = "bad" + re.sub(r"[^a-z]", "", case)[:12]
+    inventory = _bad_inventories(bare_metal, image_archive, job, case, tmp_path)
+    listener = None
+    if case == "port in use":
+        # Something else listens on worker1's port (and ends by itself after a while).
+        listener = bare_metal["host3"].container.exec_run(
+            ["sh", "-c", "echo $$ >/tmp/listener.pid; exec python3 -c 'import socket, time; s = socket.socket(); "
+                         "s.bind((\"0.0.0.0\", 2299)); s.listen(); time.sleep(120)'"], detach=True)
+        deadline = time.monotonic() + 10
+        while "2299" not in bare_metal["host3"].sh("ss -ltn", check=False)[1]:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    try:
+        result = run_playbook("deploy.yml", inventory, play_vars(tmp_path))
+    finally:
+        if listener is not None:
+            bare_metal["host3"].sh("kill $(cat /tmp/listener.pid)", check=False)
+    assert result.returncode != 0, result.output[-3000:]
+    assert BAD[case] in result.output, result.output[-4000:]
+    if case not in ("no ps group", "duplicate ports"):
+        assert "Nothing was started. Fix these problems and run the play again:" in result.output
+    # Nothing reached the hosts: no container, no model directory, no copied archive.
+    assert "Start the task containers" not in result.output
+    assert "Copy the image archive to the host" not in result.output
+    no_containers_anywhere(bare_metal, job)

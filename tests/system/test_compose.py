@@ -1,0 +1,372 @@
+"""docker compose runs a tfps job on one machine and the job ends by itself.
+
+Every test starts a real compose project (its own project name, network and volume)
+from a file written by ``tfps compose`` (the first one from the committed
+compose/docker-compose.yml itself), runs it with exactly the command the file's header
+and the README give, and removes it with ``docker compose down -v`` afterwards.
+Docker is read through the docker SDK and ``docker compose ps --format json``; files on
+the job's volume are read from the stopped chief container (``get_archive``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.system
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_DIR = REPO / "compose"
+CHIEF = "worker-0"
+MODEL_DIR = "/data/model"
+#: What the generated files and the README say to run (``-p`` is added per test).
+UP = ["up", "--exit-code-from", CHIEF, "--attach", CHIEF]
+STOPPED = 130  # trainer.exitcodes.ExitCode.STOPPED
+
+
+def _compose_available() -> bool:
+    try:
+        return subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+class ComposeJob:
+    """One compose project in its own directory, driven through the compose CLI and the SDK."""
+
+    def __init__(self, client, directory: Path, file: str = "docker-compose.yml"):
+        self.client = client
+        self.directory = directory
+        self.file = file
+        self.project = f"tfpst{uuid.uuid4().hex[:10]}"
+        self.log = directory / "compose-up.log"
+        self._up: subprocess.Popen | None = None
+        self._log_fh = None
+
+    # -- compose CLI -------------------------------------------------------------------
+    def argv(self, *args: str) -> list[str]:
+        return ["docker", "compose", "-p", self.project, "-f", self.file, *args]
+
+    def compose(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run(self.argv(*args), cwd=self.directory, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"docker compose {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        return proc
+
+    def start(self) -> None:
+        """``docker compose up --exit-code-from worker-0 --attach worker-0`` in the background."""
+        self._log_fh = open(self.log, "w")
+        self._up = subprocess.Popen(self.argv(*UP), cwd=self.directory, stdout=self._log_fh,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def wait(self, timeout: float) -> int:
+        """Exit status of ``up``: the chief's exit status."""
+        assert self._up is not None
+        try:
+            return self._up.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"docker compose up did not end within {timeout} s; end of its output:\n{self.tail()}")
+        finally:
+            if self._up.poll() is not None and self._log_fh:
+                self._log_fh.close()
+
+    def run(self, timeout: float) -> int:
+        self.start()
+        return self.wait(timeout)
+
+    def tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def ps(self, all_: bool = True) -> dict[str, dict]:
+        """Service -> compose's JSON record of its container (State, ExitCode, ...)."""
+        out = self.compose("ps", *(["--all"] if all_ else []), "--format", "json").stdout.strip()
+        if not out:
+            return {}
+        # Compose 2.21+ prints one JSON object per line; older versions a JSON array.
+        records = json.loads(out) if out.startswith("[") else [json.loads(line) for line in out.splitlines()]
+        return {r["Service"]: r for r in records}
+
+    def down(self) -> None:
+        if self._up is not None and self._up.poll() is None:
+            self._up.send_signal(signal.SIGINT)
+            try:
+                self._up.wait(30)
+            except subprocess.TimeoutExpired:
+                self._up.kill()
+                self._up.wait(5)
+        if self._log_fh and not self._log_fh.closed:
+            self._log_fh.close()
+        # Every task's log, for a failed test (pytest keeps tmp_path of recent runs).
+        logs = self.compose("logs", "--no-color", "--timestamps", timeout=60, check=False)
+        (self.directory / "compose-logs.txt").write_text(logs.stdout + logs.stderr)
+        self.compose("down", "--volumes", "--remove-orphans", "--timeout", "5", timeout=180, check=False)
+
+    # -- docker SDK --------------------------------------------------------------------
+    def containers(self) -> list:
+        return self.client.containers.list(all=True, filters={"label": f"com.docker.compose.project={self.project}"})
+
+    def container(self, service: str):
+        found = self.client.containers.list(all=True, filters={"label": [
+            f"com.docker.compose.project={self.project}", f"com.docker.compose.service={service}"]})
+        assert len(found) == 1, f"expected one container of {service}, found {len(found)}"
+        found[0].reload()
+        return found[0]
+
+    def files(self, path: str, service: str = CHIEF) -> dict[str, bytes | None]:
+        """Files under ``path`` in a (possibly stopped) container: relative name -> bytes (None for dirs)."""
+        stream, _ = self.container(service).get_archive(path)
+        tar = tarfile.open(fileobj=io.BytesIO(b"".join(stream)))
+        top = os.path.basename(path.rstrip("/"))
+        out: dict[str, bytes | None] = {}
+        for member in tar.getmembers():
+            # A directory comes as top/..., a single file as the member "top" itself.
+            name = member.name[len(top) + 1:] if member.name.startswith(f"{top}/") else member.name
+            out[name] = tar.extractfile(member).read() if member.isfile() else None
+        return out
+
+    def read_json(self, path: str, service: str = CHIEF) -> dict:
+        return json.loads(self.files(path, service)[os.path.basename(path)])
+
+    def chief_step(self) -> int:
+        """Newest global step in the running chief's history.jsonl (0 before the first record)."""
+        try:
+            code, out = self.container(CHIEF).exec_run(["cat", f"{MODEL_DIR}/history.jsonl"])
+        except Exception:  # noqa: BLE001 - not running (yet / any more)
+            return 0
+        if code != 0:
+            return 0
+        steps = [json.loads(line)["step"] for line in out.decode().splitlines() if line.strip().startswith("{")]
+        return max(steps, default=0)
+
+    def wait_for_step(self, step: int, timeout: float) -> int:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            current = self.chief_step()
+            if current >= step:
+                return current
+            if self._up is not None and self._up.poll() is not None:
+                pytest.fail(f"the job ended before step {step}:\n{self.tail()}")
+            time.sleep(0.5)
+        pytest.fail(f"the chief did not reach step {step} within {timeout} s:\n{self.tail()}")
+
+
+def generate(directory: Path, *args: str, image: str) -> None:
+    """``tfps compose ... -o directory/docker-compose.yml`` through the real command line."""
+    directory.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "trainer", "compose", "--image", image, "-o",
+           str(directory / "docker-compose.yml"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def exit_codes(job: ComposeJob) -> dict[str, int]:
+    return {service: record["ExitCode"] for service, record in job.ps().items()}
+
+
+def assert_nothing_running(job: ComposeJob) -> None:
+    assert job.ps(all_=False) == {}, "containers still running after the job"
+    running = [c.name for c in job.containers() if c.status not in ("exited", "dead", "created")]
+    assert running == []
+
+
+@pytest.fixture
+def compose_job(docker_client, trainer_image, tmp_path):
+    if not _compose_available():
+        pytest.skip("docker compose is not installed")
+    jobs: list[ComposeJob] = []
+
+    def make(directory: Path, file: str = "docker-compose.yml") -> ComposeJob:
+        job = ComposeJob(docker_client, directory, file)
+        jobs.append(job)
+        return job
+
+    yield make
+    for job in jobs:
+        job.down()
+        assert job.containers() == [], f"{job.project}: containers left after down"
+
+
+# --------------------------------------------------------------------------------------
+
+
+def test_committed_file_runs_to_completion_and_emails(compose_job, trainer_image, tmp_path, container_smtp_server):
+    """(a) + (d): the committed docker-compose.yml, unchanged, ends by itself with exit 0.
+
+    The chief's checkpoint, SavedModel and results.json are on the volume, every container
+    exited 0, nothing is left running, and the completion email reached a real SMTP server
+    through the .env file that only the chief reads.
+    """
+    directory = tmp_path / "compose"
+    directory.mkdir()
+    text = (COMPOSE_DIR / "docker-compose.yml").read_text()
+    if trainer_image != "tfps-trainer:latest":
+        text = text.replace("image: tfps-trainer:latest", f"image: {trainer_image}")
+    (directory / "docker-compose.yml").write_text(text)
+    (directory / ".env").write_text(f"APPRISE_URLS='{container_smtp_server.url()}'\n")
+    job = compose_job(directory)
+
+    t0 = time.monotonic()
+    rc = job.run(timeout=400)
+    elapsed = time.monotonic() - t0
+    assert rc == 0, job.tail()
+
+    assert exit_codes(job) == {"ps-0": 0, "worker-0": 0, "worker-1": 0}
+    assert_nothing_running(job)
+
+    results = job.read_json(f"{MODEL_DIR}/results.json")
+    assert results["status"] == "succeeded"
+    assert results["exit_code"] == 0
+    assert results["global_step"] >= results["train_steps"] == 1000
+    assert results["export_complete"] is True
+    assert results["cluster"] == {"ps": ["ps-0:2222"], "worker": ["worker-0:2222", "worker-1:2222"]}
+    assert results["host"] == CHIEF
+    files = job.files(MODEL_DIR)
+    step = results["global_step"]
+    assert f"model.ckpt-{step}.index" in files and "checkpoint" in files
+    assert "export/saved_model.pb" in files and "export/tfps_export.json" in files
+    assert any(name.startswith("events.out.tfevents") for name in files), "no TensorBoard event file"
+
+    # Secrets only where they belong: the chief has the .env, no other task has it.
+    env_of = {s: job.container(s).attrs["Config"]["Env"] for s in ("ps-0", "worker-0", "worker-1")}
+    assert any(e.startswith("APPRISE_URLS=") for e in env_of["worker-0"])
+    assert not any(e.startswith("APPRISE_URLS=") for e in env_of["ps-0"] + env_of["worker-1"])
+
+    messages = container_smtp_server.wait_for(1, timeout=10)
+    assert len(messages) == 1, [m["Subject"] for m in messages]
+    assert "succeeded" in messages[0]["Subject"]
+    assert messages[0]["To"] == container_smtp_server.recipient
+    print(f"compose job of 1000 steps: {elapsed:.1f} s")
+
+
+def test_stop_chief_writes_final_save_within_grace(compose_job, trainer_image, tmp_path):
+    """(b) ``docker compose stop worker-0`` mid-run: final checkpoint + export, status "stopped".
+
+    The model's export sleeps 12 s (tests/fixtures/slow_model.py), longer than Docker's
+    default 10 s grace, so only the generated ``stop_grace_period`` lets it finish. The ps
+    and the other worker then end by themselves (exit 0) through the chief's stop flag.
+    """
+    final_save_timeout = 60
+    directory = tmp_path / "stop"
+    generate(directory, "--ps", "1", "--workers", "2", "--user_model_dir", str(REPO / "tests" / "fixtures"),
+             "--model", "slow_model:model_fn", "--train_steps", "200000", "--log_steps", "20",
+             "--final_save_timeout", str(final_save_timeout), image=trainer_image)
+    job = compose_job(directory)
+    job.start()
+    reached = job.wait_for_step(100, timeout=240)
+
+    t0 = time.monotonic()
+    job.compose("stop", CHIEF, timeout=final_save_timeout + 60)
+    stop_s = time.monotonic() - t0
+    rc = job.wait(timeout=120)
+
+    from trainer.config import grace_period
+
+    assert stop_s < grace_period(final_save_timeout), f"stop took {stop_s:.0f} s"
+    assert rc == STOPPED, job.tail()
+    codes = exit_codes(job)
+    assert codes[CHIEF] == STOPPED, "the chief was killed instead of finishing its final save"
+    assert codes["ps-0"] == 0 and codes["worker-1"] == 0, codes
+    assert_nothing_running(job)
+    assert job.container(CHIEF).attrs["RestartCount"] == 0, "a stopped chief must stay down"
+
+    results = job.read_json(f"{MODEL_DIR}/results.json")
+    assert results["status"] == "stopped"
+    assert results["global_step"] >= reached
+    assert results["export_complete"] is True
+    assert results["times"]["final_save_s"] >= 12, results["times"]
+    files = job.files(MODEL_DIR)
+    assert f"model.ckpt-{results['global_step']}.index" in files
+    assert "export/saved_model.pb" in files
+
+
+def test_sigkilled_worker_comes_back_and_job_succeeds(compose_job, trainer_image, tmp_path):
+    """(c) worker-1's process is SIGKILLed mid-run (as the OOM killer would): the restart
+    policy brings it back, it rejoins, and the job succeeds with every task exiting 0.
+
+    Synchronous training, so the chief cannot simply finish alone while worker-1 is away.
+    ``docker kill`` would not do: Docker treats it as a manual stop and never restarts it.
+    """
+    directory = tmp_path / "kill"
+    generate(directory, "--ps", "1", "--workers", "2", "--sync_replicas", "--train_steps", "1000", "--log_steps", "50",
+             "--final_save_timeout", "60", image=trainer_image)
+    job = compose_job(directory)
+    job.start()
+    job.wait_for_step(300, timeout=240)
+
+    victim = job.container("worker-1")
+    assert victim.status == "running"
+    os.kill(victim.attrs["State"]["Pid"], signal.SIGKILL)
+
+    rc = job.wait(timeout=300)
+    assert rc == 0, job.tail()
+    victim.reload()
+    assert victim.attrs["RestartCount"] >= 1, "worker-1 was not restarted"
+    assert exit_codes(job) == {"ps-0": 0, "worker-0": 0, "worker-1": 0}, \
+        "the restarted worker-1 did not finish by itself (so the ps missed its done token)"
+    assert_nothing_running(job)
+    results = job.read_json(f"{MODEL_DIR}/results.json")
+    assert results["status"] == "succeeded"
+    assert results["global_step"] >= 1000
+    assert results["export_complete"] is True
+
+
+def test_gpu_example_is_valid_compose(tmp_path):
+    """The committed GPU example passes ``docker compose config`` (no GPU needed) with one GPU per worker."""
+    if not _compose_available():
+        pytest.skip("docker compose is not installed")
+    proc = subprocess.run(["docker", "compose", "-f", "docker-compose.gpu.yml", "config", "--format", "json"],
+                          cwd=COMPOSE_DIR, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads(proc.stdout)
+    services = config["services"]
+    assert set(services) == {"ps-0", "worker-0", "worker-1"}  # the tensorboard profile is off
+    for index in (0, 1):
+        devices = services[f"worker-{index}"]["deploy"]["resources"]["reservations"]["devices"]
+        assert devices == [{"driver": "nvidia", "device_ids": [str(index)], "capabilities": ["gpu"]}]
+    assert "deploy" not in services["ps-0"]
+
+
+def test_default_file_settings_as_compose_reads_them(tmp_path):
+    """What compose makes of the committed file: grace, restart policy, .env for the chief only."""
+    if not _compose_available():
+        pytest.skip("docker compose is not installed")
+    (tmp_path / "docker-compose.yml").write_text((COMPOSE_DIR / "docker-compose.yml").read_text())
+    (tmp_path / ".env").write_text("APPRISE_URLS='json://host.docker.internal:8080/hook'\n")
+    proc = subprocess.run(["docker", "compose", "--profile", "tensorboard", "config", "--format", "json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    services = json.loads(proc.stdout)["services"]
+    from trainer.config import DEFAULT_FINAL_SAVE_TIMEOUT, grace_period
+
+    grace = grace_period(DEFAULT_FINAL_SAVE_TIMEOUT)
+    for name in ("ps-0", "worker-0", "worker-1"):
+        s = services[name]
+        assert s["stop_grace_period"] in (f"{grace}s", f"{grace // 60}m{grace % 60}s"), s["stop_grace_period"]
+        assert s["restart"] == "on-failure:3"
+        assert s["user"] == "10001:10001"
+        assert s["volumes"][0]["source"] == "tfps-data" and s["volumes"][0]["target"] == "/data"
+        assert "ports" not in s, "TF ports must not be published"
+        assert "init" not in s
+    # The .env reaches the chief's environment, and only the chief's.
+    assert services["worker-0"]["environment"]["APPRISE_URLS"] == "json://host.docker.internal:8080/hook"
+    assert "APPRISE_URLS" not in services["ps-0"]["environment"]
+    assert "APPRISE_URLS" not in services["worker-1"]["environment"]
+    tb = services["tensorboard"]
+    assert tb["ports"][0]["host_ip"] == "127.0.0.1"
+    assert tb["volumes"][0]["read_only"] is True
+    # The documented command is the one the header gives.
+    assert f"#   docker compose {shlex.join(UP)}" in (COMPOSE_DIR / "docker-compose.yml").read_text()
