@@ -1,0 +1,349 @@
+"""What docs/security.md promises, checked on real jobs: least privilege, secrets, firewall.
+
+* A compose job's tasks run as the image's non-root user (uid 10001) with Docker's default
+  capabilities and nothing more: from ``docker inspect`` of every task container and from
+  inside every running task (``id -u``, ``/proc/*/status``).
+* A notification password full of URL-special characters (``@ % ; /``, percent-encoded in
+  the URL) reaches the chief through ``.env`` and, through it, a real SMTP server, and
+  appears nowhere else: no container's log, no ``docker inspect`` output but the chief's
+  environment, no command line, no file on the job's volume, not the image, not the
+  compose file, not the message itself.
+* The Ansible firewall: while a job deployed by ansible/deploy.yml trains on the three
+  hosts of conftest_ansible.py, a fourth machine on the same network (and this machine)
+  cannot open a TCP connection to any TF port, while the cluster's own hosts can.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+import docker
+import pytest
+
+from hosts import HOST_IMAGE
+from test_ansible import LAYOUT, assert_ok, job_vars, no_containers_anywhere, play_vars
+from test_compose import CHIEF, REPO, compose_job, exit_codes  # noqa: F401 - compose_job is a fixture
+
+pytestmark = pytest.mark.system
+
+#: The image's user (Dockerfile: useradd --uid 10001; USER 10001:10001).
+UID = 10001
+SERVICES = ("ps-0", "worker-0", "worker-1")
+TASK_PORT = 2222
+USER = "ops"
+#: A password with every character that trips URLs up; its pieces are distinctive enough
+#: to be searched for alone, so a URL that was cut apart and half-masked is found too.
+PASSWORD = "hunter7Qx@ploverK%Zw9rk;mirth4T/oxbow2U"
+ENCODED = quote(PASSWORD, safe="")  # hunter7Qx%40ploverK%25Zw9rk%3Bmirth4T%2Foxbow2U
+PIECES = ("hunter7Qx", "ploverK", "Zw9rk", "mirth4T", "oxbow2U")
+CAP_SYS_ADMIN = 21
+
+#: Run inside a task container: its user, every process's ids, capabilities and command
+#: line, and whether the task's TF server listens (port 2222 in state LISTEN).
+SNAPSHOT = r"""
+import json, os
+procs = {}
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            status = dict(line.split(":", 1) for line in fh.read().splitlines() if ":" in line)
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmdline = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        continue
+    procs[pid] = {k: " ".join(status.get(k, "").split()) for k in
+                  ("Name", "Uid", "Gid", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
+    procs[pid]["cmdline"] = cmdline
+listening = False
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    if os.path.exists(table):
+        with open(table) as fh:
+            for line in fh.read().splitlines()[1:]:
+                fields = line.split()
+                listening |= fields[1].endswith(":%04X" % PORT) and fields[3] == "0A"
+print(json.dumps({"procs": procs, "listening": listening}))
+"""
+
+#: Run on a host or a container with python3: TCP connects to host:port targets, in
+#: parallel, each one "open", "timeout", "refused" or "error: ...".
+PROBE = r"""
+import concurrent.futures, json, socket, sys
+
+def probe(target):
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=float(sys.argv[1])).close()
+        return "open"
+    except socket.timeout:
+        return "timeout"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError as e:
+        return f"error: {e}"
+
+targets = sys.argv[2:]
+with concurrent.futures.ThreadPoolExecutor(len(targets)) as pool:
+    print(json.dumps(dict(zip(targets, pool.map(probe, targets)))))
+"""
+
+
+def leaks(data: str | bytes | None) -> list[str]:
+    """The forms of the password found in ``data`` (raw, encoded in any case, or a piece)."""
+    if not data:
+        return []
+    text = data.decode("latin-1") if isinstance(data, bytes) else data
+    found = [form for form in (PASSWORD, *PIECES) if form in text]
+    if ENCODED.lower() in text.lower():
+        found.append(ENCODED)
+    return found
+
+
+def caps(value: str) -> int:
+    return int(value, 16)
+
+
+@pytest.fixture
+def auth_smtp_server(container_smtp_server):
+    """conftest.py's SMTP server for containers, but offering AUTH for USER and PASSWORD.
+
+    Reaching it proves the password arrived intact; a login is recorded in ``logins``.
+    """
+    with type(container_smtp_server)(container_smtp_server.address, auth=(USER, PASSWORD)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def default_caps(docker_client, trainer_image) -> int:
+    """Docker's default capability set on this engine: what root gets in a plain container."""
+    out = docker_client.containers.run(
+        trainer_image, user="0:0", remove=True,
+        entrypoint=["sh", "-c", "grep ^CapEff: /proc/self/status; cat /proc/sys/kernel/cap_last_cap"]).decode()
+    lines = out.split()
+    default, last = caps(lines[1]), int(lines[2])
+    # The default set, not everything: no CAP_SYS_ADMIN, and fewer than the kernel has.
+    assert default and not default & (1 << CAP_SYS_ADMIN) and default != (1 << (last + 1)) - 1, hex(default)
+    return default
+
+
+def generate(directory: Path, image: str, *args: str, env: dict) -> subprocess.CompletedProcess:
+    """``tfps compose ... -o directory/docker-compose.yml``, run with ``env``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "trainer", "compose", "--image", image, "-o", str(directory / "docker-compose.yml"),
+           *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def snapshot_running_tasks(job, timeout: float) -> dict[str, dict]:
+    """Service -> SNAPSHOT of it and ``id -u``, taken once its tfps process runs and its TF
+    server listens (so the job is running, not starting or ending)."""
+    taken: dict[str, dict] = {}
+    deadline = time.monotonic() + timeout
+    command = ["sh", "-c", 'id -u && exec python3 -c "$0"', f"PORT = {TASK_PORT}\n{SNAPSHOT}"]
+    while len(taken) < len(SERVICES):
+        assert time.monotonic() < deadline, f"only {sorted(taken)} seen running in {timeout} s:\n{job.tail()}"
+        for service in SERVICES:
+            if service in taken:
+                continue
+            try:
+                container = job.container(service)
+                if container.status != "running":
+                    if container.status == "exited":
+                        pytest.fail(f"{service} exited before it was seen running:\n{job.tail()}")
+                    continue
+                code, out = container.exec_run(command)
+            except (AssertionError, docker.errors.APIError):  # not created yet / stopped meanwhile
+                continue
+            if code != 0:
+                continue
+            uid, _, snap = out.decode("utf-8", "replace").partition("\n")
+            snap = json.loads(snap)
+            if snap["listening"] and any(" run " in p["cmdline"] and "tfps" in p["cmdline"]
+                                         for p in snap["procs"].values()):
+                taken[service] = {"id -u": uid.strip(), **snap}
+        time.sleep(0.2)
+    return taken
+
+
+def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
+        compose_job, trainer_image, auth_smtp_server, default_caps, tmp_path):
+    """Requirements 1 and 2 on one compose job of 1 ps + 2 workers, 200 steps."""
+    run_name = f"sec-{uuid.uuid4().hex[:8]}"
+    url = auth_smtp_server.url(userinfo=f"{USER}:{ENCODED}")
+    directory = tmp_path / "compose"
+    # A user who has APPRISE_URLS in the shell generates the file: it must not end up in it.
+    generated = generate(directory, trainer_image, "--ps", "1", "--workers", "2", "--train_steps", "200",
+                         "--run_name", run_name, env=dict(os.environ, APPRISE_URLS=url))
+    (directory / ".env").write_text(f"APPRISE_URLS='{url}'\n")
+    job = compose_job(directory)
+
+    t0 = time.monotonic()
+    job.start()
+    running = snapshot_running_tasks(job, timeout=240)
+    rc = job.wait(timeout=300)
+    print(f"compose job of 200 steps: {time.monotonic() - t0:.1f} s")
+    assert rc == 0, job.tail()
+    assert exit_codes(job) == {"ps-0": 0, "worker-0": 0, "worker-1": 0}
+
+    # -- 1. non-root, no extra capabilities ------------------------------------------
+    containers = {s: job.container(s) for s in SERVICES}
+    for service, container in containers.items():
+        config, host = container.attrs["Config"], container.attrs["HostConfig"]
+        assert config["User"].split(":")[0] == str(UID), (service, config["User"])
+        assert not host.get("CapAdd"), (service, host.get("CapAdd"))
+        assert host.get("Privileged") is False, service
+        assert not [o for o in host.get("SecurityOpt") or [] if "unconfined" in o], (service, host["SecurityOpt"])
+        assert not host.get("Devices"), service
+        assert "host" not in (host.get("NetworkMode"), host.get("PidMode"), host.get("IpcMode")), service
+        assert not host.get("PortBindings"), f"{service} publishes {host['PortBindings']}: TF ports must stay closed"
+
+    ids = f"{UID} {UID} {UID} {UID}"  # real, effective, saved, filesystem
+    for service, snap in running.items():
+        assert snap["id -u"] == str(UID), service
+        procs = snap["procs"]
+        assert procs["1"]["Name"] == "tini", (service, procs["1"])
+        for pid, proc in procs.items():
+            where = f"{service} pid {pid} ({proc['cmdline'][:80]})"
+            assert proc["Uid"] == ids and proc["Gid"] == ids, (where, proc["Uid"], proc["Gid"])
+            # Docker's default set bounds the task (nothing added), and a non-root process
+            # holds none of it: no effective, permitted or ambient capability at all.
+            assert caps(proc["CapBnd"]) == default_caps, (where, proc["CapBnd"], hex(default_caps))
+            assert caps(proc["CapEff"]) == caps(proc["CapPrm"]) == caps(proc["CapAmb"]) == 0, (where, proc)
+
+    # -- 2. the password: delivered, and nowhere else ---------------------------------
+    messages = [m for m in auth_smtp_server.wait_for(1, timeout=30) if run_name in str(m["Subject"])]
+    assert len(messages) == 1 and "succeeded" in str(messages[0]["Subject"]), \
+        [str(m["Subject"]) for m in auth_smtp_server.messages]
+    assert (USER, PASSWORD) in {(user, pw) for _, user, pw in auth_smtp_server.logins}, auth_smtp_server.logins
+
+    chief_inspect = json.loads(subprocess.run(["docker", "inspect", containers[CHIEF].id], check=True,
+                                              capture_output=True, text=True).stdout)[0]
+    chief_env = chief_inspect["Config"]["Env"]
+    # The chief needs the URL to send: it has it, in APPRISE_URLS and nowhere else.
+    assert f"APPRISE_URLS={url}" in chief_env
+    chief_logs = containers[CHIEF].logs().decode("utf-8", "replace")
+    assert "delivered to mailto://" in chief_logs and "****" in chief_logs, "no masked URL in the chief's log"
+
+    # The scan finds the password in every form it can take.
+    assert ENCODED in leaks(json.dumps(chief_env)) and PASSWORD in leaks(PASSWORD) and ENCODED in leaks(ENCODED.lower())
+    assert leaks("mailto://ops:****@host.docker.internal") == []
+    found: dict[str, list[str]] = {}
+
+    def scan(where: str, data) -> None:
+        if leaks(data):
+            found[where] = leaks(data)
+
+    for service, container in containers.items():
+        scan(f"docker logs {service}", container.logs(stdout=True, stderr=True))
+        inspect = subprocess.run(["docker", "inspect", container.id], check=True, capture_output=True, text=True).stdout
+        if service == CHIEF:
+            attrs = json.loads(inspect)[0]
+            for entry in attrs["Config"].pop("Env"):
+                if not entry.startswith("APPRISE_URLS="):
+                    scan(f"{service} env {entry.split('=')[0]}", entry)
+            inspect = json.dumps(attrs)
+        scan(f"docker inspect {service}", inspect)
+        attrs = container.attrs
+        scan(f"{service} Path/Args/Cmd/Entrypoint", json.dumps(
+            [attrs["Path"], attrs["Args"], attrs["Config"]["Cmd"], attrs["Config"]["Entrypoint"]]))
+    for service, snap in running.items():
+        for pid, proc in snap["procs"].items():
+            scan(f"{service} pid {pid} command line", proc["cmdline"])
+    scan("docker compose up output", job.log.read_bytes())
+    scan("docker-compose.yml", (directory / "docker-compose.yml").read_text())
+    scan("tfps compose output", generated.stdout + generated.stderr)
+    volume = job.files("/data")
+    assert "model/results.json" in volume and "model/export/saved_model.pb" in volume, sorted(volume)
+    for name, content in volume.items():
+        scan(f"volume /data/{name}", content)
+    results = json.loads(volume["model/results.json"])
+    assert results["status"] == "succeeded" and results["job"] == run_name
+    for cmd in (["docker", "history", "--no-trunc", trainer_image], ["docker", "image", "inspect", trainer_image]):
+        scan(" ".join(cmd[:-1]), subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    message = messages[0]
+    scan("message headers", "\n".join(f"{k}: {v}" for k, v in message.items()))
+    for part in message.walk():
+        scan(f"message part {part.get_content_type()} {part.get_filename() or ''}", part.get_payload(decode=True))
+
+    assert found == {}, f"the password leaked: {found}"
+    # The scan looked at real data: the logs, volume and inspect output were not empty.
+    assert chief_logs.count("\n") > 20 and len(volume) > 5
+
+
+def test_ansible_firewall_admits_only_the_cluster(bare_metal, image_archive, run_playbook, tmp_path):
+    """While a job deployed by deploy.yml trains, a fourth container on the hosts' network
+    (and this machine, the network's gateway) cannot connect to any TF port; the cluster's
+    hosts can. cleanup.yml then ends the job and removes the rules."""
+    job = f"fw{uuid.uuid4().hex[:6]}"
+    inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
+        job, image_archive, tfps_train_steps=10_000_000)})
+    plan = json.loads(subprocess.run([sys.executable, "-m", "trainer", "plan", "-i", str(inventory), "--format",
+                                      "json"], check=True, capture_output=True, text=True, cwd=REPO).stdout)
+    targets = {task["name"]: task["target"] for task in plan["tasks"]}
+    ps_target = targets["ps0"]
+    host1, host2, host3 = bare_metal["host1"], bare_metal["host2"], bare_metal["host3"]
+    assert ps_target == f"{host1.address}:{TASK_PORT}"
+
+    outsider = bare_metal.client.containers.run(
+        HOST_IMAGE, entrypoint=["sleep", "infinity"], name=f"{bare_metal.prefix}-outsider-{job}",
+        network=bare_metal.network.name, labels={"tfps.system-test": bare_metal.prefix}, detach=True)
+    cleanup = None
+    try:
+        outsider.reload()
+        outsider_address = outsider.attrs["NetworkSettings"]["Networks"][bare_metal.network.name]["IPAddress"]
+        assert outsider_address not in {h.address for h in bare_metal.hosts}
+
+        t0 = time.monotonic()
+        start = run_playbook("deploy.yml", inventory, {**play_vars(tmp_path), "tfps_wait": False})
+        assert_ok(start, "deploy.yml (start only)")
+        print(f"deploy.yml (start only): {start.seconds:.0f} s")
+        chief = f"tfps-{job}-worker0"
+        deadline = time.monotonic() + 180
+        while "first training step done" not in host2.sh(f"docker logs {chief} 2>&1")[1]:
+            assert time.monotonic() < deadline, host2.sh(f"docker logs {chief} 2>&1")[1][-3000:]
+            time.sleep(1)
+
+        def probe(container, *wanted: str, timeout: float = 3.0) -> dict[str, str]:
+            code, out = container.exec_run(["python3", "-c", PROBE, str(timeout), *wanted])
+            assert code == 0, out.decode(errors="replace")
+            return json.loads(out)
+
+        # Members: the chief's host and worker1's host reach the ps.
+        assert probe(host2.container, ps_target) == {ps_target: "open"}
+        assert probe(host3.container, ps_target) == {ps_target: "open"}
+        # The outsider reaches host1 (sshd answers) but none of the TF ports.
+        ssh = f"{host1.address}:22"
+        seen = probe(outsider, ssh, *targets.values())
+        assert seen[ssh] == "open", seen
+        for name, target in targets.items():
+            assert seen[target] in ("timeout", "refused"), f"{name} at {target} from outside the cluster: {seen}"
+        # Neither does this machine (the network's gateway, no cluster member).
+        here = json.loads(subprocess.run([sys.executable, "-c", PROBE, "3", *targets.values()], check=True,
+                                         capture_output=True, text=True).stdout)
+        assert all(v in ("timeout", "refused") for v in here.values()), here
+        # What refused the outsider is the job's DROP rule, and the job trains on.
+        rules = host1.sh("iptables -S INPUT")[1]
+        assert f'--dport {TASK_PORT} -m comment --comment "tfps {job} ps0" -j DROP' in rules, rules
+        assert f"-s {outsider_address}/32" not in rules
+        # The deployed tasks, like the compose ones, run as uid 10001 without extra privileges.
+        fmt = "{{.State.Running}} {{.Config.User}} {{.HostConfig.Privileged}} {{.HostConfig.CapAdd}}"
+        for host, name in ((host1, "ps0"), (host2, "worker0"), (host3, "worker1")):
+            state = host.sh(f"docker inspect -f '{fmt}' tfps-{job}-{name}")[1].split()
+            assert state == ["true", f"{UID}:{UID}", "false", "[]"], (name, state)
+        print(f"job started and probed: {time.monotonic() - t0:.0f} s")
+    finally:
+        outsider.remove(force=True)
+        cleanup = run_playbook("cleanup.yml", inventory, {**play_vars(tmp_path), "tfps_cleanup_model_dir": True})
+    assert_ok(cleanup, "cleanup.yml")
+    print(f"cleanup.yml: {cleanup.seconds:.0f} s")
+    no_containers_anywhere(bare_metal, job)
+    for host in bare_metal.hosts:
+        assert f"tfps {job} " not in host.sh("iptables -S INPUT")[1], host.name
