@@ -1,0 +1,279 @@
+"""Fault injection: one task of a running job is SIGKILLed and restarted, the job still ends well.
+
+For each victim (the ps, the chief worker0, the non-chief worker1) in each mode (async,
+sync), a local cluster of 1 ps + 2 workers is started by hand (``python -m trainer run``
+with the classic flags of ``trainer.cluster.local_plan``). At a global step drawn at
+random (a fixed seed per case) between the first and the last periodic checkpoint, the
+victim gets SIGKILL and, a second later, is started again with the same command line and
+environment, the way a container restart policy would. Then:
+
+* the job completes at the requested global step (results.json says succeeded) and its
+  SavedModel loads and predicts;
+* exactly one completion message reaches a real SMTP server (the chief's APPRISE_URLS):
+  a killed chief sent none, its successor sends one;
+* at most one checkpoint interval of steps is redone: the global step at the kill minus
+  the step training resumed from (the checkpoint that the restarted chief, or the chief
+  repopulating a restarted ps, logs "Restoring parameters from ...model.ckpt-N" for; a
+  lost non-chief worker rolls nothing back);
+* no process of the cluster is left.
+
+Each case adds a row (recovered, seconds from the kill to the first progress line after
+the restart, steps redone) to a table that the end of the module writes to
+``tests/integration/.faults-table.txt`` and to the terminal. In async mode worker1 trains
+on while the chief is away; its note says how far, since the chief's restore discards it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from integration_helpers import (Proc, Processes, assert_nothing_left, base_env, load_and_predict, load_csv,
+                                 read_results)
+
+pytestmark = pytest.mark.integration
+
+TRAIN_STEPS = 600
+CHECKPOINT_STEPS = 100
+LOG_STEPS = 10
+SYNC_TIMEOUT = 120
+#: Pause before the restart, like a container restart policy's first back-off.
+RESTART_DELAY = 1.0
+#: The async non-chief case slows the chief's steps (tests/fixtures/paced_model.py) so that
+#: the job is still running when the restarted worker has started TensorFlow (~5-10 s):
+#: after a kill at step 500 the chief alone needs 100 x 0.15 s = 15 s for the rest.
+PACED_MODEL = "tests.fixtures.paced_model:model_fn"
+PACED_CHIEF_STEP_SECS = 0.15
+
+TABLE_FILE = Path(__file__).with_name(".faults-table.txt")
+VICTIMS = {"ps0": "ps", "worker0": "chief (worker0)", "worker1": "non-chief (worker1)"}
+CASES = [(victim, mode) for victim in VICTIMS for mode in ("async", "sync")]
+CASE_IDS = [f"{'ps' if v == 'ps0' else 'chief' if v == 'worker0' else 'worker1'}-{m}" for v, m in CASES]
+
+PROGRESS = re.compile(r"\b(worker\d+): step (\d+)/(\d+)\b")
+RESTORED = re.compile(r"Restoring parameters from \S*model\.ckpt-(\d+)")
+
+
+@dataclasses.dataclass
+class Row:
+    fault: str
+    mode: str
+    recovered: str = "no"
+    recover_s: float | None = None
+    kill_step: int | None = None
+    resumed_from: int | None = None
+    case_s: float | None = None
+    note: str = ""
+
+    @property
+    def redone(self) -> int | None:
+        if self.kill_step is None or self.resumed_from is None:
+            return None
+        return self.kill_step - self.resumed_from
+
+
+def _fmt(value, spec: str = "") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render_table(rows: list[Row]) -> str:
+    head = ("fault", "mode", "recovered", "recover s", "killed at", "resumed from", "redone", "case s", "note")
+    body = [(r.fault, r.mode, r.recovered, _fmt(r.recover_s, ".1f"), _fmt(r.kill_step), _fmt(r.resumed_from),
+             _fmt(r.redone), _fmt(r.case_s, ".0f"), r.note) for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [head, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join([f"fault injection: 1 ps + 2 workers, {TRAIN_STEPS} steps, a checkpoint every "
+                      f"{CHECKPOINT_STEPS}; SIGKILL, restart after {RESTART_DELAY:.0f} s", *lines]) + "\n"
+
+
+@pytest.fixture(scope="module")
+def fault_table(request):
+    """Rows of every case in this module; written to a file and the terminal at the end."""
+    rows: list[Row] = []
+    yield rows
+    if not rows:
+        return
+    table = render_table(rows)
+    TABLE_FILE.write_text(table)
+    # Past pytest's output capture, so that the table shows without -s as well.
+    plugins = request.config.pluginmanager
+    reporter, capman = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
+    with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+        if reporter is not None:
+            reporter.write_line("")
+            for line in table.splitlines():
+                reporter.write_line(line)
+        else:
+            print(table, file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------- helpers
+def progress_steps(*procs: Proc, since: dict[str, int] | None = None) -> list[int]:
+    """Global steps of the progress lines ("workerN: step S/M") in the processes' logs."""
+    out = []
+    for p in procs:
+        text = p.output()[(since or {}).get(p.name, 0):]
+        out += [int(m.group(2)) for m in PROGRESS.finditer(text)]
+    return out
+
+
+def checkpoint_step(model_dir: Path) -> int:
+    """Global step of the newest checkpoint, from the ``checkpoint`` index file (0 if none)."""
+    try:
+        text = (model_dir / "checkpoint").read_text()
+    except OSError:
+        return 0
+    m = re.search(r'^model_checkpoint_path: ".*-(\d+)"', text, re.M)
+    return int(m.group(1)) if m else 0
+
+
+def poll(predicate, timeout: float, what: str, *watch: Proc, interval: float = 0.05):
+    """Wait for ``predicate()`` to return something truthy; fail if a watched process exits."""
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        for p in watch:
+            if p.returncode is not None:
+                pytest.fail(f"{p.name} exited with {p.returncode} while waiting for {what}:\n{p.tail()}")
+        if time.monotonic() > end:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}:\n" +
+                        "\n".join(f"--- {p.name}\n{p.tail(15)}" for p in watch))
+        time.sleep(interval)
+
+
+def exits(proc: Proc, timeout: float) -> int:
+    rc = proc.wait(timeout)
+    assert rc == 0, f"{proc.name} exited with {rc}:\n{proc.tail()}"
+    return rc
+
+
+# ----------------------------------------------------------------------------- the cases
+@pytest.mark.parametrize("victim,mode", CASES, ids=CASE_IDS)
+def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, tmp_path, smtp_server, demo_dir,
+                                                fault_table):
+    from trainer import demo
+    from trainer.cluster import local_plan
+
+    row = Row(VICTIMS[victim], mode)
+    fault_table.append(row)
+    t_case = time.monotonic()
+    case_id = CASE_IDS[CASES.index((victim, mode))]
+    target = random.Random(case_id).randint(CHECKPOINT_STEPS, TRAIN_STEPS - CHECKPOINT_STEPS)
+    paced = victim == "worker1" and mode == "async"
+
+    model_dir = tmp_path / "model"
+    plan = local_plan(1, 2)
+    argv: dict[str, list[str]] = {}
+    env: dict[str, dict[str, str]] = {}
+    tasks: dict[str, Proc] = {}
+    for t in plan.tasks:
+        argv[t.name] = ["run", *plan.task_ref(t).to_flags(), "--model_dir", str(model_dir),
+                        "--train_steps", str(TRAIN_STEPS), "--checkpoint_steps", str(CHECKPOINT_STEPS),
+                        "--log_steps", str(LOG_STEPS), "--tf_threads", "1", "--sync_timeout", str(SYNC_TIMEOUT),
+                        *(["--sync_replicas"] if mode == "sync" else []),
+                        *(["--model", PACED_MODEL] if paced else [])]
+        extra = {"APPRISE_URLS": smtp_server.url()} if t.name == "worker0" else {}
+        if paced and t.name == "worker0":
+            extra["TFPS_TEST_STEP_SECS"] = str(PACED_CHIEF_STEP_SECS)
+        env[t.name] = base_env(**extra)
+        tasks[t.name] = procs.tfps(t.name, *argv[t.name], env=env[t.name])
+    ports = [t.port for t in plan.tasks]
+    workers = [tasks["worker0"], tasks["worker1"]]
+
+    try:
+        # Kill at the first progress line at or past the drawn step (after the first checkpoint).
+        def reached():
+            steps = progress_steps(*workers)
+            done = steps and max(steps) >= target and checkpoint_step(model_dir) >= CHECKPOINT_STEPS
+            return steps if done else None
+
+        seen = poll(reached, 240, f"global step {target}", *tasks.values())
+        tasks[victim].signal(signal.SIGKILL)
+        t_kill = time.monotonic()
+        assert tasks[victim].wait(10) == -signal.SIGKILL
+        # The step at the kill: the last one logged, or the newest checkpoint if that is newer.
+        ckpt_at_kill = checkpoint_step(model_dir)
+        row.kill_step = max(max(seen), ckpt_at_kill)
+        assert ckpt_at_kill >= CHECKPOINT_STEPS, f"no periodic checkpoint before the kill at {row.kill_step}"
+
+        time.sleep(RESTART_DELAY)
+        chief_log_at_restart = {"worker0": len(tasks["worker0"].output())}
+        again = procs.tfps(f"{victim}-restarted", *argv[victim], env=env[victim])
+        chief = again if victim == "worker0" else tasks["worker0"]
+        others = [p for name, p in tasks.items() if name not in (victim, "worker0")] + \
+                 ([again] if victim != "worker0" else [])
+
+        # Recovery: the first progress line after the restart, of the restarted worker (a
+        # worker was killed) or of the chief (the ps was killed and repopulated).
+        watched, since = (again, None) if victim != "ps0" else (chief, chief_log_at_restart)
+        if victim == "worker0":
+            # Async: worker1 trains on while the chief is away, and the restore takes that back.
+            poll(lambda: RESTORED.search(again.output()), 240, "the restarted chief's restore", again)
+            peak = max(progress_steps(tasks["worker1"]), default=0)
+            if peak > row.kill_step + 2 * LOG_STEPS:
+                row.note = f"worker1 reached step {peak} meanwhile; the restore discarded it"
+        first = poll(lambda: progress_steps(watched, since=since), 240, f"progress of {watched.name} after the restart",
+                     watched, chief)[0]
+        row.recover_s = round(time.monotonic() - t_kill, 1)
+
+        # The rest of the job, every task ending by itself.
+        exits(chief, 300)
+        for p in others:
+            exits(p, 60)
+
+        # Where training resumed: the checkpoint the chief restored after the kill, if any.
+        chief_after_kill = chief.output() if victim == "worker0" else \
+            tasks["worker0"].output()[chief_log_at_restart["worker0"]:]
+        # Only restores during training count: the export and the evaluation restore the
+        # final checkpoint too, after the last progress line.
+        last_progress = max((m.end() for m in PROGRESS.finditer(chief_after_kill)), default=0)
+        restored = [int(m.group(1)) for m in RESTORED.finditer(chief_after_kill, 0, last_progress)]
+        if victim == "worker1":
+            assert not restored, f"losing a non-chief worker rolled the model back to {restored}"
+            row.resumed_from = row.kill_step    # nothing was rolled back
+            assert first >= row.kill_step - 2 * LOG_STEPS, (first, row.kill_step)
+        else:
+            assert restored, f"{chief.name} restored no checkpoint after the kill:\n{chief.tail()}"
+            row.resumed_from = restored[0]
+            assert row.resumed_from == ckpt_at_kill, "restored an older checkpoint than the newest one"
+            assert first > row.resumed_from, f"training restarted instead of resuming: {first} <= {row.resumed_from}"
+            if victim == "worker0":
+                assert chief.lines(r"resuming from the newest checkpoint"), chief.tail()
+        assert 0 <= row.redone <= CHECKPOINT_STEPS, f"{row.redone} steps redone after the restart"
+
+        res = read_results(model_dir)
+        assert res["status"] == "succeeded", res.get("error")
+        assert res["mode"] == mode
+        assert res["global_step"] >= TRAIN_STEPS, res["global_step"]
+        assert res["export_complete"] is True
+
+        x, y = load_csv(demo.demo_globs("mlp", str(demo_dir))[1])
+        out = load_and_predict(res["export_dir"], x)
+        assert out["probabilities"].shape == (len(x), 3)
+        np.testing.assert_allclose(out["probabilities"].sum(axis=1), 1.0, atol=1e-5)
+        assert (out["classes"] == y).mean() > 0.8
+
+        # Only the chief sends, and it has exited: the count is final.
+        subjects = [m["Subject"] for m in smtp_server.messages]
+        assert len(subjects) == 1, subjects
+        assert "succeeded" in subjects[0] and "FAILED" not in subjects[0], subjects
+
+        assert_nothing_left(ports, *tasks.values(), again)
+        row.recovered = "yes"
+    except BaseException as e:
+        row.note = (str(e).strip().splitlines() or [type(e).__name__])[0][:100]
+        raise
+    finally:
+        row.case_s = time.monotonic() - t_case
