@@ -284,3 +284,13 @@ def run_flags(model_dir: Path, *extra: str, steps: int = 300) -> list[str]:
     """Run options every integration job shares: few steps, one TF thread per task."""
     return ["--model_dir", str(model_dir), "--train_steps", str(steps), "--tf_threads", "1",
             "--log_steps", "20", *map(str, extra)]
+
+
+def checkpoint_step(model_dir: Path) -> int:
+    """Global step of the newest checkpoint, from the ``checkpoint`` index file (0 if none)."""
+    try:
+        text = (model_dir / "checkpoint").read_text()
+    except OSError:
+        return 0
+    m = re.search(r'^model_checkpoint_path: ".*-(\d+)"', text, re.M)
+    return int(m.group(1)) if m else 0

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from integration_helpers import (Proc, Processes, assert_nothing_left, base_env, load_and_predict, load_csv,
+from integration_helpers import (Proc, checkpoint_step, Processes, assert_nothing_left, base_env, load_and_predict, load_csv,
                                  read_results)
 
 pytestmark = pytest.mark.integration
@@ -125,16 +125,6 @@ def progress_steps(*procs: Proc, since: dict[str, int] | None = None) -> list[in
         text = p.output()[(since or {}).get(p.name, 0):]
         out += [int(m.group(2)) for m in PROGRESS.finditer(text)]
     return out
-
-
-def checkpoint_step(model_dir: Path) -> int:
-    """Global step of the newest checkpoint, from the ``checkpoint`` index file (0 if none)."""
-    try:
-        text = (model_dir / "checkpoint").read_text()
-    except OSError:
-        return 0
-    m = re.search(r'^model_checkpoint_path: ".*-(\d+)"', text, re.M)
-    return int(m.group(1)) if m else 0
 
 
 def poll(predicate, timeout: float, what: str, *watch: Proc, interval: float = 0.05):

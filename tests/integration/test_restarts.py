@@ -7,14 +7,14 @@ Asynchronous training, so that the job keeps going while one worker is away.
 
 from __future__ import annotations
 
-import re
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from integration_helpers import Proc, Processes, assert_nothing_left, read_history, read_results, run_flags
+from integration_helpers import (Proc, Processes, assert_nothing_left, checkpoint_step, read_history, read_results,
+                                 run_flags)
 
 pytestmark = pytest.mark.integration
 
@@ -41,16 +41,6 @@ def start_cluster(procs: Processes, model_dir: Path, *extra: str, steps: int):
 def sigkill(proc: Proc) -> None:
     proc.signal(signal.SIGKILL)
     assert proc.wait(10) == -signal.SIGKILL
-
-
-def checkpoint_step(model_dir: Path) -> int:
-    """Global step of the newest checkpoint, from the ``checkpoint`` index file (0 if none)."""
-    try:
-        text = (model_dir / "checkpoint").read_text()
-    except OSError:
-        return 0
-    m = re.search(r'^model_checkpoint_path: ".*-(\d+)"', text, re.M)
-    return int(m.group(1)) if m else 0
 
 
 def wait_until(predicate, timeout: float, what: str, *procs: Proc):
