@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import dataclasses
 import re
 import signal
 import subprocess
@@ -217,6 +218,19 @@ def base_env(**extra: str) -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------- job outcomes
+@dataclasses.dataclass
+class FinishedJob:
+    """A `tfps local` job a module's tests share: its launcher, directory, ports, exit code."""
+    proc: "Proc"
+    model_dir: Path
+    ports: list[int]
+    rc: int
+
+    @property
+    def results(self) -> dict:
+        return read_results(self.model_dir)
+
+
 def read_results(model_dir: Path) -> dict:
     path = Path(model_dir) / "results.json"
     assert path.is_file(), f"no results.json in {model_dir}: {sorted(os.listdir(model_dir)) if Path(model_dir).is_dir() else 'no model_dir'}"

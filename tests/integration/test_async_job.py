@@ -6,35 +6,22 @@ each test checks one promise about its outcome.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from integration_helpers import (Proc, assert_nothing_left, first_step_secs, launcher_ports, load_and_predict, load_csv,
-                      read_history, read_results, run_flags, task_exit)
+from integration_helpers import (FinishedJob, assert_nothing_left, first_step_secs, launcher_ports, load_and_predict,
+                                 load_csv, read_history, run_flags, task_exit)
 
 pytestmark = pytest.mark.integration
 
 STEPS = 300
 
 
-@dataclasses.dataclass
-class Job:
-    proc: Proc
-    model_dir: Path
-    ports: list[int]
-    rc: int
-
-    @property
-    def results(self) -> dict:
-        return read_results(self.model_dir)
-
-
 @pytest.fixture(scope="module")
-def job(module_procs, tmp_path_factory) -> Job:
+def job(module_procs, tmp_path_factory) -> FinishedJob:
     model_dir = tmp_path_factory.mktemp("async") / "model"
     # The demo problem is easy: with a small learning rate and progress every 5 steps the
     # history starts before it is learnt, so that "the loss fell" means something.
@@ -42,7 +29,7 @@ def job(module_procs, tmp_path_factory) -> Job:
                              *run_flags(model_dir, "--log_steps", 5, "--learning_rate", 0.001, steps=STEPS))
     ports = launcher_ports(proc)
     rc = proc.wait(300)
-    return Job(proc, model_dir, ports, rc)
+    return FinishedJob(proc, model_dir, ports, rc)
 
 
 def test_job_succeeds_at_the_requested_step(job):

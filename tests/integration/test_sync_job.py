@@ -7,13 +7,12 @@ same flag) trains the documented user model ``examples.custom_model:model_fn``.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from integration_helpers import (Proc, assert_nothing_left, launcher_ports, load_and_predict, load_csv,
-                                 read_results, run_flags, task_exit)
+from integration_helpers import (FinishedJob, assert_nothing_left, launcher_ports, load_and_predict, load_csv,
+                                 run_flags, task_exit)
 
 pytestmark = pytest.mark.integration
 
@@ -21,17 +20,9 @@ STEPS = 200
 
 
 @dataclasses.dataclass
-class Job:
-    flag: str
-    model: str
-    proc: Proc
-    model_dir: Path
-    ports: list[int]
-    rc: int
-
-    @property
-    def results(self) -> dict:
-        return read_results(self.model_dir)
+class Job(FinishedJob):
+    flag: str = ""
+    model: str = ""
 
 
 @pytest.fixture(scope="module", params=[("--sync_replicas", "mlp"), ("--issync", "examples.custom_model:model_fn")],
@@ -43,7 +34,7 @@ def job(request, module_procs, tmp_path_factory) -> Job:
                              *run_flags(model_dir, flag, "--model", model, steps=STEPS))
     ports = launcher_ports(proc)
     rc = proc.wait(300)
-    return Job(flag, model, proc, model_dir, ports, rc)
+    return Job(proc, model_dir, ports, rc, flag=flag, model=model)
 
 
 def test_sync_job_succeeds(job):
