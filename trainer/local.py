@@ -24,7 +24,7 @@ import time
 
 from trainer import results
 from trainer.cluster import local_plan
-from trainer.config import RunConfig, grace_period
+from trainer.config import RunConfig
 from trainer.errors import ConfigError
 from trainer.exitcodes import ExitCode
 
@@ -97,12 +97,7 @@ def _preflight(cfg: RunConfig, script: str | None) -> None:
             raise ConfigError(f"{script} does not exist", "script")
         return
     from trainer.worker import JobSetup
-    setup = JobSetup(cfg)
-    identity = setup.identity()
-    existing = results.read_json(os.path.join(cfg.model_dir, results.RUN_IDENTITY))
-    has_ckpt = os.path.exists(os.path.join(cfg.model_dir, "checkpoint"))
-    if (existing is None and has_ckpt) or (existing and any(existing.get(k) != v for k, v in identity.items())):
-        results.claim_model_dir(cfg.model_dir, identity)   # raises the precise ConfigError
+    results.check_model_dir(cfg.model_dir, JobSetup(cfg).identity())   # the chief claims it later
 
 
 def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str | None = None,

@@ -59,24 +59,35 @@ def read_history(model_dir: str) -> list[dict]:
     return out
 
 
+def check_model_dir(model_dir: str, identity: dict) -> bool | None:
+    """Refuse a ``model_dir`` that holds another job; write nothing.
+
+    Returns True when it holds this job's checkpoints (a resume), False when it is this
+    job's without checkpoints, None when no job owns it yet.
+    """
+    has_ckpt = os.path.exists(os.path.join(model_dir, "checkpoint"))
+    existing = read_json(os.path.join(model_dir, RUN_IDENTITY))
+    if existing is None:
+        if has_ckpt:
+            raise ConfigError(f"{model_dir} holds checkpoints that tfps did not write; use a new --model_dir "
+                              "or move them away", "model_dir")
+        return None
+    diff = [k for k in identity if existing.get(k) != identity[k]]
+    if diff:
+        what = ", ".join(f"{k} {existing.get(k)!r} (now {identity[k]!r})" for k in diff)
+        raise ConfigError(f"{model_dir} belongs to another job: {what}. Use a new --model_dir, or the same "
+                          "settings to resume it", "model_dir")
+    return has_ckpt
+
+
 def claim_model_dir(model_dir: str, identity: dict) -> bool:
     """Record which job owns ``model_dir``; refuse a directory that holds another job.
 
     Returns True when the directory already holds this job's checkpoints (a resume).
     """
-    path = os.path.join(model_dir, RUN_IDENTITY)
-    has_ckpt = os.path.exists(os.path.join(model_dir, "checkpoint"))
-    existing = read_json(path)
-    if existing is None and has_ckpt:
-        raise ConfigError(f"{model_dir} holds checkpoints that tfps did not write; use a new --model_dir "
-                          "or move them away", "model_dir")
-    if existing is not None:
-        diff = [k for k in identity if existing.get(k) != identity[k]]
-        if diff:
-            what = ", ".join(f"{k} {existing.get(k)!r} (now {identity[k]!r})" for k in diff)
-            raise ConfigError(f"{model_dir} belongs to another job: {what}. Use a new --model_dir, or the same "
-                              "settings to resume it", "model_dir")
-        return has_ckpt
+    owned = check_model_dir(model_dir, identity)
+    if owned is not None:
+        return owned
     os.makedirs(model_dir, exist_ok=True)
-    write_json_atomic(path, {**identity, "created_at": now_iso()})
+    write_json_atomic(os.path.join(model_dir, RUN_IDENTITY), {**identity, "created_at": now_iso()})
     return False
