@@ -238,7 +238,9 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
             assert restored, f"{chief.name} restored no checkpoint after the kill:\n{chief.tail()}"
             row.resumed_from = restored[0]
             assert row.resumed_from == ckpt_at_kill, "restored an older checkpoint than the newest one"
-            assert first > row.resumed_from, f"training restarted instead of resuming: {first} <= {row.resumed_from}"
+            # The step fetched with the train op is read before the update lands (in sync mode, before
+            # the chief's aggregation), so the first line after a restore can repeat the restored step.
+            assert first >= row.resumed_from, f"training restarted instead of resuming: {first} < {row.resumed_from}"
             if victim == "worker0":
                 assert chief.lines(r"resuming from the newest checkpoint"), chief.tail()
         assert 0 <= row.redone <= CHECKPOINT_STEPS, f"{row.redone} steps redone after the restart"
