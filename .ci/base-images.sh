@@ -2,7 +2,7 @@
 # Build the local base images that no registry can provide here:
 #   debian:bookworm-slim  plain minbase bookworm made with debootstrap, configured like the
 #                         official image, so `FROM debian:bookworm-slim` builds unchanged;
-#   tfps-host:bookworm    a "bare-metal host" for system tests (sshd + its own dockerd +
+#   tfps-host:bookworm-2    a "bare-metal host" for system tests (sshd + its own dockerd +
 #                         python3 for Ansible), built on top of it.
 # An image whose tag already exists is left alone. Safe to run repeatedly and concurrently.
 set -euo pipefail
@@ -18,7 +18,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 have_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
-if have_image debian:bookworm-slim && have_image tfps-host:bookworm; then
+if have_image debian:bookworm-slim && have_image tfps-host:bookworm-2; then
     exit 0
 fi
 
@@ -108,11 +108,11 @@ CONF
     rootfs=
 fi
 
-if ! have_image tfps-host:bookworm; then
+if ! have_image tfps-host:bookworm-2; then
     # Built on the local base (shares its layer, no second debootstrap). Run it as described
     # in docs: --cap-add ALL --cap-drop SYS_RESOURCE, seccomp/apparmor unconfined, cgroup
     # bind mount and a volume on /var/lib/docker; the default command starts sshd + dockerd.
-    docker build -t tfps-host:bookworm - <<'DOCKERFILE'
+    docker build -t tfps-host:bookworm-2 - <<'DOCKERFILE'
 FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
@@ -120,6 +120,13 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && mkdir -p /run/sshd /root/.ssh && chmod 700 /root/.ssh
 EXPOSE 22
-CMD ["sh", "-c", "mkdir -p /run/sshd && /usr/sbin/sshd && exec dockerd"]
+# The engine runs under a loop, as under systemd's Restart=: a test can restart a host's
+# engine mid-job (kill -TERM the dockerd) and its containers come back by restart policy.
+RUN printf '%s\n' '#!/bin/sh' \
+      'mkdir -p /run/sshd && /usr/sbin/sshd || exit 1' \
+      'trap '"'"'kill -TERM $pid 2>/dev/null; wait $pid; exit 0'"'"' TERM INT' \
+      'while :; do dockerd & pid=$!; wait $pid; echo "host-init: dockerd exited ($?); starting it again" >&2; sleep 1; done' \
+      >/usr/local/sbin/host-init && chmod 755 /usr/local/sbin/host-init
+CMD ["/usr/local/sbin/host-init"]
 DOCKERFILE
 fi

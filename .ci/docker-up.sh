@@ -64,6 +64,12 @@ fi
 
 if ! engine_ok; then
     if ! pgrep -x dockerd >/dev/null; then
+        # After a reboot, containerd's pid file from the last boot may name a new, unrelated
+        # process: dockerd would then wait for a containerd that never answers.
+        pidfile=/var/run/docker/containerd/containerd.pid
+        if [ -f "$pidfile" ] && [ "$(ps -o comm= -p "$(cat "$pidfile")" 2>/dev/null)" != containerd ]; then
+            rm -f "$pidfile"
+        fi
         # setsid: dockerd must outlive this script; 9>&- so it does not hold the lock.
         setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null 9>&- &
     fi

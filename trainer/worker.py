@@ -359,15 +359,22 @@ class Job:
         self.ops = ops
         code = ExitCode.OK
         if not self._wait_for_chief(server, graph):
+            if self.stop.requested:
+                return ExitCode.STOPPED
             self._send_done(server, graph)
-            return ExitCode.STOPPED if self.stop.requested else ExitCode.TRAINING_FAILED
+            return ExitCode.TRAINING_FAILED
         try:
             self._train(server, graph)
         except Exception as e:
             log.error("%s: training failed: %s: %s", self.task.name, type(e).__name__, e)
             code = ExitCode.TRAINING_FAILED
-        if self.stop.requested and code == ExitCode.OK:
-            code = ExitCode.STOPPED
+        if self.stop.requested:
+            # Stopped by its own signal, not by the chief: this task is expected back (a
+            # restart policy, an engine restart) or the ps is being stopped as well. A "done"
+            # now would let the ps exit at the chief's end while this worker still trains;
+            # without it the ps waits for it at most --sync_timeout after the chief.
+            log.info("%s: stopped by a signal; not reporting done to the ps", self.task.name)
+            return ExitCode.STOPPED if code == ExitCode.OK else code
         self._send_done(server, graph)
         return code
 

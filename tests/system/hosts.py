@@ -1,6 +1,6 @@
 """"Bare-metal hosts" for system tests: containers that run sshd and their own Docker engine.
 
-Each host is a container of ``tfps-host:bookworm`` on a user-defined Docker network, with
+Each host is a container of ``tfps-host:bookworm-2`` on a user-defined Docker network, with
 its own address, an sshd that accepts a key made for the test, and its own dockerd (Docker
 in Docker, started as ENVIRONMENT.md says: all capabilities but SYS_RESOURCE, no seccomp
 or AppArmor profile, the cgroup tree mounted, an anonymous volume on /var/lib/docker so
@@ -26,7 +26,7 @@ from pathlib import Path
 import docker
 import yaml
 
-HOST_IMAGE = "tfps-host:bookworm"
+HOST_IMAGE = "tfps-host:bookworm-2"
 #: How long a new host may take until sshd and its inner dockerd answer.
 START_TIMEOUT = 90
 
