@@ -60,6 +60,7 @@ class RunConfig:
     log_steps: int = 50
     final_save_timeout: float = DEFAULT_FINAL_SAVE_TIMEOUT
     sync_timeout: float = 300.0
+    startup_timeout: float = 600.0
     tf_threads: int = 2
     seed: int = 7
     notify: list[str] = dataclasses.field(default_factory=list)
@@ -103,6 +104,7 @@ class RunConfig:
         positive("log_steps", self.log_steps)
         positive("replicas_to_aggregate", self.replicas_to_aggregate)
         positive("sync_timeout", self.sync_timeout, float)
+        positive("startup_timeout", self.startup_timeout, float)
         positive("tf_threads", self.tf_threads)
         if self.num_classes is not None and self.num_classes < 0:
             raise ConfigError("must be 0 (regression) or the number of classes (>= 2)", "num_classes")
@@ -175,6 +177,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                    help="gradients averaged per sync step (default: number of workers)")
     g.add_argument("--sync_timeout", type=float, default=d.sync_timeout,
                    help="seconds a sync step may wait for missing workers before the job fails (default %(default)s)")
+    g.add_argument("--startup_timeout", type=float, default=d.startup_timeout,
+                   help="seconds from a worker's start to its first training step before it gives up and, "
+                        "on the chief, reports the job failed: a ps or worker that can never start (bad "
+                        "image, port taken) must not hang the job (default %(default)s)")
     g.add_argument("--seed", type=int, default=d.seed, help=argparse.SUPPRESS)
     g.add_argument("--tf_threads", type=int, default=d.tf_threads,
                    help="TensorFlow intra/inter-op threads per task (default %(default)s)")

@@ -9,6 +9,9 @@ The end of the job is the point of this module (see DESIGN.md, "The job lifecycl
 * The chief's last checkpoint is written by ``CheckpointSaverHook.end``; the SavedModel is
   exported afterwards from the newest checkpoint in a fresh graph (``trainer.export``),
   then results.json, the notification, and only then the "done" tokens that let the ps exit.
+* A startup watchdog ends a worker that has not trained a step within --startup_timeout
+  (a ps that can never start, a port taken by something else): TensorFlow itself would
+  wait for a missing task forever. On the chief it first reports the job failed.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 import traceback
 
@@ -102,6 +106,7 @@ def _hooks_module():
             now = time.monotonic()
             if self.local_steps == 1:
                 self.job.first_step_at = time.time()
+                self.job.watchdog.disarm()
                 log.info("%s: first training step done %.2f s after start", self.name,
                          self.job.first_step_at - self.job.started_wall)
                 self.t_last, self.step_last = now, int(out["global_step"])
@@ -174,6 +179,101 @@ def _hooks_module():
     return ProgressHook, StopFlagHook, ReleaseSyncTokensHook, FastWorkerSessionCreator
 
 
+class StartupWatchdog:
+    """Fail a worker that has not trained a step within ``--startup_timeout``.
+
+    TensorFlow waits for every task of the session's device filters without a bound
+    ("CreateSession still waiting for response from worker"), and a sync step waits for
+    gradients of workers that never came up. Neither can be interrupted from Python, so
+    when the time is up this thread says which tasks do not answer, lets the chief report
+    the job failed (results.json and the failure message), and ends the process.
+    """
+
+    def __init__(self, job: "Job"):
+        self.job = job
+        self.done = threading.Event()
+        self.deadline = 0.0
+        self.thread = threading.Thread(target=self._watch, name="tfps-startup-watchdog", daemon=True)
+
+    def start(self) -> "StartupWatchdog":
+        self.extend()
+        self.thread.start()
+        return self
+
+    def extend(self) -> None:
+        """The cluster answered and is making progress (a non-chief waiting for the chief)."""
+        self.deadline = time.monotonic() + self.job.cfg.startup_timeout
+
+    def disarm(self) -> None:
+        self.done.set()
+
+    def _watch(self) -> None:
+        while not self.done.wait(max(self.deadline - time.monotonic(), 0.0)):
+            if time.monotonic() >= self.deadline:
+                break
+        else:
+            return
+        job, task = self.job, self.job.task
+        silent = [f"{name} ({target}) {state}" for name, target, state in probe_tasks(task) if state != "answers"]
+        where = ("; ".join(silent) if silent else
+                 "every task answers, so one is stuck before its first step (see its log)")
+        error = RuntimeError(
+            f"{task.name} did not train a step within {job.cfg.startup_timeout:.0f} s of its start "
+            f"(--startup_timeout): {where}. Check that every task of the cluster is running (its "
+            "container or process, the image it runs), that nothing else listens on its port, and "
+            "that the hosts reach each other; raise --startup_timeout if restoring the model takes longer.")
+        print(f"tfps: error: {error}", file=sys.stderr, flush=True)
+        code = ExitCode.TRAINING_FAILED
+        try:
+            if task.is_chief:
+                job.report_startup_failure(error, code)
+        except Exception as e:  # noqa: BLE001 - the process ends whatever happens
+            log.error("%s: could not report the failure: %s", task.name, e)
+        finally:
+            logging.shutdown()
+            sys.stdout.flush()
+            os._exit(int(code))
+
+
+#: What a client sends first on an HTTP/2 (gRPC) connection, and an empty SETTINGS frame.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def probe_task(target: str, timeout: float = 2.0) -> str:
+    """"answers" if a gRPC server (a TF task) serves ``host:port``, else what is wrong there.
+
+    A TF server answers the HTTP/2 preface with a SETTINGS frame; another program that
+    holds the port (so the task could not bind it) accepts the connection and does not.
+    """
+    host, _, port = target.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout) as s:
+            s.settimeout(timeout)
+            s.sendall(_H2_PREFACE)
+            head = b""
+            while len(head) < 9:
+                chunk = s.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+    except ConnectionRefusedError:
+        return "refuses connections (not running?)"
+    except socket.timeout:
+        return "accepts connections but is not a TensorFlow server (another program holds its port?)"
+    except OSError as e:
+        return f"does not answer ({e.strerror or type(e).__name__})"
+    if len(head) == 9 and head[3] == 0x04:
+        return "answers"
+    return "accepts connections but is not a TensorFlow server (another program holds its port?)"
+
+
+def probe_tasks(task, timeout: float = 2.0) -> list[tuple[str, str, str]]:
+    """(name, host:port, state) of every other task of the cluster (see probe_task)."""
+    return [(f"{job_name}{i}", target, probe_task(target, timeout))
+            for job_name in ("ps", "worker") for i, target in enumerate(getattr(task.cluster, job_name))
+            if f"{job_name}{i}" != task.name]
+
+
 class Job:
     """One worker task from start to exit code."""
 
@@ -183,6 +283,23 @@ class Job:
         self.started_iso = results.now_iso()
         self.first_step_at: float | None = None
         self.last_seen_step = 0
+        self.setup: JobSetup | None = None
+        self.claimed = False   # this chief owns model_dir (results.json may be written there)
+        self.watchdog = StartupWatchdog(self)
+
+    def report_startup_failure(self, error: Exception, code: ExitCode) -> None:
+        """The chief's report when the startup watchdog fires (from its thread)."""
+        import tensorflow as tf
+        from trainer import report
+        reporter = report.Reporter(self.cfg, self.task, self.setup, self.started_iso, self.started_wall)
+        if not self.claimed:
+            reporter.notify_only("failed", int(code), error)
+            return
+        ckpt = tf.train.latest_checkpoint(self.cfg.model_dir)
+        reporter.finished(
+            status="failed", exit_code=int(code), step=int(ckpt.rsplit("-", 1)[1]) if ckpt else 0,
+            checkpoint=ckpt, export_dir=None, train_summary={}, eval_metrics={}, error=error,
+            times={"startup_s": round(time.time() - self.started_wall, 3), "training_s": 0.0, "final_save_s": 0.0})
 
     # ------------------------------------------------------------------ graph
     def build(self, setup: JobSetup):
@@ -229,13 +346,24 @@ class Job:
         server = tf.distribute.Server(cluster_spec(task), job_name="worker", task_index=task.index,
                                       config=session_config(task, cfg), start=True)
         write_health(task)
+        self.watchdog.start()
+        try:
+            return self._run(server)
+        finally:
+            self.watchdog.disarm()
+
+    def _run(self, server) -> ExitCode:
+        task, cfg = self.task, self.cfg
         setup = None
         try:
             # Bad input found here on the chief (data, model, a model_dir of another job)
             # must still end the whole job: the other tasks are already waiting for it.
-            setup = JobSetup(cfg)
-            if task.is_chief and results.claim_model_dir(cfg.model_dir, setup.identity()):
-                log.info("resuming from the newest checkpoint in %s", cfg.model_dir)
+            setup = self.setup = JobSetup(cfg)
+            if task.is_chief:
+                resuming = results.claim_model_dir(cfg.model_dir, setup.identity())
+                self.claimed = True
+                if resuming:
+                    log.info("resuming from the newest checkpoint in %s", cfg.model_dir)
             graph, ops = self.build(setup)
         except ConfigError as e:
             print(f"tfps: error: {e}", file=sys.stderr, flush=True)
@@ -279,12 +407,16 @@ class Job:
         return v1.train.MonitoredSession(session_creator=creator, hooks=all_hooks, stop_grace_period_secs=3), progress
 
     def _train(self, server, graph):
-        with graph.as_default():
-            sess, progress = self._session(server, graph, [])
-            with sess:
-                while not sess.should_stop():
-                    sess.run(self.ops["train_op"])
-        return progress
+        try:
+            with graph.as_default():
+                sess, progress = self._session(server, graph, [])
+                with sess:
+                    while not sess.should_stop():
+                        sess.run(self.ops["train_op"])
+            return progress
+        finally:
+            # A job restored at its last step trains none; its final save is not start-up.
+            self.watchdog.disarm()
 
     def _end_rpc(self, server, graph, fetches, what: str) -> bool:
         import tensorflow as tf
@@ -303,6 +435,7 @@ class Job:
 
     def _abort(self, setup, server, error: Exception, code: ExitCode) -> ExitCode:
         """This task cannot train: report (chief), stop the other workers, let the ps go."""
+        self.watchdog.disarm()
         import tensorflow as tf
         from trainer import report
         task, cfg = self.task, self.cfg
@@ -344,6 +477,7 @@ class Job:
                 try:
                     if len(s.run(ready)) == 0:
                         return True
+                    self.watchdog.extend()   # the ps answered; the chief is still initialising
                 except tf.errors.OpError:
                     pass
                 try:
