@@ -262,3 +262,78 @@ def test_bad_inventory_fails_in_the_check_phase(case, bare_metal, image_archive,
     assert "Start the task containers" not in result.output
     assert "Copy the image archive to the host" not in result.output
     no_containers_anywhere(bare_metal, job)
+
+
+@pytest.mark.system
+def test_image_that_cannot_be_pulled_starts_nothing_and_sends_the_failure(bare_metal, image_archive,
+                                                                          network_smtp_server, run_playbook,
+                                                                          tmp_path):
+    """A trainer image no host can get (a typo, an unreachable registry) ends the play before
+    any task starts, says which hosts and why, and sends the failure message."""
+    job = "noimage"
+    image = "127.0.0.1:5999/tfps-trainer:missing"      # a registry nobody runs
+    inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
+        job, image_archive, network_smtp_server, tfps_image=image, tfps_image_archive="")})
+    result = run_playbook("deploy.yml", inventory, play_vars(tmp_path))
+    assert result.returncode != 0, result.output[-3000:]
+    assert f"Nothing was started: host1: cannot pull {image}" in result.output, result.output[-4000:]
+    for host in ("host2", "host3"):
+        assert f"{host}: cannot pull {image}" in result.output
+    assert "check tfps_image and the host's access to its registry" in result.output
+    assert "Start the task containers" not in result.output
+    no_containers_anywhere(bare_metal, job)
+    messages = [m for m in network_smtp_server.wait_for(1, timeout=30) if f"job {job}" in str(m["subject"])]
+    assert len(messages) == 1, [str(m["subject"]) for m in network_smtp_server.messages]
+    assert "FAILED" in str(messages[0]["subject"]).upper()
+    assert f"cannot pull {image}" in messages[0].get_body(("plain",)).get_content()
+
+
+@pytest.mark.system
+def test_engine_restart_mid_job_brings_the_task_back_and_the_job_completes(bare_metal, image_archive,
+                                                                           run_playbook, tmp_path):
+    """The Docker engine of worker1's host restarts mid-job (as an upgrade does): the engine
+    stops worker1's container, starts it again by its restart policy, worker1 rejoins, and the
+    job completes at its global step."""
+    import threading
+    job = "engine"
+    steps = 4000
+    inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
+        job, image_archive, tfps_train_steps=steps, tfps_checkpoint_steps=1000)})
+    box: dict = {}
+    deploy = threading.Thread(target=lambda: box.update(result=run_playbook("deploy.yml", inventory,
+                                                                             play_vars(tmp_path))))
+    deploy.start()
+    host3 = bare_metal["host3"]
+    container = f"tfps-{job}-worker1"
+    logs = f"docker logs {container} 2>&1"
+    deadline = time.monotonic() + 240
+    while "first training step done" not in host3.sh(logs, check=False)[1]:
+        assert deploy.is_alive() and time.monotonic() < deadline, box.get("result") and box["result"].output[-3000:]
+        time.sleep(1)
+    started = host3.sh(f"docker inspect {container} --format '{{{{.State.StartedAt}}}}'")[1].strip()
+
+    host3.sh("kill -TERM $(cat /var/run/docker.pid)")          # the engine restarts (host-init's loop)
+    deadline = time.monotonic() + 120
+    while True:
+        code, out = host3.sh(f"docker inspect {container} --format '{{{{.State.StartedAt}}}} {{{{.State.Running}}}}'",
+                             check=False)
+        if code == 0 and out.split()[0] != started and out.split()[1] == "true":
+            break
+        assert time.monotonic() < deadline, f"{container} did not come back after the engine restart: {out}"
+        time.sleep(1)
+    # worker1 trained again after the restart (its container's log holds both runs).
+    deadline = time.monotonic() + 120
+    while host3.sh(logs, check=False)[1].count("first training step done") < 2:
+        assert deploy.is_alive() and time.monotonic() < deadline, "worker1 did not rejoin the job"
+        time.sleep(1)
+
+    deploy.join(600)
+    result = box["result"]
+    assert_ok(result, "deploy.yml with an engine restart")
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert results["status"] == "succeeded" and results["global_step"] >= steps
+    assert results["export_complete"] is True
+    # The ps waited for worker1 and left by itself: the SIGTERM of the engine's stop did not
+    # count as worker1 being done.
+    assert re.search(rf"tfps-{job}-ps0 exit 0\b", result.output), result.output[-3000:]
+    no_containers_anywhere(bare_metal, job)
