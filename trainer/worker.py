@@ -5,7 +5,7 @@ The end of the job is the point of this module (see DESIGN.md, "The job lifecycl
 * Non-chief workers poll for the chief's initialisation every 0.5 s instead of the 30 s
   that ``MonitoredTrainingSession`` hard-codes, so they join about a second after the chief.
 * SIGTERM requests a stop between steps; the chief then raises a cluster-wide stop flag
-  (a variable on ps 0) that every worker reads with each step, so the whole job winds down.
+  (a variable on ps 0) that every worker reads every 0.25 s, so the whole job winds down.
 * The chief's last checkpoint is written by ``CheckpointSaverHook.end``; the SavedModel is
   exported afterwards from the newest checkpoint in a fresh graph (``trainer.export``),
   then results.json, the notification, and only then the "done" tokens that let the ps exit.
@@ -37,6 +37,8 @@ log = logging.getLogger("tfps")
 JOIN_POLL_SECS = 0.5
 #: How long a non-chief worker waits for the chief to initialise the model (TF's default).
 CHIEF_WAIT_SECS = 7200
+#: A worker reads the chief's stop flag (on ps 0) at most this often.
+FLAG_READ_SECS = 0.25
 #: Bound on sending tokens / flags at the end; the ps may already be gone.
 END_RPC_TIMEOUT_MS = 10_000
 #: After its done token the chief waits at most this long for the ps tasks to exit.
@@ -137,12 +139,21 @@ def _hooks_module():
             return {k: round(float(np.mean([r[k] for r in self.recent])), 6) for k in keys}
 
     class StopFlagHook(v1.train.SessionRunHook):
-        """Turns SIGTERM on any worker, or the chief's cluster-wide stop flag, into request_stop."""
+        """Turns SIGTERM on any worker, or the chief's cluster-wide stop flag, into request_stop.
+
+        The flag lives on ps 0; reading it costs a round trip, so a worker reads it with
+        at most one step per FLAG_READ_SECS instead of with every step.
+        """
 
         def __init__(self, flag, raise_op, stop: StopSignal, is_chief: bool):
             self.flag, self.raise_op, self.stop, self.is_chief = flag, raise_op, stop, is_chief
+            self.next_read = 0.0
 
         def before_run(self, run_context):
+            now = time.monotonic()
+            if now < self.next_read:
+                return None
+            self.next_read = now + FLAG_READ_SECS
             return v1.train.SessionRunArgs(self.flag)
 
         def after_run(self, run_context, run_values):
