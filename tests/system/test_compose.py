@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -293,35 +294,110 @@ def test_stop_chief_writes_final_save_within_grace(compose_job, trainer_image, t
     assert "export/saved_model.pb" in files
 
 
-def test_sigkilled_worker_comes_back_and_job_succeeds(compose_job, trainer_image, tmp_path):
-    """(c) worker-1's process is SIGKILLed mid-run (as the OOM killer would): the restart
-    policy brings it back, it rejoins, and the job succeeds with every task exiting 0.
+FAULT_STEPS = 1000
+FAULT_CHECKPOINT = 200          # the default: train_steps / 5
+FAULT_ROWS: list[str] = []
+RESTORED = re.compile(r"Restoring parameters from \S*model\.ckpt-(\d+)")
 
-    Synchronous training, so the chief cannot simply finish alone while worker-1 is away.
+
+@pytest.fixture(scope="module")
+def fault_table():
+    yield FAULT_ROWS
+    if FAULT_ROWS:
+        print("\ncompose fault injection: 1 ps + 2 workers, %d steps, a checkpoint every %d; SIGKILL of the "
+              "task's container process, brought back by its restart policy" % (FAULT_STEPS, FAULT_CHECKPOINT))
+        print(f"{'fault':<20} {'mode':<6} {'recovered':<10} {'recover s':>9} {'killed at':>9} {'resumed from':>12} "
+              f"{'redone':>6}")
+        for row in FAULT_ROWS:
+            print(row)
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+@pytest.mark.parametrize("victim", ["ps-0", "worker-0", "worker-1"])
+def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, trainer_image, tmp_path,
+                                                   container_smtp_server, docker_client, fault_table):
+    """A task's process is SIGKILLed (as the OOM killer would) at a random step between the
+    first and the last checkpoint: the restart policy brings it back, the job completes at
+    its global step with every task exiting 0, no more than one checkpoint interval is
+    redone, the SavedModel loads and predicts, and exactly one completion email is sent.
+
     ``docker kill`` would not do: Docker treats it as a manual stop and never restarts it.
     """
+    import random
+    name = f"fault-{victim}-{mode}"
     directory = tmp_path / "kill"
-    generate(directory, "--ps", "1", "--workers", "2", "--sync_replicas", "--train_steps", "1000", "--log_steps", "50",
+    generate(directory, "--ps", "1", "--workers", "2", *(["--sync_replicas"] if mode == "sync" else []),
+             "--train_steps", str(FAULT_STEPS), "--log_steps", "20", "--run_name", name,
              "--final_save_timeout", "60", image=trainer_image)
+    (directory / ".env").write_text(f"APPRISE_URLS='{container_smtp_server.url()}'\n")
     job = compose_job(directory)
     job.start()
-    job.wait_for_step(300, timeout=240)
+    target = random.randint(FAULT_CHECKPOINT + 20, FAULT_STEPS - FAULT_CHECKPOINT - 20)
+    kill_step = job.wait_for_step(target, timeout=300)
 
-    victim = job.container("worker-1")
-    assert victim.status == "running"
-    os.kill(victim.attrs["State"]["Pid"], signal.SIGKILL)
+    container = job.container(victim)
+    assert container.status == "running"
+    t_kill = time.time()
+    os.kill(container.attrs["State"]["Pid"], signal.SIGKILL)
 
-    rc = job.wait(timeout=300)
+    # Recovered: the chief logs progress again, stamped after the kill and its restart.
+    recover_s = None
+    end = time.monotonic() + 240
+    while recover_s is None and time.monotonic() < end and job._up.poll() is None:
+        code, out = (0, b"")
+        try:
+            code, out = job.container(CHIEF).exec_run(["cat", f"{MODEL_DIR}/history.jsonl"])
+        except Exception:  # noqa: BLE001 - the chief is restarting
+            code = 1
+        if code == 0:
+            times = [json.loads(line)["time"] for line in out.decode().splitlines() if line.startswith("{")]
+            later = [t for t in times if t > t_kill + 1]
+            if later:
+                recover_s = round(min(later) - t_kill, 1)
+        time.sleep(0.5)
+
+    rc = job.wait(timeout=400)
     assert rc == 0, job.tail()
-    victim.reload()
-    assert victim.attrs["RestartCount"] >= 1, "worker-1 was not restarted"
-    assert exit_codes(job) == {"ps-0": 0, "worker-0": 0, "worker-1": 0}, \
-        "the restarted worker-1 did not finish by itself (so the ps missed its done token)"
+    container.reload()
+    assert container.attrs["RestartCount"] >= 1, f"{victim} was not restarted"
+    assert exit_codes(job) == {"ps-0": 0, "worker-0": 0, "worker-1": 0}, job.tail()
     assert_nothing_running(job)
     results = job.read_json(f"{MODEL_DIR}/results.json")
     assert results["status"] == "succeeded"
-    assert results["global_step"] >= 1000
+    assert results["global_step"] >= FAULT_STEPS
     assert results["export_complete"] is True
+
+    # Steps redone: from the step at the kill back to the checkpoint the chief restored.
+    chief_log = job.container(CHIEF).logs(since=int(t_kill)).decode(errors="replace")
+    progress_end = chief_log.rfind(": step ")          # export/eval restore after the last progress line
+    restored = [int(m.group(1)) for m in RESTORED.finditer(chief_log, 0, max(progress_end, 0))]
+    if victim == "worker-1":
+        assert not restored, f"losing a non-chief worker rolled the model back to {restored}"
+        resumed_from = kill_step
+    else:
+        assert restored, f"the chief restored no checkpoint after {victim} was killed:\n{chief_log[-3000:]}"
+        resumed_from = restored[0]
+    redone = max(kill_step - resumed_from, 0)
+    fault_table.append(f"{victim:<20} {mode:<6} {'yes':<10} {recover_s if recover_s is not None else '-':>9} "
+                       f"{kill_step:>9} {resumed_from:>12} {redone:>6}")
+    assert redone <= FAULT_CHECKPOINT, f"{redone} steps redone, more than one checkpoint interval"
+
+    # The SavedModel loads and predicts, in a fresh container of the image, from the job's volume.
+    volume = f"{job.project}_tfps-data"
+    script = ("import json, numpy as np, tensorflow as tf; m = tf.saved_model.load('/data/model/export'); "
+              "f = m.signatures['serving_default']; "
+              "shape = [d if d else 4 for d in f.structured_input_signature[1]['features'].shape.as_list()]; "
+              "out = f(features=tf.constant(np.random.default_rng(0).normal(size=shape), tf.float32)); "
+              "print(json.dumps({k: v.numpy().shape[0] for k, v in out.items()}))")
+    out = docker_client.containers.run(trainer_image, ["python", "-c", script], entrypoint=[],
+                                       volumes={volume: {"bind": "/data", "mode": "ro"}}, remove=True)
+    predictions = json.loads(out.decode().strip().splitlines()[-1])
+    assert predictions and all(n == 4 for n in predictions.values()), predictions
+
+    messages = container_smtp_server.wait_for(1, timeout=30)
+    time.sleep(2)
+    subjects = [str(m["Subject"]) for m in container_smtp_server.messages]
+    assert len(subjects) == 1 and f"job {name}" in subjects[0] and "succeeded" in subjects[0], subjects
 
 
 def test_gpu_example_is_valid_compose(tmp_path):
