@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one task of a cluster (what each container runs)")
     _cluster_options(run)
     add_run_options(run)
+    run.add_argument("--restarts", type=int, default=0, metavar="N",
+                     help="start the task's process again, up to N times, when a signal kills it (the OOM "
+                          "killer, a crash) and nobody asked it to stop; the container or launcher around it "
+                          "sees one process that lives on (default %(default)s)")
 
     local = sub.add_parser("local", help="run a whole cluster on this machine as processes")
     local.add_argument("--ps", type=int, default=1, help="number of ps tasks (default %(default)s)")
@@ -101,13 +105,17 @@ def _setup_logging(verbose: bool, prefix: str = "") -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def cmd_run(ns) -> int:
+def cmd_run(ns, argv: list[str]) -> int:
     from trainer.cluster import TaskRef
     cfg = from_args(ns)
     task = TaskRef.resolve(ns.ps_hosts, ns.worker_hosts, ns.job_name, ns.task_index)
     if task.is_chief:   # refuse malformed notification URLs before anything starts
         from trainer.notify import Notifier
         Notifier.from_settings(cfg.notify, cfg.notify_config)
+    if ns.restarts < 0:
+        raise ConfigError(f"{ns.restarts} is negative; use 0 (never) or how many times to restart", "restarts")
+    if ns.restarts > 0 and not os.environ.get(SUPERVISED_ENV):
+        return supervise(argv, ns.restarts, task.name)
     from trainer.lifecycle import StopSignal
     stop = StopSignal()
     if task.job == "ps":
@@ -124,6 +132,54 @@ def cmd_run(ns) -> int:
     import signal
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return code
+
+
+#: Set in the environment of a task process that a supervising ``tfps run --restarts`` started.
+SUPERVISED_ENV = "TFPS_SUPERVISED"
+
+
+def supervise(argv: list[str], restarts: int, name: str) -> int:
+    """Run ``tfps <argv>`` as a child and start it again when a signal kills it.
+
+    Only deaths by a signal nobody sent through this process count (SIGKILL from the OOM
+    killer, SIGSEGV, ...): an exit code is the task's own verdict (1 failed, 2 bad input,
+    130 stopped) and is returned as it is. SIGTERM and SIGINT are passed on to the task,
+    which then saves and exits as usual; nothing is restarted after them.
+    """
+    import signal
+    import subprocess
+    log = logging.getLogger("tfps")
+    env = {**os.environ, SUPERVISED_ENV: "1"}
+    cmd = [sys.executable, "-m", "trainer", *argv]
+    state = {"child": None, "stopping": False}
+
+    def forward(signum, _frame):
+        state["stopping"] = True
+        if state["child"] is not None and state["child"].poll() is None:
+            state["child"].send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    attempt = 0
+    while True:
+        state["child"] = subprocess.Popen(cmd, env=env)
+        while True:
+            try:
+                rc = state["child"].wait()
+                break
+            except InterruptedError:
+                continue
+        if rc >= 0 or state["stopping"] or attempt >= restarts:
+            if rc < 0:
+                log.error("%s: the task process was killed by %s; not restarting it (%s)", name,
+                          signal.Signals(-rc).name, "stop requested" if state["stopping"] else
+                          f"{restarts} restart(s) used")
+                return 128 - rc
+            return rc
+        attempt += 1
+        log.warning("%s: the task process was killed by %s; starting it again (%d/%d)", name,
+                    signal.Signals(-rc).name, attempt, restarts)
+        time.sleep(1)
 
 
 def cmd_local(ns) -> int:
@@ -156,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(ns.verbose)
     try:
         if ns.command == "run":
-            return cmd_run(ns)
+            return cmd_run(ns, argv)
         if ns.command == "local":
             return cmd_local(ns)
         if ns.command == "plan":

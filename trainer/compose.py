@@ -53,6 +53,8 @@ DEFAULT_IMAGE = "tfps-trainer:latest"
 #: Tag of an image built with ``--build-arg TF_PACKAGE="tensorflow[and-cuda]==..."``.
 DEFAULT_GPU_IMAGE = "tfps-trainer:gpu"
 DEFAULT_RESTART = "on-failure:3"
+#: How often `tfps run --restarts` starts a task process killed by a signal again in its container.
+TASK_RESTARTS = 3
 #: Where --data_dir, --user_model_dir and --notify_config appear inside the containers.
 DATA_MOUNT = "/input"
 USER_MODEL_MOUNT = "/opt/usermodels"  # on the image's PYTHONPATH
@@ -282,7 +284,10 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
     chief = chief_service(plan)
     n_ps, n_workers = len(plan.cluster.ps), len(plan.cluster.worker)
     output = ns.output or "-"
-    command = ["run", f"--model_dir={cfg.model_dir}"]
+    # --restarts: a task process killed by a signal (the OOM killer) starts again inside its
+    # container. Docker's restart policy would restart the container too, but `up
+    # --exit-code-from` ends the whole job at the chief container's first exit.
+    command = ["run", f"--restarts={TASK_RESTARTS}", f"--model_dir={cfg.model_dir}"]
     command += [a for a in _run_args(cfg) if not a.startswith("--model_dir=") and not a.startswith("--notify_config=")]
     regen = shlex.join(["tfps", "compose", *regenerate_args(ns, cfg)])
     volumes = [f"{VOLUME}:/data"]

@@ -161,7 +161,7 @@ def test_command_is_run_with_the_job_settings_and_model_dir_on_the_volume():
                 "--final_save_timeout", "90", "--run_name", "nightly", "--train_data", "/input/train.csv",
                 "--eval_data", "/input/eval.csv")
     command = data["x-tfps-task"]["command"]
-    assert command[:2] == ["run", "--model_dir=/data/model"]
+    assert command[:3] == ["run", "--restarts=3", "--model_dir=/data/model"]
     for arg in ("--model=linear", "--train_steps=500", "--batch_size=32", "--sync_replicas",
                 "--final_save_timeout=90", "--run_name=nightly", "--train_data=/input/train.csv",
                 "--eval_data=/input/eval.csv"):
@@ -169,7 +169,7 @@ def test_command_is_run_with_the_job_settings_and_model_dir_on_the_volume():
     assert data["name"] == "nightly"
     # The command parses as `tfps run` options.
     ns = cli.build_parser().parse_args(command)
-    assert ns.command == "run" and ns.train_steps == 500 and ns.sync_replicas is True
+    assert ns.command == "run" and ns.train_steps == 500 and ns.sync_replicas is True and ns.restarts == 3
 
 
 def test_only_the_chief_reads_the_env_file():
