@@ -391,11 +391,12 @@ def test_killed_task_on_a_host_comes_back_and_the_job_completes(victim, mode, ba
     while max((r["step"] for r in _history(chief_host, job)), default=0) < target:
         assert deploy.is_alive() and time.monotonic() < deadline, box.get("result") and box["result"].output[-3000:]
         time.sleep(0.5)
-    kill_step = max(r["step"] for r in _history(chief_host, job))
     container = f"tfps-{job}-{victim}"
     pid = host.sh(f"docker inspect {container} --format '{{{{.State.Pid}}}}'")[1].strip()
-    t_kill = time.time()
     host.sh(f"kill -KILL {pid}")
+    t_kill = time.time()
+    # The step at the kill: the chief's last progress record from before it.
+    kill_step = max(r["step"] for r in _history(chief_host, job) if r["time"] <= t_kill)
 
     recover_s = None
     while recover_s is None and deploy.is_alive() and time.monotonic() < deadline + 240:

@@ -342,15 +342,16 @@ def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, t
     job = compose_job(directory)
     job.start()
     target = random.randint(FAULT_CHECKPOINT + 20, FAULT_STEPS - FAULT_CHECKPOINT - 20)
-    kill_step = job.wait_for_step(target, timeout=300)
+    job.wait_for_step(target, timeout=300)
 
     container = job.container(victim)
     assert container.status == "running"
-    t_kill = time.time()
     os.kill(task_process(container), signal.SIGKILL)
+    t_kill = time.time()
 
-    # Recovered: the chief logs progress again, stamped after the kill and its restart.
-    recover_s = None
+    # Recovered: the chief logs progress again, stamped after the kill and its restart. The
+    # step at the kill: the chief's last progress record from before it.
+    kill_step, recover_s = None, None
     end = time.monotonic() + 240
     while recover_s is None and time.monotonic() < end and job._up.poll() is None:
         code, out = (0, b"")
@@ -359,14 +360,17 @@ def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, t
         except Exception:  # noqa: BLE001 - the chief is restarting
             code = 1
         if code == 0:
-            times = [json.loads(line)["time"] for line in out.decode().splitlines() if line.startswith("{")]
-            later = [t for t in times if t > t_kill + 1]
+            records = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
+            if kill_step is None:
+                kill_step = max(r["step"] for r in records if r["time"] <= t_kill)
+            later = [r["time"] for r in records if r["time"] > t_kill + 1]
             if later:
                 recover_s = round(min(later) - t_kill, 1)
         time.sleep(0.5)
 
     rc = job.wait(timeout=400)
     assert rc == 0, job.tail()
+    assert kill_step is not None, "the chief's history could not be read after the kill"
     container.reload()
     # Started again inside its container (`tfps run --restarts`), so `up` never saw it exit.
     assert "the task process was killed by SIGKILL; starting it again (1/3)" in \
