@@ -30,8 +30,11 @@ def tfps(*args, env=None, cwd=REPO):
     (["local", "--batch-size", "0"], {}, "batch_size"),
     (["local", "--final_save_timeout", "5"], {}, "final_save_timeout"),
     (["local", "--script", "/nonexistent/train.py"], {}, "script"),
+    (["run", *CLUSTER, "--job_name", "worker", "--task_index", "1", "--restarts", "-1"], {}, "restarts"),
+    (["local", "--startup_timeout", "0"], {}, "startup_timeout"),
 ], ids=["run-no-cluster", "task-index-range", "bad-tf-config", "job-name-chief", "unknown-model",
-        "no-train-files", "negative-steps", "zero-batch-dashes", "short-final-save", "missing-script"])
+        "no-train-files", "negative-steps", "zero-batch-dashes", "short-final-save", "missing-script",
+        "negative-restarts", "zero-startup-timeout"])
 def test_bad_input_exits_2_with_one_line(args, env, field, tmp_path):
     model_dir = tmp_path / "model"
     if args[0] == "local":
