@@ -278,8 +278,9 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
             header = [h.strip() for h in next(csv.reader(fh))]
         li = header.index(label_column)
 
-        def parse(line):
-            cols = tf.io.decode_csv(line, record_defaults=[[0.0]] * len(header))
+        def parse(lines):
+            # A whole batch of lines at once: one decode_csv per batch, not per example.
+            cols = tf.io.decode_csv(lines, record_defaults=[[0.0]] * len(header))
             x = tf.stack([c for i, c in enumerate(cols) if i != li], axis=-1)
             return x, tf.cast(cols[li], label_dtype)
         ds = tf.data.Dataset.from_tensor_slices(files).interleave(
@@ -287,7 +288,8 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
         ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
         if not by_file:
             ds = ds.shard(num_shards, shard_index)
-        ds = ds.map(parse, num_parallel_calls=2)
+        ds = _shuffle_batch(ds, batch_size, train, seed + shard_index)
+        return ds.map(parse, num_parallel_calls=2).prefetch(2)
     elif schema.fmt == "tfrecord":
         # Parse every key with the type it was written with (int64_list or float_list), then cast.
         kinds = schema.tfrecord_kinds or ("float",) * (len(schema.feature_keys) + 1)
@@ -313,9 +315,12 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
         if not by_file:
             x, y = x[shard_index::num_shards], y[shard_index::num_shards]
         ds = tf.data.Dataset.from_tensor_slices((x.astype(np.float32), y.astype(label_dtype.as_numpy_dtype)))
+    return _shuffle_batch(ds, batch_size, train, seed + shard_index).prefetch(2)
+
+
+def _shuffle_batch(ds, batch_size: int, train: bool, seed: int):
+    """Training data repeats, shuffled, in full batches; evaluation data is one pass."""
     if train:
-        ds = ds.shuffle(2048, seed=seed + shard_index, reshuffle_each_iteration=True).repeat()
-        ds = ds.batch(batch_size, drop_remainder=True)
-    else:
-        ds = ds.batch(batch_size)
-    return ds.prefetch(2)
+        return ds.shuffle(2048, seed=seed, reshuffle_each_iteration=True).repeat().batch(batch_size,
+                                                                                       drop_remainder=True)
+    return ds.batch(batch_size)
