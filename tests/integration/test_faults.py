@@ -192,6 +192,9 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
         seen = poll(reached, 240, f"global step {target}", *tasks.values())
         tasks[victim].signal(signal.SIGKILL)
         t_kill = time.monotonic()
+        # The chief may begin its restore ("Restoring parameters ...", then blocking until the
+        # ps is back) before the ps is restarted: look for it from the kill on.
+        chief_log_at_kill = len(tasks["worker0"].output())
         assert tasks[victim].wait(10) == -signal.SIGKILL
         # The step at the kill: the last one logged, or the newest checkpoint if that is newer.
         ckpt_at_kill = checkpoint_step(model_dir)
@@ -225,7 +228,7 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
 
         # Where training resumed: the checkpoint the chief restored after the kill, if any.
         chief_after_kill = chief.output() if victim == "worker0" else \
-            tasks["worker0"].output()[chief_log_at_restart["worker0"]:]
+            tasks["worker0"].output()[chief_log_at_kill:]
         # Only restores during training count: the export and the evaluation restore the
         # final checkpoint too, after the last progress line.
         last_progress = max((m.end() for m in PROGRESS.finditer(chief_after_kill)), default=0)
