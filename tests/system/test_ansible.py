@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-import faults
 from conftest_ansible import ANSIBLE_DIR, REPO
 
 #: The trainer image the session fixtures build and save (see tests/system/conftest.py).
@@ -340,7 +339,10 @@ def test_engine_restart_mid_job_brings_the_task_back_and_the_job_completes(bare_
     no_containers_anywhere(bare_metal, job)
 
 
+FAULT_STEPS = 1000
+FAULT_CHECKPOINT = 200
 FAULT_ROWS: list[str] = []
+RESTORED = re.compile(r"Restoring parameters from \S*model\.ckpt-(\d+)")
 #: Where each task of LAYOUT runs.
 TASK_HOST = {"ps0": "host1", "worker0": "host2", "worker1": "host3"}
 
@@ -348,9 +350,13 @@ TASK_HOST = {"ps0": "host1", "worker0": "host2", "worker1": "host3"}
 @pytest.fixture(scope="module")
 def ansible_fault_table():
     yield FAULT_ROWS
-    faults.print_table(f"Ansible fault injection: 3 hosts (ps0, chief, worker1), {faults.STEPS} steps, a "
-                       f"checkpoint every {faults.CHECKPOINT}; SIGKILL of the task's process on its host, back by "
-                       "restart policy", FAULT_ROWS)
+    if FAULT_ROWS:
+        print(f"\nAnsible fault injection: 3 hosts (ps0, chief, worker1), {FAULT_STEPS} steps, a checkpoint "
+              f"every {FAULT_CHECKPOINT}; SIGKILL of the task's process on its host, back by restart policy")
+        print(f"{'fault':<20} {'mode':<6} {'recovered':<10} {'recover s':>9} {'killed at':>9} {'resumed from':>12} "
+              f"{'redone':>6}")
+        for row in FAULT_ROWS:
+            print(row)
 
 
 def _history(host, job: str) -> list[dict]:
@@ -368,18 +374,19 @@ def test_killed_task_on_a_host_comes_back_and_the_job_completes(victim, mode, ba
     last checkpoint: Docker's restart policy brings it back, deploy.yml reports the job
     succeeded at its step, at most one checkpoint interval is redone, the SavedModel loads
     and predicts on the chief's host, and exactly one completion email arrives."""
+    import random
     import threading
     job = f"f{victim}{mode}"
     inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
-        job, image_archive, network_smtp_server, tfps_train_steps=faults.STEPS,
-        tfps_checkpoint_steps=faults.CHECKPOINT, tfps_sync_replicas=mode == "sync",
+        job, image_archive, network_smtp_server, tfps_train_steps=FAULT_STEPS,
+        tfps_checkpoint_steps=FAULT_CHECKPOINT, tfps_sync_replicas=mode == "sync",
         tfps_extra_args=["--log_steps=20"])})
     box: dict = {}
     deploy = threading.Thread(target=lambda: box.update(result=run_playbook("deploy.yml", inventory,
                                                                              play_vars(tmp_path))))
     deploy.start()
     chief_host, host = bare_metal["host2"], bare_metal[TASK_HOST[victim]]
-    target = faults.kill_target()
+    target = random.randint(FAULT_CHECKPOINT + 20, FAULT_STEPS - FAULT_CHECKPOINT - 20)
     deadline = time.monotonic() + 300
     while max((r["step"] for r in _history(chief_host, job)), default=0) < target:
         assert deploy.is_alive() and time.monotonic() < deadline, box.get("result") and box["result"].output[-3000:]
@@ -400,22 +407,35 @@ def test_killed_task_on_a_host_comes_back_and_the_job_completes(victim, mode, ba
     result = box["result"]
     assert_ok(result, f"deploy.yml with {victim} killed")
     results = json.loads((tmp_path / "results" / "results.json").read_text())
-    assert results["status"] == "succeeded" and results["global_step"] >= faults.STEPS
+    assert results["status"] == "succeeded" and results["global_step"] >= FAULT_STEPS
     assert results["export_complete"] is True
     assert re.search(rf"tfps-{job}-ps0 exit 0\b", result.output), result.output[-3000:]
 
-    # The chief's log (saved by the play) across the restart: what it restored after the kill
-    # (for a lost ps, after the last progress line from before the kill).
+    # The chief's log (saved by the play) across the restart: what it restored after the kill.
     chief_log = (tmp_path / "results" / "logs" / "worker0.log").read_text(errors="replace")
-    if victim == "ps0":
-        chief_log = chief_log[chief_log.find(f"step {kill_step}/"):]
-    resumed = faults.resumed_from(chief_log, victim == "worker1", kill_step, victim)
-    faults.add_row(ansible_fault_table, victim, mode, recover_s, kill_step, resumed)
+    if victim == "worker1":
+        resumed_from = kill_step
+        redone = 0
+    else:
+        after = chief_log[chief_log.find(f"step {kill_step}/"):] if victim == "ps0" else chief_log
+        progress_end = after.rfind(": step ")
+        restored = [int(m.group(1)) for m in RESTORED.finditer(after, 0, max(progress_end, 0))]
+        assert restored, f"the chief restored no checkpoint after {victim} was killed:\n{chief_log[-3000:]}"
+        resumed_from = restored[0]
+        redone = max(kill_step - resumed_from, 0)
+    ansible_fault_table.append(f"{victim:<20} {mode:<6} {'yes':<10} {recover_s if recover_s is not None else '-':>9} "
+                               f"{kill_step:>9} {resumed_from:>12} {redone:>6}")
+    assert redone <= FAULT_CHECKPOINT, f"{redone} steps redone, more than one checkpoint interval"
 
     # The SavedModel on the chief's host loads and predicts (a fresh container of the image).
-    script = faults.predict_script("/m/export")
-    faults.assert_predicts(chief_host.sh(
-        f"docker run --rm --entrypoint python -v /srv/tfps/{job}:/m:ro {IMAGE} -c \"{script}\"")[1])
+    script = ("import json, numpy as np, tensorflow as tf; m = tf.saved_model.load('/m/export'); "
+              "f = m.signatures['serving_default']; "
+              "shape = [d if d else 4 for d in f.structured_input_signature[1]['features'].shape.as_list()]; "
+              "out = f(features=tf.constant(np.random.default_rng(0).normal(size=shape), tf.float32)); "
+              "print(json.dumps({k: v.numpy().shape[0] for k, v in out.items()}))")
+    out = chief_host.sh(f"docker run --rm --entrypoint python -v /srv/tfps/{job}:/m:ro {IMAGE} -c \"{script}\"")[1]
+    predictions = json.loads(out.strip().splitlines()[-1])
+    assert predictions and all(n == 4 for n in predictions.values()), predictions
 
     network_smtp_server.wait_for(1, timeout=30)
     time.sleep(2)
