@@ -237,7 +237,7 @@ class StartupWatchdog:
         code = ExitCode.TRAINING_FAILED
         try:
             if task.is_chief:
-                job.report_startup_failure(error, code)
+                job.report_untrained_failure(error, code, write_results=job.claimed)
         except Exception as e:  # noqa: BLE001 - the process ends whatever happens
             log.error("%s: could not report the failure: %s", task.name, e)
         finally:
@@ -298,12 +298,14 @@ class Job:
         self.claimed = False   # this chief owns model_dir (results.json may be written there)
         self.watchdog = StartupWatchdog(self)
 
-    def report_startup_failure(self, error: Exception, code: ExitCode) -> None:
-        """The chief's report when the startup watchdog fires (from its thread)."""
+    def report_untrained_failure(self, error: Exception, code: ExitCode, write_results: bool) -> None:
+        """The chief's "failed" report for a job that never trained (bad input, a task that
+        never started): results.json from the newest checkpoint and the message, or, when
+        model_dir may not be written (another job's, or not claimed yet), the message only."""
         import tensorflow as tf
         from trainer import report
         reporter = report.Reporter(self.cfg, self.task, self.setup, self.started_iso, self.started_wall)
-        if not self.claimed:
+        if not write_results:
             reporter.notify_only("failed", int(code), error)
             return
         ckpt = tf.train.latest_checkpoint(self.cfg.model_dir)
@@ -365,7 +367,6 @@ class Job:
 
     def _run(self, server) -> ExitCode:
         task, cfg = self.task, self.cfg
-        setup = None
         try:
             # Bad input found here on the chief (data, model, a model_dir of another job)
             # must still end the whole job: the other tasks are already waiting for it.
@@ -378,10 +379,10 @@ class Job:
             graph, ops = self.build(setup)
         except ConfigError as e:
             print(f"tfps: error: {e}", file=sys.stderr, flush=True)
-            return self._abort(setup, server, e, ExitCode.BAD_CONFIG)
+            return self._abort(server, e, ExitCode.BAD_CONFIG)
         except Exception as e:  # noqa: BLE001 - a model that raises still ends the job cleanly
             log.error("%s: building the training graph failed: %s: %s", task.name, type(e).__name__, e)
-            return self._abort(setup, server, e, ExitCode.TRAINING_FAILED)
+            return self._abort(server, e, ExitCode.TRAINING_FAILED)
         if task.is_chief:
             return self._run_chief(setup, server, graph, ops)
         return self._run_worker(server, graph, ops)
@@ -444,30 +445,19 @@ class Job:
         if self._end_rpc(server, graph, self.ops["done"], "tell the ps it is done"):
             log.info("%s: told %d ps task(s) it is done", self.task.name, self.task.num_ps)
 
-    def _abort(self, setup, server, error: Exception, code: ExitCode) -> ExitCode:
+    def _abort(self, server, error: Exception, code: ExitCode) -> ExitCode:
         """This task cannot train: report (chief), stop the other workers, let the ps go."""
         self.watchdog.disarm()
         import tensorflow as tf
-        from trainer import report
-        task, cfg = self.task, self.cfg
+        task = self.task
         graph = tf.Graph()
         with graph.as_default():
             flag = stop_flag()
             self.ops = {"done": [done_queue(j, task.num_workers).enqueue(task.index) for j in range(task.num_ps)]}
             raise_flag = flag.assign(True)
         if task.is_chief:
-            reporter = report.Reporter(cfg, task, setup, self.started_iso, self.started_wall)
-            if code == ExitCode.BAD_CONFIG:
-                # model_dir may belong to another job: write nothing there, send the message only.
-                reporter.notify_only("failed", int(code), error)
-            else:
-                ckpt = tf.train.latest_checkpoint(cfg.model_dir)
-                reporter.finished(
-                    status="failed", exit_code=int(code),
-                    step=int(ckpt.rsplit("-", 1)[1]) if ckpt else 0, checkpoint=ckpt, export_dir=None,
-                    train_summary={}, eval_metrics={}, error=error,
-                    times={"startup_s": round(time.time() - self.started_wall, 3), "training_s": 0.0,
-                           "final_save_s": 0.0})
+            # Bad input: model_dir may belong to another job, so only the message is sent.
+            self.report_untrained_failure(error, code, write_results=code != ExitCode.BAD_CONFIG)
             self._end_rpc(server, graph, raise_flag, "ask the other workers to stop")
         self._send_done(server, graph)
         return code
