@@ -76,8 +76,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_options(local)
     local.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: arguments for --script")
 
-    plan = sub.add_parser("plan", help="print the cluster plan of an inventory")
-    plan.add_argument("-i", "--inventory", required=True, help="inventory file or directory (YAML)")
+    plan = sub.add_parser("plan", help="print the cluster plan of an inventory, as Ansible resolves it",
+                          description="The cluster plan of an Ansible inventory: ansible-core resolves the "
+                                      "inventory (every format and precedence rule), tfps numbers the tasks. "
+                                      "The play computes the same plan. Needs pip install 'tfps[ansible]'.")
+    plan.add_argument("-i", "--inventory", action="append", required=True, metavar="SOURCE",
+                      help="inventory source as for ansible-playbook -i: INI or YAML file, directory, "
+                           "executable script, plugin configuration; repeatable")
+    plan.add_argument("-e", "--extra_vars", "--extra-vars", action="append", default=[], metavar="VARS",
+                      help="extra variables as for ansible-playbook -e (key=value, YAML/JSON, @file); repeatable")
+    plan.add_argument("--vault_id", "--vault-id", action="append", default=[], metavar="ID",
+                      help="vault identity, as for ansible-playbook; repeatable")
+    plan.add_argument("--vault_password_file", "--vault-password-file", action="append", default=[],
+                      metavar="FILE", help="vault password file, as for ansible-playbook; repeatable")
+    plan.add_argument("--playbook_dir", "--playbook-dir", metavar="DIR",
+                      help="also read group_vars/ and host_vars/ beside the playbook in DIR, as the play does")
     plan.add_argument("--format", choices=("table", "json"), default="table")
 
     nt = sub.add_parser("notify_test", aliases=["notify-test"], help="send a test notification")
@@ -196,9 +209,17 @@ def cmd_local(ns) -> int:
 
 def cmd_plan(ns) -> int:
     import json
-    from trainer.cluster import load_plan
-    plan = load_plan(ns.inventory)
-    print(json.dumps(plan.to_json(), indent=2) if ns.format == "json" else plan.render_table())
+    from trainer.cluster.inventory import load_plan, plan_of
+    data = load_plan(ns.inventory, extra_vars=ns.extra_vars, vault_ids=ns.vault_id,
+                     vault_password_files=ns.vault_password_file, playbook_dir=ns.playbook_dir)
+    if ns.format == "json":
+        print(json.dumps(data, indent=2))
+    else:
+        job = data["job"]
+        print(plan_of(data).render_table(), end="")
+        print(f"\njob {job['name']}: model_dir {job['model_dir']} on the chief's host; every task runs:")
+        print("  " + " ".join(data["tasks"][0]["argv"] if not data["tasks"][0]["entrypoint"]
+                              else data["tasks"][0]["entrypoint"] + ["<classic flags>"]))
     return 0
 
 

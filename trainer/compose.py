@@ -41,7 +41,7 @@ import sys
 
 import yaml
 
-from trainer.cluster import WORKER, Plan, Task, load_plan, local_plan
+from trainer.cluster import WORKER, Launch, Plan, Task, local_plan
 from trainer.config import RunConfig, add_run_options, from_args, grace_period
 from trainer.errors import ConfigError
 
@@ -66,8 +66,8 @@ ENV_FILE = ".env"
 
 
 def service_name(task: Task) -> str:
-    """``ps-0``, ``worker-1``: the plan's task name with a dash (a valid hostname)."""
-    return f"{task.job}-{task.index}"
+    """``ps-0``, ``worker-1``: the plan's service name of the task (a valid hostname)."""
+    return task.service
 
 
 def chief_service(plan: Plan) -> str:
@@ -136,7 +136,8 @@ def plan_from_args(ns: argparse.Namespace) -> Plan:
         given = [f"--{n}" for n in ("ps", "workers", "gpus") if getattr(ns, n) is not None]
         if given:
             raise ConfigError(f"take the layout from the inventory or from {' '.join(given)}, not both", "inventory")
-        return compose_plan(load_plan(ns.inventory))
+        from trainer.cluster.inventory import load_plan, plan_of  # needs ansible-core; --ps/--workers do not
+        return compose_plan(plan_of(load_plan([ns.inventory])))
     num_ps = 1 if ns.ps is None else ns.ps
     for value, field in ((num_ps, "ps"), (ns.workers, "workers")):
         if value is not None and value < 1:
@@ -222,11 +223,8 @@ def _host_path(path: str, output: str, field: str) -> str:
 
 
 def _run_args(cfg: RunConfig) -> list[str]:
-    """``tfps run`` options of the job (never URLs); whole-number floats without ``.0``."""
-    out = []
-    for arg in cfg.to_args():
-        out.append(re.sub(r"^(--[a-z_]+=-?\d+)\.0$", r"\1", arg))
-    return out
+    """``tfps run`` options of the job (never URLs): RunConfig.to_args, the one builder of run flags."""
+    return cfg.to_args()
 
 
 def regenerate_args(ns: argparse.Namespace, cfg: RunConfig) -> list[str]:
@@ -287,8 +285,10 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
     # --restarts: a task process killed by a signal (the OOM killer) starts again inside its
     # container. Docker's restart policy would restart the container too, but `up
     # --exit-code-from` ends the whole job at the chief container's first exit.
-    command = ["run", f"--restarts={TASK_RESTARTS}", f"--model_dir={cfg.model_dir}"]
-    command += [a for a in _run_args(cfg) if not a.startswith("--model_dir=") and not a.startswith("--notify_config=")]
+    run_args = [f"--restarts={TASK_RESTARTS}", f"--model_dir={cfg.model_dir}"]
+    run_args += [a for a in _run_args(cfg) if not a.startswith("--model_dir=") and not a.startswith("--notify_config=")]
+    launch = Launch(name=cfg.name, run_args=tuple(run_args), stop_timeout=grace)
+    command = launch.argv(plan.task_ref(plan.chief))
     regen = shlex.join(["tfps", "compose", *regenerate_args(ns, cfg)])
     volumes = [f"{VOLUME}:/data"]
     if ns.data_dir:
@@ -388,15 +388,29 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
     return text
 
 
+class RenderError(RuntimeError):
+    """The rendered YAML does not read back as the intended services: a bug in the quoting."""
+
+
 def _self_check(text: str, plan: Plan, command: list[str]) -> None:
-    """The rendered YAML must read back as the intended services (guards the hand-written quoting)."""
+    """The rendered YAML must read back as the intended services (guards the hand-written quoting).
+
+    Real checks, not ``assert``: ``python -O`` would drop those.
+    """
     data = yaml.safe_load(text)
     for task in plan.tasks:
-        service = data["services"][service_name(task)]
-        assert json.loads(service["environment"]["TF_CONFIG"]) == json.loads(plan.task_ref(task).to_tf_config())
-        assert service["command"][: len(command)] == command, service["command"]
+        name = service_name(task)
+        service = data["services"][name]
+        checks = [
+            ("TF_CONFIG", json.loads(service["environment"]["TF_CONFIG"]), json.loads(plan.task_ref(task).to_tf_config())),
+            ("command", service["command"][: len(command)], command),
+        ]
         if task.gpu is not None:
-            assert service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == [task.gpu]
+            checks.append(("device_ids", service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"],
+                           [task.gpu]))
+        for what, got, want in checks:
+            if got != want:
+                raise RenderError(f"service {name}: {what} reads back as {got!r}, not {want!r}")
 
 
 def main(ns: argparse.Namespace) -> int:

@@ -148,6 +148,8 @@ class RunConfig:
                 continue
             if isinstance(value, bool):
                 out.append(f"--{f.name}" if value else f"--no-{f.name}")
+            elif isinstance(value, float) and value.is_integer():
+                out.append(f"--{f.name}={int(value)}")   # 60, not 60.0: the same flag however it was given
             else:
                 out.append(f"--{f.name}={value}")
         if self.notify_config:

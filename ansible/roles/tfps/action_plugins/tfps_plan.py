@@ -1,0 +1,52 @@
+# -*- coding: utf-8 -*-
+"""Action tfps_plan: the cluster plan from what this play resolved.
+
+Runs on the controller and contacts no host. It hands the play's own ``groups`` and
+every job host's variables (``hostvars``, so -e, group_vars beside the inventory or
+the playbook, Vault and every precedence rule count) to tfps's planning code,
+``trainer.cluster.inventory.plan_from_view``: the same function ``tfps plan -i``
+calls, so the two cannot disagree, and there is no Jinja copy of the task numbering.
+The plan becomes the fact ``tfps_plan`` of every host of the play.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        try:
+            from trainer.cluster.inventory import plan_from_view
+            from trainer.errors import ConfigError
+        except ImportError as exc:
+            raise AnsibleActionFail(
+                f"the tfps role needs tfps on the controller, in the Python that runs ansible-playbook "
+                f"({sys.executable}): install it there with pip install 'tfps[ansible]' ({exc})"
+            ) from None
+        groups = task_vars["groups"]
+        hostvars = task_vars["hostvars"]
+        hosts = list(dict.fromkeys(list(groups.get("ps", [])) + list(groups.get("worker", []))))
+        raw = {host: hostvars.raw_get(host) for host in hosts}
+        role = self._task._role
+        defaults = role.get_default_vars() if role is not None else {}
+
+        def template(value, variables):
+            return self._templar.copy_with_new_env(available_variables=variables).template(value)
+
+        try:
+            plan = plan_from_view(groups, raw, defaults, template)
+        except ConfigError as exc:
+            raise AnsibleActionFail(f"tfps plan: {exc}") from None
+        result.update(changed=False, plan=plan,
+                      msg=f"{len(plan['cluster']['ps'])} ps, {len(plan['cluster']['worker'])} worker(s)")
+        return result

@@ -1,0 +1,25 @@
+"""The cluster: who runs what where (pure Python; never imports TensorFlow).
+
+    spec.py       ClusterSpec, TaskRef (classic flags and TF_CONFIG), host:port parsing
+    plan.py       Task, Plan, Launch: task numbering, ports, GPUs, what starts each task
+    variables.py  the tfps_* variables (the role's argument_specs) and the job settings
+    inventory.py  the plan from Ansible's own view of an inventory (needs ansible-core)
+"""
+
+from trainer.cluster.plan import (
+    DEFAULT_BASE_PORT,
+    LAYOUT_VARS,
+    Launch,
+    Plan,
+    Task,
+    container_name,
+    free_ports,
+    local_plan,
+    plan_from_hosts,
+)
+from trainer.cluster.spec import JOBS, PS, WORKER, ClusterSpec, TaskRef, join_target, split_target
+
+__all__ = [
+    "DEFAULT_BASE_PORT", "JOBS", "LAYOUT_VARS", "PS", "WORKER", "ClusterSpec", "Launch", "Plan", "Task",
+    "TaskRef", "container_name", "free_ports", "join_target", "local_plan", "plan_from_hosts", "split_target",
+]
