@@ -96,7 +96,8 @@ def run_playbook(ansible_collections, tmp_path_factory):
     logs = tmp_path_factory.mktemp("ansible-logs")
     counter = iter(range(1000))
 
-    def run(playbook: str, inventory: Path, extra_vars: dict | None = None, timeout: float = 600) -> PlayResult:
+    def run(playbook: str, inventory: Path, extra_vars: dict | None = None, timeout: float = 600,
+            args: list[str] | tuple[str, ...] = ()) -> PlayResult:
         env = dict(os.environ)
         env.update({
             "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
@@ -108,6 +109,7 @@ def run_playbook(ansible_collections, tmp_path_factory):
         })
         cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
                str(ANSIBLE_DIR / playbook)]
+        cmd += list(args)
         if extra_vars:
             vars_file = logs / f"extra-{next(counter)}.json"
             vars_file.write_text(json.dumps(extra_vars))

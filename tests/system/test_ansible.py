@@ -225,7 +225,8 @@ def _bad_inventories(bare_metal, archive: Path, job: str, case: str, tmp_path: P
 
 
 BAD = {
-    "no ps group": "the inventory has no 'ps' group",
+    "no ps group": "the inventory has no 'ps' group; put the host(s) that run parameter servers in a group named "
+                   "ps; it has a group 'pss': rename it to 'ps'",
     "duplicate ports": "ps0 (host 'host1-ps') and worker0 (host 'host1') both use",
     "GPU ids on a host without GPUs": "host3: worker1 need GPU(s) 0, but its Docker engine has no nvidia runtime",
     "unreachable host": "cannot be reached over SSH",

@@ -91,6 +91,9 @@ def plan_from_view(
     same on every host of the job (the chief's host is the one that counts).
     """
     ps_hosts, worker_hosts = list(groups.get(PS) or []), list(groups.get(WORKER) or [])
+    for job, hosts in ((PS, ps_hosts), (WORKER, worker_hosts)):
+        if not hosts:
+            raise _missing_group(job, groups)
     resolved: dict[str, dict] = {}
     for host in dict.fromkeys(ps_hosts + worker_hosts):
         raw = host_vars[host]
@@ -114,6 +117,17 @@ def plan_from_view(
     data = plan.to_json(launch)
     data["hosts"] = {host: {k: v for k, v in values.items() if k in LAYOUT_VARS} for host, values in resolved.items()}
     return data
+
+
+def _missing_group(job: str, groups: Mapping[str, Sequence[str]]) -> ConfigError:
+    import difflib
+
+    others = [g for g in groups if g not in ("all", "ungrouped", PS, WORKER)]
+    hint = difflib.get_close_matches(job, others, n=1, cutoff=0.5)
+    kind = "parameter servers" if job == PS else "workers"
+    what = f"the inventory has no hosts in group {job!r}" if job in groups else f"the inventory has no {job!r} group"
+    fix = f"; it has a group {hint[0]!r}: rename it to {job!r}" if hint else ""
+    return ConfigError(f"{what}; put the host(s) that run {kind} in a group named {job}{fix}", job)
 
 
 def _ansible():
@@ -165,6 +179,7 @@ def load_view(
     previous = context.CLIARGS
     warnings = _Warnings()
     try:
+        _forget_cli_state()
         cli.parse()
         _plugin_loader()
         with warnings:
@@ -218,6 +233,17 @@ class _Warnings:
     def replay(self) -> None:
         for message in self.messages:
             self._original(message)
+
+
+def _forget_cli_state() -> None:
+    """Ansible's CLI keeps its arguments, extra vars and vault secrets once per process;
+    a second plan in the same process (tests, ``tfps compose -i``) brings its own."""
+    from ansible.parsing.vault import VaultSecretsContext
+    from ansible.utils import context_objects, vars as ansible_vars
+
+    context_objects.GlobalCLIArgs._Singleton__instance = None
+    ansible_vars.load_extra_vars.extra_vars = None
+    VaultSecretsContext._current = None
 
 
 def _plugin_loader() -> None:

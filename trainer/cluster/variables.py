@@ -173,3 +173,30 @@ def _str_list(value: Any, var: str, where: str) -> list[str]:
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
         raise ConfigError(f"{where}: is {value!r}; use a YAML list of strings, e.g. ['--optimizer=sgd']", var)
     return [str(v) for v in value]
+
+
+def markdown_table() -> str:
+    """The variables table of docs/ansible.md, from argument_specs.yml and defaults/main.yml.
+
+    ``python -m trainer.cluster.variables`` prints it; a unit test keeps the docs equal to it.
+    """
+    defaults = yaml.safe_load(DEFAULTS.read_text(encoding="utf-8")) or {}
+    lines = ["| variable | type | default | meaning |", "|---|---|---|---|"]
+    for name, spec in catalogue().items():
+        kind = spec.get("type", "str")
+        if spec.get("elements"):
+            kind = f"{kind} of {spec['elements']}"
+        if name in defaults:
+            default = "`" + (yaml.safe_dump(defaults[name], default_flow_style=True).strip().removesuffix("...")
+                             .strip()).replace("|", "\\|") + "`"
+        else:
+            default = "per host"
+        text = description(name).replace("|", "\\|")
+        if spec.get("choices"):
+            text += " One of " + ", ".join(f"`{c}`" for c in spec["choices"]) + "."
+        lines.append(f"| `{name}` | {kind} | {default} | {text} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")

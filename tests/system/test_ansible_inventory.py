@@ -1,0 +1,132 @@
+"""Ansible decides the inventory: an INI inventory, -e, --limit and --check on real hosts.
+
+The three "bare-metal hosts" of hosts.py (sshd + their own Docker engine), reached over
+SSH exactly like real machines. The plan comes from what the play itself resolved, so an
+INI inventory and ``-e`` work as they do for any Ansible play.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from test_ansible import IMAGE, assert_ok, no_containers_anywhere, play_vars, recap
+
+
+def ini_inventory(bare_metal, path: Path, job: str, archive: Path, steps: int) -> Path:
+    """An INI inventory the way most Ansible users write one: groups, [group:vars], inline host vars."""
+    ssh_args = ("-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=10 "
+                "-o LogLevel=ERROR")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join([
+        "[ps]",
+        f"host1 ansible_host={bare_metal['host1'].address}",
+        "",
+        "[worker]",
+        f"host2 ansible_host={bare_metal['host2'].address}",
+        f"host3 ansible_host={bare_metal['host3'].address} tfps_base_port=2230",
+        "",
+        "[all:vars]",
+        "ansible_user=root",
+        f"ansible_ssh_private_key_file={bare_metal.key}",
+        f"ansible_ssh_common_args='{ssh_args}'",
+        "ansible_python_interpreter=/usr/bin/python3",
+        f"tfps_job_name={job}",
+        f"tfps_image={IMAGE}",
+        f"tfps_image_archive={archive}",
+        "tfps_final_save_timeout=60",
+        "",
+        "[worker:vars]",
+        "tfps_workers=1",
+        "",
+    ]))
+    # Job settings beside the inventory, as most sites keep them.
+    (path.parent / "group_vars").mkdir(exist_ok=True)
+    (path.parent / "group_vars" / "all.yml").write_text(
+        f"tfps_train_steps: {steps}\ntfps_batch_size: 32\ntfps_checkpoint_steps: 100\n")
+    return path
+
+
+@pytest.mark.system
+def test_ini_inventory_deploys_and_extra_vars_reach_the_trainer(bare_metal, image_archive, run_playbook,
+                                                                tmp_path):
+    """deploy.yml with an INI inventory: the plan comes from the play (worker1 on host3's
+    own tfps_base_port 2230), and -e tfps_train_steps beats group_vars/all."""
+    job = "ini"
+    inventory = ini_inventory(bare_metal, tmp_path / "inventory" / "hosts.ini", job, image_archive, steps=300)
+    result = run_playbook("deploy.yml", inventory, {**play_vars(tmp_path), "tfps_train_steps": 120})
+    assert_ok(result, "deploy.yml with an INI inventory")
+    assert re.search(r"worker1\s+host3\s+\S+:2230", result.output), result.output[-4000:]
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert results["status"] == "succeeded"
+    # -e reached the trainer: the job ended at 120, not at group_vars/all's 300.
+    assert results["train_steps"] == 120
+    assert 120 <= results["global_step"] < 300
+    assert results["export_complete"] is True
+    assert bare_metal["host2"].exists(f"/srv/tfps/{job}/export/saved_model.pb")
+    no_containers_anywhere(bare_metal, job)
+
+
+@pytest.mark.system
+def test_limit_that_leaves_out_job_hosts_is_refused_and_status_allows_it(bare_metal, image_archive, run_playbook,
+                                                                         tmp_path):
+    """--limit on deploy.yml would start part of a job: refused before anything starts,
+    naming the hosts left out. status.yml looks at some hosts only, so it allows a limit."""
+    job = "limit"
+    inventory = ini_inventory(bare_metal, tmp_path / "inventory" / "hosts.ini", job, image_archive, steps=100)
+    result = run_playbook("deploy.yml", inventory, play_vars(tmp_path), args=["--limit", "host1,host2"])
+    assert result.returncode != 0, result.output[-3000:]
+    assert f"--limit leaves out host3 of job {job}" in result.output, result.output[-3000:]
+    for phase in ("Check that the host answers over SSH", "Copy the image archive to the host",
+                  "Start the task containers"):
+        assert phase not in result.output
+    no_containers_anywhere(bare_metal, job)
+    assert not bare_metal["host2"].exists(f"/srv/tfps/{job}")
+
+    status = run_playbook("status.yml", inventory, play_vars(tmp_path), args=["--limit", "host2"])
+    assert_ok(status, "status.yml --limit host2")
+    assert f"tfps-{job}-worker0" in status.output and "not created" in status.output
+    assert set(recap(status.output)) == {"host2"}
+
+
+@pytest.mark.system
+def test_check_mode_on_a_fresh_cluster_and_on_a_running_job_changes_nothing(bare_metal, image_archive,
+                                                                             run_playbook, tmp_path):
+    """--check --diff reports what deploy.yml would do and does nothing: on a fresh cluster
+    it would start every task; on a running job it would change nothing."""
+    job = "checkmode"
+    inventory = ini_inventory(bare_metal, tmp_path / "inventory" / "hosts.ini", job, image_archive,
+                              steps=10_000_000)
+    chief_host = bare_metal["host2"]
+
+    fresh = run_playbook("deploy.yml", inventory, play_vars(tmp_path), args=["--check", "--diff"])
+    assert_ok(fresh, "deploy.yml --check on a fresh cluster")
+    for host, task in (("host1", "ps0"), ("host2", "worker0"), ("host3", "worker1")):
+        assert f"--check: {host} would start tfps-{job}-{task}" in fresh.output, fresh.output[-4000:]
+    no_containers_anywhere(bare_metal, job)
+    assert not chief_host.exists(f"/srv/tfps/{job}")
+    for host in bare_metal.hosts:
+        assert f"tfps {job} " not in host.sh("iptables -S INPUT")[1]
+    assert "Wait for the chief" not in fresh.output
+
+    try:
+        started = run_playbook("deploy.yml", inventory, {**play_vars(tmp_path), "tfps_wait": False})
+        assert_ok(started, "deploy.yml (start only)")
+        assert chief_host.containers(f"tfps.job={job}") == [f"tfps-{job}-worker0"]
+        running_id = chief_host.sh(f"docker inspect -f '{{{{.Id}}}}' tfps-{job}-worker0")[1].strip()
+
+        again = run_playbook("deploy.yml", inventory, play_vars(tmp_path), args=["--check", "--diff"])
+        assert_ok(again, "deploy.yml --check on a running job")
+        counts = recap(again.output)
+        assert set(counts) == {"host1", "host2", "host3"}
+        assert all(c["changed"] == 0 for c in counts.values()), counts
+        assert f"--check: host2 already runs tfps-{job}-worker0: nothing would change" in again.output
+        assert chief_host.sh(f"docker inspect -f '{{{{.Id}}}}' tfps-{job}-worker0")[1].strip() == running_id
+        assert "Wait for the chief" not in again.output
+    finally:
+        cleanup = run_playbook("cleanup.yml", inventory, {**play_vars(tmp_path), "tfps_cleanup_model_dir": True})
+        assert_ok(cleanup, "cleanup.yml")
+    no_containers_anywhere(bare_metal, job)

@@ -1,0 +1,117 @@
+"""The Ansible role's conventions: one variable list, tags that select phases, no leaks."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from trainer.cluster.variables import markdown_table
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE = REPO / "ansible" / "roles" / "tfps"
+BIN = Path(sys.executable).parent
+
+
+def test_docs_list_exactly_the_variables_of_argument_specs():
+    """docs/ansible.md's table is generated from meta/argument_specs.yml and defaults/main.yml."""
+    text = (REPO / "docs" / "ansible.md").read_text()
+    block = re.search(r"<!-- variables:begin -->\n(.*?)<!-- variables:end -->", text, re.S)
+    assert block, "docs/ansible.md has no variables block"
+    assert block.group(1) == markdown_table(), "regenerate it: python -m trainer.cluster.variables"
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    listed = re.findall(r"^\| `(tfps_\w+)` \|", block.group(1), re.M)
+    assert listed == list(specs)
+
+
+def _tasks(node):
+    """Every task dict of a task file, blocks included."""
+    for task in node or []:
+        yield task
+        for key in ("block", "rescue", "always"):
+            yield from _tasks(task.get(key))
+
+
+def test_every_task_whose_result_can_hold_the_chief_environment_does_not_log():
+    """docker_container and docker_container_info return the container's Config.Env, where
+    the chief's APPRISE_URLS live: their results must never reach the output (-v included)."""
+    leaking = []
+    for path in sorted((ROLE / "tasks").glob("*.yml")):
+        for task in _tasks(yaml.safe_load(path.read_text())):
+            module = next((k for k in task if k.startswith("community.docker.docker_container")), None)
+            if module and task.get("no_log") is not True:
+                leaking.append(f"{path.name}: {task['name']}")
+    assert leaking == []
+
+
+def _list_tasks(tmp_path, *args) -> str:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible" / "ansible.cfg"), ANSIBLE_LOCAL_TEMP=str(tmp_path),
+               ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(REPO / "inventory" / "example"),
+                           str(REPO / "ansible" / "deploy.yml"), "--list-tasks", *args],
+                          env=env, text=True, capture_output=True, cwd=REPO / "ansible")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_tags_select_the_phases_of_deploy(tmp_path):
+    """--tags picks a phase (check, image, start, wait, collect); the plan always runs."""
+    every = _list_tasks(tmp_path)
+    for tag in ("check", "image", "start", "wait", "collect", "always"):
+        assert re.search(rf"TAGS: \[[^\]]*\b{tag}\b", every), tag
+    image = _list_tasks(tmp_path, "--tags", "image")
+    assert "Compute the cluster plan from the play's own view of the inventory" in image
+    assert "Copy the image archive to the host" in image
+    assert "Check that the host answers over SSH" in image          # image needs the checks
+    assert "Start the task containers" not in image
+    assert "Wait for the chief to train, save, export and report" not in image
+    wait = _list_tasks(tmp_path, "--tags", "wait,collect")
+    assert "Wait for the chief to train, save, export and report" in wait
+    assert "Fetch results.json from the chief's host" in wait or "results.json" in wait
+    assert "Start the task containers" not in wait
+    assert "Copy the image archive to the host" not in wait
+
+
+def _deploy(tmp_path, inventory, *args) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible" / "ansible.cfg"), ANSIBLE_LOCAL_TEMP=str(tmp_path),
+               ANSIBLE_NOCOLOR="1", ANSIBLE_HOST_KEY_CHECKING="False")
+    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "ansible" / "deploy.yml"),
+                           *args], env=env, text=True, capture_output=True, cwd=REPO / "ansible", timeout=300)
+
+
+def _ini(tmp_path, worker_line: str) -> Path:
+    path = tmp_path / "hosts.ini"
+    # Addresses nobody answers on: a play that got past planning would fail on SSH instead.
+    path.write_text(f"[ps]\na ansible_host=192.0.2.1\n\n[worker]\n{worker_line}\n")
+    return path
+
+
+def test_wrong_type_is_caught_by_argument_specs_before_any_host_is_contacted(tmp_path):
+    result = _deploy(tmp_path, _ini(tmp_path, "b ansible_host=192.0.2.2"), "-e", "tfps_train_steps=many")
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert re.search(r"tfps_train_steps.*is of type .*str.* unable to convert to int", out, re.S), out[-3000:]
+    assert "fatal: [a]" in out or "fatal: [b]" in out
+    assert "Check that the host answers over SSH" not in out and "UNREACHABLE" not in out
+
+
+def test_unknown_variable_names_host_file_and_line(tmp_path):
+    result = _deploy(tmp_path, _ini(tmp_path, "b ansible_host=192.0.2.2 tfps_wrokers=2"))
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "tfps_wrokers: unknown variable of host 'b'" in out, out[-3000:]
+    assert f"(set in {tmp_path / 'hosts.ini'}:5" in out
+    assert "did you mean 'tfps_workers'?" in out
+    assert "UNREACHABLE" not in out
+
+
+def test_bad_inventory_layout_names_host_and_variable(tmp_path):
+    result = _deploy(tmp_path, _ini(tmp_path, "b ansible_host=192.0.2.2 tfps_gpus='[0]' tfps_gpu_count=0"))
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "tfps_gpus: GPU ids on a host without GPUs: host 'b' has tfps_gpu_count: 0" in out, out[-3000:]
+    assert "UNREACHABLE" not in out
