@@ -42,6 +42,7 @@ import sys
 import yaml
 
 from trainer.cluster import WORKER, Launch, Plan, Task, local_plan
+from trainer.cluster.plan import DATA_MOUNT, USER_MODEL_MOUNT
 from trainer.config import RunConfig, add_run_options, from_args, grace_period
 from trainer.errors import ConfigError
 
@@ -56,8 +57,6 @@ DEFAULT_RESTART = "on-failure:3"
 #: How often `tfps run --restarts` starts a task process killed by a signal again in its container.
 TASK_RESTARTS = 3
 #: Where --data_dir, --user_model_dir and --notify_config appear inside the containers.
-DATA_MOUNT = "/input"
-USER_MODEL_MOUNT = "/opt/usermodels"  # on the image's PYTHONPATH
 NOTIFY_CONFIG_MOUNT = "/etc/tfps/notify.yml"
 #: The image's user (Dockerfile: useradd --uid 10001).
 USER = "10001:10001"
@@ -222,11 +221,6 @@ def _host_path(path: str, output: str, field: str) -> str:
     return f"./{rel}"
 
 
-def _run_args(cfg: RunConfig) -> list[str]:
-    """``tfps run`` options of the job (never URLs): RunConfig.to_args, the one builder of run flags."""
-    return cfg.to_args()
-
-
 def regenerate_args(ns: argparse.Namespace, cfg: RunConfig) -> list[str]:
     """The canonical ``tfps compose`` arguments that produce this file (shown in its header)."""
     args: list[str] = []
@@ -245,7 +239,7 @@ def regenerate_args(ns: argparse.Namespace, cfg: RunConfig) -> list[str]:
             args += [f"--{opt}", getattr(ns, opt)]
     if ns.restart_policy != DEFAULT_RESTART:
         args += ["--restart_policy", ns.restart_policy]
-    args += [a for a in _run_args(cfg) if a != f"--model_dir={MODEL_DIR}"]
+    args += [a for a in cfg.to_args() if a != f"--model_dir={MODEL_DIR}"]
     return args
 
 
@@ -286,7 +280,7 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
     # container. Docker's restart policy would restart the container too, but `up
     # --exit-code-from` ends the whole job at the chief container's first exit.
     run_args = [f"--restarts={TASK_RESTARTS}", f"--model_dir={cfg.model_dir}"]
-    run_args += [a for a in _run_args(cfg) if not a.startswith("--model_dir=") and not a.startswith("--notify_config=")]
+    run_args += [a for a in cfg.to_args() if not a.startswith("--model_dir=") and not a.startswith("--notify_config=")]
     launch = Launch(name=cfg.name, run_args=tuple(run_args), stop_timeout=grace)
     command = launch.argv(plan.task_ref(plan.chief))
     regen = shlex.join(["tfps", "compose", *regenerate_args(ns, cfg)])

@@ -41,6 +41,9 @@ from trainer.errors import ConfigError
 DEFAULT_BASE_PORT = 2222
 #: Where a classic script (``tfps_script``) and user model modules appear in a container.
 USER_MODEL_MOUNT = "/opt/usermodels"
+#: Where the training data directory appears in a container, read-only (compose
+#: ``--data_dir``, Ansible ``tfps_data_dir``): ``--train_data /input/train.csv`` works in both.
+DATA_MOUNT = "/input"
 
 
 def container_name(job_name: str, task: "Task") -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from trainer.cluster.plan import USER_MODEL_MOUNT, Launch
+from trainer.cluster.plan import DATA_MOUNT, USER_MODEL_MOUNT, Launch
 from trainer.config import RunConfig, grace_period
 from trainer.errors import ConfigError
 
@@ -130,6 +130,7 @@ def launch_from_vars(variables: Mapping[str, Any], where: str = "the job") -> tu
             "final_save_timeout": cfg.final_save_timeout,
             "train_steps": cfg.train_steps,
             "user_model_mount": USER_MODEL_MOUNT,
+            "data_mount": DATA_MOUNT,
             "notify_config_mount": NOTIFY_CONFIG_MOUNT,
         },
     )
