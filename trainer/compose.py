@@ -282,7 +282,11 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
     run_args = [f"--restarts={TASK_RESTARTS}", f"--model_dir={cfg.model_dir}"]
     run_args += [a for a in cfg.to_args() if not a.startswith("--model_dir=") and not a.startswith("--notify_config=")]
     launch = Launch(name=cfg.name, run_args=tuple(run_args), stop_timeout=grace)
-    command = launch.argv(plan.task_ref(plan.chief))
+    # What starts each task comes from the plan (as for the Ansible role): argv, stop
+    # timeout and environment are read from its entries, not derived again here.
+    entries = {t["name"]: t for t in plan.to_json(launch)["tasks"]}
+    command = entries[plan.chief.name]["argv"]
+    grace = entries[plan.chief.name]["stop_timeout"]
     regen = shlex.join(["tfps", "compose", *regenerate_args(ns, cfg)])
     volumes = [f"{VOLUME}:/data"]
     if ns.data_dir:
@@ -328,7 +332,7 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
     ]
     for task in plan.tasks:
         name = service_name(task)
-        ref = plan.task_ref(task)
+        entry = entries[task.name]
         note = "  # the chief: checkpoints, exports, writes results.json, notifies" if task.is_chief else ""
         L += [f"  {name}:{note}", "    <<: *tfps-task", f"    hostname: {name}"]
         if task.is_chief:
@@ -346,7 +350,7 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
                 "    extra_hosts:",
                 '      - "host.docker.internal:host-gateway"',
             ]
-        L += ["    environment:", f"      TF_CONFIG: {_q(ref.to_tf_config())}"]
+        L += ["    environment:", f"      TF_CONFIG: {_q(entry['env']['TF_CONFIG'])}"]
         if task.gpu is not None:
             L += [
                 "    deploy:",
