@@ -110,7 +110,9 @@ def test_check_mode_on_a_fresh_cluster_and_on_a_running_job_changes_nothing(bare
     assert not chief_host.exists(f"/srv/tfps/{job}")
     for host in bare_metal.hosts:
         assert f"tfps {job} " not in host.sh("iptables -S INPUT")[1]
-    assert "Wait for the chief" not in fresh.output
+    # Neither waited nor collected.
+    assert "RETRYING" not in fresh.output
+    assert not (tmp_path / "results" / "results.json").exists()
 
     try:
         started = run_playbook("deploy.yml", inventory, {**play_vars(tmp_path), "tfps_wait": False})
@@ -125,7 +127,8 @@ def test_check_mode_on_a_fresh_cluster_and_on_a_running_job_changes_nothing(bare
         assert all(c["changed"] == 0 for c in counts.values()), counts
         assert f"--check: host2 already runs tfps-{job}-worker0: nothing would change" in again.output
         assert chief_host.sh(f"docker inspect -f '{{{{.Id}}}}' tfps-{job}-worker0")[1].strip() == running_id
-        assert "Wait for the chief" not in again.output
+        assert "RETRYING" not in again.output
+        assert not (tmp_path / "results" / "results.json").exists()
     finally:
         cleanup = run_playbook("cleanup.yml", inventory, {**play_vars(tmp_path), "tfps_cleanup_model_dir": True})
         assert_ok(cleanup, "cleanup.yml")

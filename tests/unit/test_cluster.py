@@ -209,10 +209,6 @@ def test_ipv6_address_given_in_brackets_is_not_bracketed_twice():
     assert p.task("ps", 0).target == "[fd00::1]:2222"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG trainer/cluster/plan.py Plan.from_tasks: the address:port clash check keys on the raw "
-    "ansible_host, so '[fd00::1]' and 'fd00::1' on port 2222 are not seen as the same target; the plan "
-    "lists [fd00::1]:2222 twice (ps0 and worker0) instead of refusing it"))
 def test_same_ipv6_address_with_and_without_brackets_clashes():
     exc = error(plan, ps={"a": {"ansible_host": "[fd00::1]"}}, worker={"b": {"ansible_host": "fd00::1"}})
     assert exc.field == "tfps_base_port"

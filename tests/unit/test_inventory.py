@@ -467,10 +467,6 @@ def test_wrong_vault_password_is_an_error(env, tmp_path, vault_password):
     assert "tfps_base_port" in line or "decrypt" in line.lower()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG trainer/cluster/inventory.py load_view: an encrypted group_vars/all/vault.yml read without a "
-    "password fails with 'tfps: error: inventory: Attempting to decrypt but no vault secrets found.; fix the "
-    "inventory' - it names neither the file nor the fix (--vault-password-file / --vault-id)"))
 def test_vault_encrypted_group_vars_file_without_the_password_says_to_pass_it(env, tmp_path, vault_password):
     ini(tmp_path, "[ps]\np\n[worker]\nw\n")
     vault = write(tmp_path / "group_vars/all/vault.yml", "tfps_notify_urls: ['mailtos://u:secret@x']\n")
@@ -611,11 +607,6 @@ def test_empty_directory_is_not_an_inventory(env, tmp_path):
     assert "empty" in line and "inventory" in line
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG trainer/cluster/inventory.py load_view/_parsed_sources: with several -i, a source Ansible cannot "
-    "parse is only warned about; here the constructed config (strict, undefined variable) fails, tfps prints "
-    "4 [WARNING] lines and then 'ps: the inventory has no 'ps' group; put the host(s) ... in a group named ps' "
-    "- naming neither the broken file nor the real fix"))
 def test_broken_constructed_source_names_that_source(env, tmp_path):
     broken = write(tmp_path / "groups.yml", """
         plugin: ansible.builtin.constructed
@@ -629,10 +620,6 @@ def test_broken_constructed_source_names_that_source(env, tmp_path):
     assert "nodrole" in line
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG trainer/cluster/inventory.py load_view/_parsed_sources: a YAML syntax error in the second of two -i "
-    "sources is only a warning: tfps plan exits 0 with the plan of the first source alone (Ansible warns the "
-    "same way unless ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED), where a single broken source is refused"))
 def test_syntax_error_in_a_second_source_is_refused(env, tmp_path):
     broken = write(tmp_path / "more.yml", "all:\n  children:\n    worker: [x\n")
     line = tfps_fails(env, [INVENTORIES / "ini/hosts.ini", broken])

@@ -100,7 +100,10 @@ def plan_from_view(
         names = {str(k): k for k in raw}
         check_names(list(names), f"host {host!r}", origin=lambda n, names=names: origin(names[n]))
         resolved[host] = _resolve(host, raw, defaults, template)
-    plan = plan_from_hosts(ps_hosts, worker_hosts, resolved)
+    try:
+        plan = plan_from_hosts(ps_hosts, worker_hosts, resolved)
+    except ConfigError as exc:
+        raise _with_origin(exc, host_vars) from None
     chief_host = plan.chief.host
     job = resolved[chief_host]
     for host, values in resolved.items():
@@ -117,6 +120,20 @@ def plan_from_view(
     data = plan.to_json(launch)
     data["hosts"] = {host: {k: v for k, v in values.items() if k in LAYOUT_VARS} for host, values in resolved.items()}
     return data
+
+
+def _with_origin(exc: ConfigError, host_vars: Mapping[str, Mapping[str, Any]]) -> ConfigError:
+    """The same error, saying in which file and line the host's bad variable was set."""
+    import re
+
+    message = str(exc)
+    if exc.field and message.startswith(f"{exc.field}: "):
+        message = message[len(exc.field) + 2:]
+    for host in re.findall(r"host '([^']+)'", message):
+        where = origin(host_vars.get(host, {}).get(exc.field)) if exc.field else None
+        if where:
+            return ConfigError(f"{message} (set in {where})", exc.field)
+    return exc
 
 
 def _missing_group(job: str, groups: Mapping[str, Sequence[str]]) -> ConfigError:
@@ -184,9 +201,10 @@ def load_view(
         _plugin_loader()
         with warnings:
             loader, inventory, manager = cli._play_prereqs()
-        if not _parsed_sources(inventory):
+        unparsed = warnings.unparsed(sources)
+        if unparsed or not _parsed_sources(inventory):
             raise ConfigError(f"Ansible could not read it as an inventory: {warnings.reason()}; fix it and check "
-                              "it with ansible-inventory -i SOURCE --list", ",".join(sources))
+                              "it with ansible-inventory -i SOURCE --list", unparsed or ",".join(sources))
         warnings.replay()
         groups = inventory.get_groups_dict()
         host_vars = {}
@@ -194,7 +212,15 @@ def load_view(
             host_vars[host] = manager.get_vars(host=inventory.get_host(host), include_hostvars=False, stage="all")
         defaults = loader.load_from_file(str(DEFAULTS), trusted_as_template=True) or {}
     except AnsibleError as exc:
-        raise ConfigError(" ".join(str(exc).split()) + "; fix the inventory", "inventory") from None
+        text = " ".join(str(exc).split())
+        where = getattr(exc, "obj", None)
+        where = origin(where) if where is not None else None
+        if "vault" in text.lower() and ("secret" in text.lower() or "decrypt" in text.lower()):
+            where = where or _vault_file(list(sources) + ([playbook_dir] if playbook_dir else []))
+            raise ConfigError(f"a vault-encrypted file or value{f' ({where})' if where else ''} cannot be "
+                              f"decrypted ({text}); pass --vault-password-file or --vault-id as for "
+                              "ansible-playbook", "inventory") from None
+        raise ConfigError(f"{text}; fix the inventory", where or "inventory") from None
     finally:
         context.CLIARGS = previous
 
@@ -226,6 +252,13 @@ class _Warnings:
         self._display.error_as_warning = self._original_error
         return False
 
+    def unparsed(self, sources: Sequence[str]) -> str | None:
+        """The first source Ansible could not parse (it only warns and goes on without it)."""
+        for message in self.messages:
+            if message.startswith("Unable to parse ") and message.endswith(" as an inventory source"):
+                return message[len("Unable to parse "):-len(" as an inventory source")]
+        return None
+
     def reason(self) -> str:
         details = [m for m in self.messages if "Failed to parse" in m] or self.messages or ["no hosts were found"]
         return " ".join(details[0].split())
@@ -233,6 +266,23 @@ class _Warnings:
     def replay(self) -> None:
         for message in self.messages:
             self._original(message)
+
+
+def _vault_file(places: Sequence[str]) -> str | None:
+    """A vault-encrypted vars file beside these inventory sources (Ansible's error names none)."""
+    from pathlib import Path
+
+    for place in places:
+        base = Path(place) if Path(place).is_dir() else Path(place).parent
+        for kind in ("group_vars", "host_vars"):
+            for path in sorted((base / kind).rglob("*")) if (base / kind).is_dir() else []:
+                try:
+                    with open(path, "rb") as fh:
+                        if path.is_file() and fh.read(14) == b"$ANSIBLE_VAULT":
+                            return str(path)
+                except OSError:
+                    continue
+    return None
 
 
 def _forget_cli_state() -> None:

@@ -392,6 +392,8 @@ def _address(variables: Mapping, host: str) -> str:
             "ansible_host",
         )
     value = str(value).strip()
+    if value.startswith("[") and value.endswith("]"):
+        value = value[1:-1]  # "[fd00::1]" and "fd00::1" are one address; join_target adds the brackets
     return value
 
 
