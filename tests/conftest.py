@@ -63,14 +63,14 @@ def pytest_collectreport(report):
     _record(report)   # a whole module skipped at import (pytest.importorskip, allow_module_level)
 
 
-def _not_for_a_gpu(config) -> list:
+def _not_for_a_gpu() -> list:
     return [r for r in _outcomes["skipped"] if "gpu" not in _skip_reason(r).lower()]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not config.getoption("fail_on_skip"):
         return
-    bad = _not_for_a_gpu(config)
+    bad = _not_for_a_gpu()
     passed, skipped = len(_outcomes["passed"]), len(_outcomes["skipped"])
     terminalreporter.write_line(f"tfps tests: {passed} passed, {skipped} skipped "
                                 f"({skipped - len(bad)} for a missing GPU)")
@@ -83,5 +83,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
-    if session.config.getoption("fail_on_skip") and exitstatus == pytest.ExitCode.OK and _not_for_a_gpu(session.config):
+    if session.config.getoption("fail_on_skip") and exitstatus == pytest.ExitCode.OK and _not_for_a_gpu():
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -29,11 +29,19 @@ def _script(name: str, *args: str) -> None:
 @pytest.fixture(scope="session")
 def docker_client():
     """A docker SDK client for a running engine (started if needed)."""
-    docker = pytest.importorskip("docker")
+    import docker  # a dev dependency: a missing SDK is an error, not a skip
+
     _script("docker-up.sh")
     client = docker.from_env(timeout=300)
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def compose_cli(docker_client) -> None:
+    """Compose v2, which .ci/docker-up.sh (run by docker_client) installs where it is missing."""
+    proc = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
+    assert proc.returncode == 0, f"docker compose does not work after .ci/docker-up.sh:\n{proc.stderr}"
 
 
 @pytest.fixture(scope="session")
@@ -78,26 +86,13 @@ class ContainerSMTPServer(SMTPServer):
 
     It binds the default bridge's gateway address (not 0.0.0.0), which containers on any
     compose network reach as ``host.docker.internal`` through
-    ``extra_hosts: host.docker.internal:host-gateway``.
+    ``extra_hosts: host.docker.internal:host-gateway``; ``url()`` names that host.
     """
 
     container_host = "host.docker.internal"
 
     def __init__(self, address: str, **kwargs):
-        super().__init__(**kwargs)
-        from aiosmtpd.controller import Controller
-
-        self.address = address
-        handler_kwargs = {}
-        if self.auth is not None:
-            handler_kwargs = dict(authenticator=self._authenticate, auth_require_tls=False)
-        self._controller = Controller(self, hostname=address, port=self.port, **handler_kwargs)
-
-    def url(self, scheme: str = "mailto", userinfo: str = "", **params: str) -> str:
-        """An apprise URL for this server as seen from inside a container."""
-        query = {"from": self.sender, "to": self.recipient, "mode": "insecure", **params}
-        at = f"{userinfo}@" if userinfo else ""
-        return f"{scheme}://{at}{self.container_host}:{self.port}?" + "&".join(f"{k}={v}" for k, v in query.items())
+        super().__init__(hostname=address, url_host=self.container_host, **kwargs)
 
 
 @pytest.fixture

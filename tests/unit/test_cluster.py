@@ -46,6 +46,10 @@ def inventory(
     return data
 
 
+#: Task names of a plan of 2 ps and 3 workers: ps first, each job numbered from 0.
+TWO_PS_THREE_WORKERS = ["ps0", "ps1", "worker0", "worker1", "worker2"]
+
+
 def two_ps_three_workers() -> Plan:
     """2 ps on one host, 3 workers: 2 GPU slots on one host, 1 CPU worker on another."""
     return plan_from_inventory(
@@ -82,13 +86,7 @@ def test_importing_cluster_does_not_import_tensorflow():
 
 def test_plan_orders_ps_then_workers_and_numbers_them():
     plan = two_ps_three_workers()
-    assert [t.name for t in plan.tasks] == [
-        "ps0",
-        "ps1",
-        "worker0",
-        "worker1",
-        "worker2",
-    ]
+    assert [t.name for t in plan.tasks] == TWO_PS_THREE_WORKERS
     assert plan.cluster == ClusterSpec(
         ps=("10.0.0.1:2222", "10.0.0.1:2223"),
         worker=("10.0.0.2:2222", "10.0.0.2:2223", "10.0.0.3:2222"),
@@ -624,13 +622,7 @@ def test_free_ports_are_distinct_and_bindable():
 
 def test_local_plan_uses_distinct_free_ports():
     plan = local_plan(2, 3)
-    assert [t.name for t in plan.tasks] == [
-        "ps0",
-        "ps1",
-        "worker0",
-        "worker1",
-        "worker2",
-    ]
+    assert [t.name for t in plan.tasks] == TWO_PS_THREE_WORKERS
     assert len({t.port for t in plan.tasks}) == 5
     assert {t.address for t in plan.tasks} == {"127.0.0.1"}
     assert plan.task("worker", 0).is_chief
