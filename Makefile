@@ -41,9 +41,11 @@ collections: install
 unit: install
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
-# Exit status 5 (no test collected) is a failure here, never a silent pass.
+# Exit status 5 (no test collected) is a failure here, never a silent pass; so is a test
+# that skips for any reason but a missing GPU (--fail-on-skip, tests/conftest.py), and the
+# end of the output counts the passed and skipped tests.
 test: install image collections
-	$(VENV)/bin/pytest -q -rs --durations=15 tests $(PYTEST_ARGS); rc=$$?; \
+	$(VENV)/bin/pytest -q -rs --durations=15 --fail-on-skip tests $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
 
 # Benchmarks print ratios measured side by side; they are not tests (docs/benchmarks.md).

@@ -43,10 +43,38 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool
     return bool(predicate())
 
 
-class SMTPServer:
+class _Server:
+    """``with server:`` starts it and stops it; ``wait_for(n)`` waits for n things received."""
+
+    def received(self) -> list:
+        raise NotImplementedError
+
+    def wait_for(self, count: int, timeout: float = 10.0) -> list:
+        """What the server has received, once that is ``count`` items or ``timeout`` s have passed."""
+        wait_until(lambda: len(self.received()) >= count, timeout)
+        return self.received()
+
+    def start(self):
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class SMTPServer(_Server):
     """An aiosmtpd server that keeps every message it accepts, parsed.
 
     Args:
+        hostname: the address it listens on (loopback unless a test's containers or hosts
+            must reach it).
+        url_host: the host name in ``url()``, where clients reach it (``hostname`` unless
+            given).
         auth: ``(user, password)`` that SMTP AUTH (PLAIN or LOGIN, offered without TLS,
             which is fine on loopback) accepts; any other login is refused with 535.
             ``None`` offers no AUTH. A client that skips AUTH is still served (requiring
@@ -62,8 +90,10 @@ class SMTPServer:
     sender = "trainer@example.com"
     recipient = "ops@example.com"
 
-    def __init__(self, auth: tuple[str, str] | None = None):
+    def __init__(self, auth: tuple[str, str] | None = None, hostname: str = LOCALHOST, url_host: str | None = None):
         self.auth = auth
+        self.address = hostname
+        self.url_host = url_host or hostname
         self.port = free_port()
         self.messages: list[email.message.EmailMessage] = []
         self.envelopes: list[Any] = []
@@ -71,7 +101,7 @@ class SMTPServer:
         kwargs: dict[str, Any] = {}
         if auth is not None:
             kwargs = dict(authenticator=self._authenticate, auth_require_tls=False)
-        self._controller = Controller(self, hostname=LOCALHOST, port=self.port, **kwargs)
+        self._controller = Controller(self, hostname=hostname, port=self.port, **kwargs)
 
     # aiosmtpd handler hook
     async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd's name)
@@ -90,10 +120,9 @@ class SMTPServer:
         """An apprise URL for this server; ``userinfo`` is inserted as written."""
         query = {"from": self.sender, "to": self.recipient, "mode": "insecure", **params}
         at = f"{userinfo}@" if userinfo else ""
-        return f"{scheme}://{at}{LOCALHOST}:{self.port}?" + "&".join(f"{k}={v}" for k, v in query.items())
+        return f"{scheme}://{at}{self.url_host}:{self.port}?" + "&".join(f"{k}={v}" for k, v in query.items())
 
-    def wait_for(self, count: int, timeout: float = 10.0) -> list[email.message.EmailMessage]:
-        wait_until(lambda: len(self.messages) >= count, timeout)
+    def received(self) -> list[email.message.EmailMessage]:
         return self.messages
 
     def start(self) -> "SMTPServer":
@@ -102,12 +131,6 @@ class SMTPServer:
 
     def stop(self) -> None:
         self._controller.stop()
-
-    def __enter__(self) -> "SMTPServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 class _WebhookHandler(http.server.BaseHTTPRequestHandler):
@@ -142,7 +165,7 @@ class _HTTPServer(http.server.ThreadingHTTPServer):
     owner: "WebhookServer"
 
 
-class WebhookServer:
+class WebhookServer(_Server):
     """A stdlib HTTP server that records every POST and answers 200 (or ``status[path]``).
 
     Attributes:
@@ -170,8 +193,7 @@ class WebhookServer:
         """Parsed JSON bodies received, optionally only those sent to ``path``."""
         return [r["json"] for r in self.requests if path is None or r["path"].split("?")[0] == path]
 
-    def wait_for(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
-        wait_until(lambda: len(self.requests) >= count, timeout)
+    def received(self) -> list[dict[str, Any]]:
         return self.requests
 
     def start(self) -> "WebhookServer":
@@ -182,9 +204,3 @@ class WebhookServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
-
-    def __enter__(self) -> "WebhookServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

@@ -411,6 +411,15 @@ class Job:
                 all_hooks.append(ReleaseHook(self.ops["release_tokens"]))
             creator = v1.train.ChiefSessionCreator(scaffold=scaffold, master=server.target,
                                                    config=session_config(task, cfg), checkpoint_dir=cfg.model_dir)
+            create = creator.create_session
+
+            def create_and_log_restore():   # called again when MonitoredSession recovers from a lost ps
+                ckpt = tf.train.latest_checkpoint(cfg.model_dir)
+                sess = create()   # the ChiefSessionCreator restores the newest checkpoint when there is one
+                if ckpt:
+                    log.info("%s: restored checkpoint of step %s from %s", task.name, ckpt.rsplit("-", 1)[1], ckpt)
+                return sess
+            creator.create_session = create_and_log_restore
         else:
             creator = FastCreator(scaffold=scaffold, master=server.target, config=session_config(task, cfg))
         # stop_grace_period_secs only bounds joining queue-runner threads at close(); the

@@ -13,30 +13,30 @@ environment, the way a container restart policy would. Then:
   a killed chief sent none, its successor sends one;
 * at most one checkpoint interval of steps is redone: the global step at the kill minus
   the step training resumed from (the checkpoint that the restarted chief, or the chief
-  repopulating a restarted ps, logs "Restoring parameters from ...model.ckpt-N" for; a
-  lost non-chief worker rolls nothing back);
+  repopulating a restarted ps, logs "restored checkpoint of step N" for; a lost non-chief
+  worker rolls nothing back);
 * no process of the cluster is left.
 
 Each case adds a row (recovered, seconds from the kill to the first progress line after
 the restart, steps redone) to a table that the end of the module writes to
 ``tests/integration/.faults-table.txt`` and to the terminal. In async mode worker1 trains
 on while the chief is away; its note says how far, since the chief's restore discards it.
+The table, the restore parsing and the checks are shared with the compose and Ansible
+matrices (tests/faults.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import random
-import re
 import signal
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import faults
+from faults import Row
 from integration_helpers import (Proc, checkpoint_step, Processes, assert_nothing_left, base_env, load_and_predict, load_csv,
                                  read_results)
 
@@ -59,72 +59,15 @@ VICTIMS = {"ps0": "ps", "worker0": "chief (worker0)", "worker1": "non-chief (wor
 CASES = [(victim, mode) for victim in VICTIMS for mode in ("async", "sync")]
 CASE_IDS = [f"{'ps' if v == 'ps0' else 'chief' if v == 'worker0' else 'worker1'}-{m}" for v, m in CASES]
 
-PROGRESS = re.compile(r"\b(worker\d+): step (\d+)/(\d+)\b")
-RESTORED = re.compile(r"Restoring parameters from \S*model\.ckpt-(\d+)")
-
-
-@dataclasses.dataclass
-class Row:
-    fault: str
-    mode: str
-    recovered: str = "no"
-    recover_s: float | None = None
-    kill_step: int | None = None
-    resumed_from: int | None = None
-    case_s: float | None = None
-    note: str = ""
-
-    @property
-    def redone(self) -> int | None:
-        if self.kill_step is None or self.resumed_from is None:
-            return None
-        return self.kill_step - self.resumed_from
-
-
-def _fmt(value, spec: str = "") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def render_table(rows: list[Row]) -> str:
-    head = ("fault", "mode", "recovered", "recover s", "killed at", "resumed from", "redone", "case s", "note")
-    body = [(r.fault, r.mode, r.recovered, _fmt(r.recover_s, ".1f"), _fmt(r.kill_step), _fmt(r.resumed_from),
-             _fmt(r.redone), _fmt(r.case_s, ".0f"), r.note) for r in rows]
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
-    lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [head, *body]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join([f"fault injection: 1 ps + 2 workers, {TRAIN_STEPS} steps, a checkpoint every "
-                      f"{CHECKPOINT_STEPS}; SIGKILL, restart after {RESTART_DELAY:.0f} s", *lines]) + "\n"
-
-
-@pytest.fixture(scope="module")
-def fault_table(request):
-    """Rows of every case in this module; written to a file and the terminal at the end."""
-    rows: list[Row] = []
-    yield rows
-    if not rows:
-        return
-    table = render_table(rows)
-    TABLE_FILE.write_text(table)
-    # Past pytest's output capture, so that the table shows without -s as well.
-    plugins = request.config.pluginmanager
-    reporter, capman = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
-    with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
-        if reporter is not None:
-            reporter.write_line("")
-            for line in table.splitlines():
-                reporter.write_line(line)
-        else:
-            print(table, file=sys.stderr)
+fault_table = faults.table_fixture(
+    f"fault injection: 1 ps + 2 workers, {TRAIN_STEPS} steps, a checkpoint every {CHECKPOINT_STEPS}; "
+    f"SIGKILL, restart after {RESTART_DELAY:.0f} s", TABLE_FILE)
 
 
 # ----------------------------------------------------------------------------- helpers
 def progress_steps(*procs: Proc, since: dict[str, int] | None = None) -> list[int]:
     """Global steps of the progress lines ("workerN: step S/M") in the processes' logs."""
-    out = []
-    for p in procs:
-        text = p.output()[(since or {}).get(p.name, 0):]
-        out += [int(m.group(2)) for m in PROGRESS.finditer(text)]
-    return out
+    return [step for p in procs for step in faults.progress_steps(p.output()[(since or {}).get(p.name, 0):])]
 
 
 def poll(predicate, timeout: float, what: str, *watch: Proc, interval: float = 0.05):
@@ -160,7 +103,7 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
     fault_table.append(row)
     t_case = time.monotonic()
     case_id = CASE_IDS[CASES.index((victim, mode))]
-    target = random.Random(case_id).randint(CHECKPOINT_STEPS, TRAIN_STEPS - CHECKPOINT_STEPS)
+    target = faults.kill_target(TRAIN_STEPS, CHECKPOINT_STEPS, rng=random.Random(case_id))
     paced = victim == "worker1" and mode == "async"
 
     model_dir = tmp_path / "model"
@@ -192,8 +135,8 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
         seen = poll(reached, 240, f"global step {target}", *tasks.values())
         tasks[victim].signal(signal.SIGKILL)
         t_kill = time.monotonic()
-        # The chief may begin its restore ("Restoring parameters ...", then blocking until the
-        # ps is back) before the ps is restarted: look for it from the kill on.
+        # The chief may begin its restore (blocking until the ps is back, then logging
+        # "restored checkpoint of step N") before the ps is restarted: look for it from the kill on.
         chief_log_at_kill = len(tasks["worker0"].output())
         assert tasks[victim].wait(10) == -signal.SIGKILL
         # The step at the kill: the last one logged, or the newest checkpoint if that is newer.
@@ -213,7 +156,7 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
         watched, since = (again, None) if victim != "ps0" else (chief, chief_log_at_restart)
         if victim == "worker0":
             # Async: worker1 trains on while the chief is away, and the restore takes that back.
-            poll(lambda: RESTORED.search(again.output()), 240, "the restarted chief's restore", again)
+            poll(lambda: faults.RESTORED.search(again.output()), 240, "the restarted chief's restore", again)
             peak = max(progress_steps(tasks["worker1"]), default=0)
             if peak > row.kill_step + 2 * LOG_STEPS:
                 row.note = f"worker1 reached step {peak} meanwhile; the restore discarded it"
@@ -229,24 +172,18 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
         # Where training resumed: the checkpoint the chief restored after the kill, if any.
         chief_after_kill = chief.output() if victim == "worker0" else \
             tasks["worker0"].output()[chief_log_at_kill:]
-        # Only restores during training count: the export and the evaluation restore the
-        # final checkpoint too, after the last progress line.
-        last_progress = max((m.end() for m in PROGRESS.finditer(chief_after_kill)), default=0)
-        restored = [int(m.group(1)) for m in RESTORED.finditer(chief_after_kill, 0, last_progress)]
+        row.resumed_from = faults.resumed_from(chief_after_kill, victim == "worker1", row.kill_step, VICTIMS[victim])
         if victim == "worker1":
-            assert not restored, f"losing a non-chief worker rolled the model back to {restored}"
-            row.resumed_from = row.kill_step    # nothing was rolled back
             assert first >= row.kill_step - 2 * LOG_STEPS, (first, row.kill_step)
         else:
-            assert restored, f"{chief.name} restored no checkpoint after the kill:\n{chief.tail()}"
-            row.resumed_from = restored[0]
             assert row.resumed_from == ckpt_at_kill, "restored an older checkpoint than the newest one"
             # The step fetched with the train op is read before the update lands (in sync mode, before
             # the chief's aggregation), so the first line after a restore can repeat the restored step.
             assert first >= row.resumed_from, f"training restarted instead of resuming: {first} < {row.resumed_from}"
             if victim == "worker0":
                 assert chief.lines(r"resuming from the newest checkpoint"), chief.tail()
-        assert 0 <= row.redone <= CHECKPOINT_STEPS, f"{row.redone} steps redone after the restart"
+        # kill_step >= ckpt_at_kill == resumed_from, so nothing negative is clamped away here.
+        faults.assert_redone_at_most(row, CHECKPOINT_STEPS)
 
         res = read_results(model_dir)
         assert res["status"] == "succeeded", res.get("error")
@@ -261,9 +198,7 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
         assert (out["classes"] == y).mean() > 0.8
 
         # Only the chief sends, and it has exited: the count is final.
-        subjects = [m["Subject"] for m in smtp_server.messages]
-        assert len(subjects) == 1, subjects
-        assert "succeeded" in subjects[0] and "FAILED" not in subjects[0], subjects
+        faults.assert_one_success_message([str(m["Subject"]) for m in smtp_server.messages])
 
         assert_nothing_left(ports, *tasks.values(), again)
         row.recovered = "yes"

@@ -64,20 +64,9 @@ def bare_metal(docker_engine, tmp_path_factory):
 @pytest.fixture(scope="session")
 def network_smtp_server(bare_metal):
     """A real SMTP server the hosts can reach: on the hosts' network gateway (this machine)."""
-    from aiosmtpd.controller import Controller
     from servers import SMTPServer
 
-    class GatewaySMTPServer(SMTPServer):
-        def __init__(self, address: str):
-            super().__init__()
-            self.address = address
-            self._controller = Controller(self, hostname=address, port=self.port)
-
-        def url(self, **params: str) -> str:
-            query = {"from": self.sender, "to": self.recipient, "mode": "insecure", **params}
-            return f"mailto://{self.address}:{self.port}?" + "&".join(f"{k}={v}" for k, v in query.items())
-
-    with GatewaySMTPServer(bare_metal.gateway) as server:
+    with SMTPServer(hostname=bare_metal.gateway) as server:
         yield server
 
 

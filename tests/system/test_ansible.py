@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import faults
 from conftest_ansible import ANSIBLE_DIR, REPO
 
 #: The trainer image the session fixtures build and save (see tests/system/conftest.py).
@@ -342,27 +343,18 @@ def test_engine_restart_mid_job_brings_the_task_back_and_the_job_completes(bare_
 
 FAULT_STEPS = 1000
 FAULT_CHECKPOINT = 200
-FAULT_ROWS: list[str] = []
-RESTORED = re.compile(r"Restoring parameters from \S*model\.ckpt-(\d+)")
 #: Where each task of LAYOUT runs.
 TASK_HOST = {"ps0": "host1", "worker0": "host2", "worker1": "host3"}
 
 
-@pytest.fixture(scope="module")
-def ansible_fault_table():
-    yield FAULT_ROWS
-    if FAULT_ROWS:
-        print(f"\nAnsible fault injection: 3 hosts (ps0, chief, worker1), {FAULT_STEPS} steps, a checkpoint "
-              f"every {FAULT_CHECKPOINT}; SIGKILL of the task's process on its host, back by restart policy")
-        print(f"{'fault':<20} {'mode':<6} {'recovered':<10} {'recover s':>9} {'killed at':>9} {'resumed from':>12} "
-              f"{'redone':>6}")
-        for row in FAULT_ROWS:
-            print(row)
+ansible_fault_table = faults.table_fixture(
+    f"Ansible fault injection: 3 hosts (ps0, chief, worker1), {FAULT_STEPS} steps, a checkpoint every "
+    f"{FAULT_CHECKPOINT}; SIGKILL of the task's process on its host, back by restart policy")
 
 
 def _history(host, job: str) -> list[dict]:
     code, out = host.sh(f"cat /srv/tfps/{job}/history.jsonl", check=False)
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")] if code == 0 else []
+    return faults.history(out) if code == 0 else []
 
 
 @pytest.mark.system
@@ -375,7 +367,6 @@ def test_killed_task_on_a_host_comes_back_and_the_job_completes(victim, mode, ba
     last checkpoint: Docker's restart policy brings it back, deploy.yml reports the job
     succeeded at its step, at most one checkpoint interval is redone, the SavedModel loads
     and predicts on the chief's host, and exactly one completion email arrives."""
-    import random
     import threading
     job = f"f{victim}{mode}"
     inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
@@ -387,7 +378,7 @@ def test_killed_task_on_a_host_comes_back_and_the_job_completes(victim, mode, ba
                                                                              play_vars(tmp_path))))
     deploy.start()
     chief_host, host = bare_metal["host2"], bare_metal[TASK_HOST[victim]]
-    target = random.randint(FAULT_CHECKPOINT + 20, FAULT_STEPS - FAULT_CHECKPOINT - 20)
+    target = faults.kill_target(FAULT_STEPS, FAULT_CHECKPOINT, margin=20)
     deadline = time.monotonic() + 300
     while max((r["step"] for r in _history(chief_host, job)), default=0) < target:
         assert deploy.is_alive() and time.monotonic() < deadline, box.get("result") and box["result"].output[-3000:]
@@ -397,12 +388,12 @@ def test_killed_task_on_a_host_comes_back_and_the_job_completes(victim, mode, ba
     host.sh(f"kill -KILL {pid}")
     t_kill = time.time()
     # The step at the kill: the chief's last progress record from before it.
-    kill_step = max(r["step"] for r in _history(chief_host, job) if r["time"] <= t_kill)
+    kill_step = faults.step_at(_history(chief_host, job), t_kill)
+    assert kill_step is not None, "the chief's history could not be read at the kill"
 
     recover_s = None
     while recover_s is None and deploy.is_alive() and time.monotonic() < deadline + 240:
-        later = [r["time"] for r in _history(chief_host, job) if r["time"] > t_kill + 1]
-        recover_s = round(min(later) - t_kill, 1) if later else None
+        recover_s = faults.recovered_after(_history(chief_host, job), t_kill)
         time.sleep(0.5)
     deploy.join(600)
     result = box["result"]
@@ -414,32 +405,19 @@ def test_killed_task_on_a_host_comes_back_and_the_job_completes(victim, mode, ba
 
     # The chief's log (saved by the play) across the restart: what it restored after the kill.
     chief_log = (tmp_path / "results" / "logs" / "worker0.log").read_text(errors="replace")
-    if victim == "worker1":
-        resumed_from = kill_step
-        redone = 0
-    else:
-        after = chief_log[chief_log.find(f"step {kill_step}/"):] if victim == "ps0" else chief_log
-        progress_end = after.rfind(": step ")
-        restored = [int(m.group(1)) for m in RESTORED.finditer(after, 0, max(progress_end, 0))]
-        assert restored, f"the chief restored no checkpoint after {victim} was killed:\n{chief_log[-3000:]}"
-        resumed_from = restored[0]
-        redone = max(kill_step - resumed_from, 0)
-    ansible_fault_table.append(f"{victim:<20} {mode:<6} {'yes':<10} {recover_s if recover_s is not None else '-':>9} "
-                               f"{kill_step:>9} {resumed_from:>12} {redone:>6}")
-    assert redone <= FAULT_CHECKPOINT, f"{redone} steps redone, more than one checkpoint interval"
+    after = chief_log[chief_log.find(f"step {kill_step}/"):] if victim != "worker0" else chief_log
+    row = faults.Row(victim, mode, "yes", recover_s, kill_step,
+                     faults.resumed_from(after, victim == "worker1", kill_step, victim))
+    ansible_fault_table.append(row)
+    faults.assert_redone_at_most(row, FAULT_CHECKPOINT)
 
     # The SavedModel on the chief's host loads and predicts (a fresh container of the image).
-    script = ("import json, numpy as np, tensorflow as tf; m = tf.saved_model.load('/m/export'); "
-              "f = m.signatures['serving_default']; "
-              "shape = [d if d else 4 for d in f.structured_input_signature[1]['features'].shape.as_list()]; "
-              "out = f(features=tf.constant(np.random.default_rng(0).normal(size=shape), tf.float32)); "
-              "print(json.dumps({k: v.numpy().shape[0] for k, v in out.items()}))")
+    script = faults.predict_script("/m/export")
     out = chief_host.sh(f"docker run --rm --entrypoint python -v /srv/tfps/{job}:/m:ro {IMAGE} -c \"{script}\"")[1]
-    predictions = json.loads(out.strip().splitlines()[-1])
-    assert predictions and all(n == 4 for n in predictions.values()), predictions
+    faults.assert_predicts(out)
 
     network_smtp_server.wait_for(1, timeout=30)
     time.sleep(2)
     subjects = [str(m["subject"]) for m in network_smtp_server.messages if f"job {job} " in str(m["subject"])]
-    assert len(subjects) == 1 and "succeeded" in subjects[0], subjects
+    faults.assert_one_success_message(subjects)
     no_containers_anywhere(bare_metal, job)

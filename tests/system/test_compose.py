@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -25,6 +24,9 @@ from pathlib import Path
 
 import pytest
 
+import faults
+from faults import Row
+
 pytestmark = pytest.mark.system
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,13 +36,6 @@ MODEL_DIR = "/data/model"
 #: What the generated files and the README say to run (``-p`` is added per test).
 UP = ["up", "--exit-code-from", CHIEF, "--attach", CHIEF]
 STOPPED = 130  # trainer.exitcodes.ExitCode.STOPPED
-
-
-def _compose_available() -> bool:
-    try:
-        return subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
-    except OSError:
-        return False
 
 
 class ComposeJob:
@@ -150,8 +145,7 @@ class ComposeJob:
             return 0
         if code != 0:
             return 0
-        steps = [json.loads(line)["step"] for line in out.decode().splitlines() if line.strip().startswith("{")]
-        return max(steps, default=0)
+        return max((r["step"] for r in faults.history(out.decode())), default=0)
 
     def wait_for_step(self, step: int, timeout: float) -> int:
         end = time.monotonic() + timeout
@@ -185,9 +179,7 @@ def assert_nothing_running(job: ComposeJob) -> None:
 
 
 @pytest.fixture
-def compose_job(docker_client, trainer_image, tmp_path):
-    if not _compose_available():
-        pytest.skip("docker compose is not installed")
+def compose_job(docker_client, compose_cli, trainer_image, tmp_path):
     jobs: list[ComposeJob] = []
 
     def make(directory: Path, file: str = "docker-compose.yml") -> ComposeJob:
@@ -296,20 +288,9 @@ def test_stop_chief_writes_final_save_within_grace(compose_job, trainer_image, t
 
 FAULT_STEPS = 1000
 FAULT_CHECKPOINT = 200          # the default: train_steps / 5
-FAULT_ROWS: list[str] = []
-RESTORED = re.compile(r"Restoring parameters from \S*model\.ckpt-(\d+)")
-
-
-@pytest.fixture(scope="module")
-def fault_table():
-    yield FAULT_ROWS
-    if FAULT_ROWS:
-        print("\ncompose fault injection: 1 ps + 2 workers, %d steps, a checkpoint every %d; SIGKILL of the "
-              "task's training process, started again in its container" % (FAULT_STEPS, FAULT_CHECKPOINT))
-        print(f"{'fault':<20} {'mode':<6} {'recovered':<10} {'recover s':>9} {'killed at':>9} {'resumed from':>12} "
-              f"{'redone':>6}")
-        for row in FAULT_ROWS:
-            print(row)
+fault_table = faults.table_fixture(
+    f"compose fault injection: 1 ps + 2 workers, {FAULT_STEPS} steps, a checkpoint every {FAULT_CHECKPOINT}; "
+    "SIGKILL of the task's training process, started again in its container")
 
 
 def task_process(container) -> int:
@@ -332,7 +313,6 @@ def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, t
     is sent. (Docker's restart policy alone would not do for the chief: `up --exit-code-from`
     ends the job at the chief container's first exit.)
     """
-    import random
     name = f"fault-{victim}-{mode}"
     directory = tmp_path / "kill"
     generate(directory, "--ps", "1", "--workers", "2", *(["--sync_replicas"] if mode == "sync" else []),
@@ -341,7 +321,7 @@ def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, t
     (directory / ".env").write_text(f"APPRISE_URLS='{container_smtp_server.url()}'\n")
     job = compose_job(directory)
     job.start()
-    target = random.randint(FAULT_CHECKPOINT + 20, FAULT_STEPS - FAULT_CHECKPOINT - 20)
+    target = faults.kill_target(FAULT_STEPS, FAULT_CHECKPOINT, margin=20)
     job.wait_for_step(target, timeout=300)
 
     container = job.container(victim)
@@ -360,12 +340,10 @@ def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, t
         except Exception:  # noqa: BLE001 - the chief is restarting
             code = 1
         if code == 0:
-            records = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
+            records = faults.history(out.decode())
             if kill_step is None:
-                kill_step = max(r["step"] for r in records if r["time"] <= t_kill)
-            later = [r["time"] for r in records if r["time"] > t_kill + 1]
-            if later:
-                recover_s = round(min(later) - t_kill, 1)
+                kill_step = faults.step_at(records, t_kill)
+            recover_s = faults.recovered_after(records, t_kill)
         time.sleep(0.5)
 
     rc = job.wait(timeout=400)
@@ -385,41 +363,23 @@ def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, t
 
     # Steps redone: from the step at the kill back to the checkpoint the chief restored.
     chief_log = job.container(CHIEF).logs(since=int(t_kill)).decode(errors="replace")
-    progress_end = chief_log.rfind(": step ")          # export/eval restore after the last progress line
-    restored = [int(m.group(1)) for m in RESTORED.finditer(chief_log, 0, max(progress_end, 0))]
-    if victim == "worker-1":
-        assert not restored, f"losing a non-chief worker rolled the model back to {restored}"
-        resumed_from = kill_step
-    else:
-        assert restored, f"the chief restored no checkpoint after {victim} was killed:\n{chief_log[-3000:]}"
-        resumed_from = restored[0]
-    redone = max(kill_step - resumed_from, 0)
-    fault_table.append(f"{victim:<20} {mode:<6} {'yes':<10} {recover_s if recover_s is not None else '-':>9} "
-                       f"{kill_step:>9} {resumed_from:>12} {redone:>6}")
-    assert redone <= FAULT_CHECKPOINT, f"{redone} steps redone, more than one checkpoint interval"
+    row = Row(victim, mode, "yes", recover_s, kill_step, faults.resumed_from(chief_log, victim == "worker-1", kill_step, victim))
+    fault_table.append(row)
+    faults.assert_redone_at_most(row, FAULT_CHECKPOINT)
 
     # The SavedModel loads and predicts, in a fresh container of the image, from the job's volume.
     volume = f"{job.project}_tfps-data"
-    script = ("import json, numpy as np, tensorflow as tf; m = tf.saved_model.load('/data/model/export'); "
-              "f = m.signatures['serving_default']; "
-              "shape = [d if d else 4 for d in f.structured_input_signature[1]['features'].shape.as_list()]; "
-              "out = f(features=tf.constant(np.random.default_rng(0).normal(size=shape), tf.float32)); "
-              "print(json.dumps({k: v.numpy().shape[0] for k, v in out.items()}))")
-    out = docker_client.containers.run(trainer_image, ["python", "-c", script], entrypoint=[],
-                                       volumes={volume: {"bind": "/data", "mode": "ro"}}, remove=True)
-    predictions = json.loads(out.decode().strip().splitlines()[-1])
-    assert predictions and all(n == 4 for n in predictions.values()), predictions
+    out = docker_client.containers.run(trainer_image, ["python", "-c", faults.predict_script(f"{MODEL_DIR}/export")],
+                                       entrypoint=[], volumes={volume: {"bind": "/data", "mode": "ro"}}, remove=True)
+    faults.assert_predicts(out.decode())
 
     messages = container_smtp_server.wait_for(1, timeout=30)
     time.sleep(2)
-    subjects = [str(m["Subject"]) for m in container_smtp_server.messages]
-    assert len(subjects) == 1 and f"job {name}" in subjects[0] and "succeeded" in subjects[0], subjects
+    faults.assert_one_success_message([str(m["Subject"]) for m in container_smtp_server.messages], job=name)
 
 
-def test_gpu_example_is_valid_compose(tmp_path):
+def test_gpu_example_is_valid_compose(compose_cli, tmp_path):
     """The committed GPU example passes ``docker compose config`` (no GPU needed) with one GPU per worker."""
-    if not _compose_available():
-        pytest.skip("docker compose is not installed")
     proc = subprocess.run(["docker", "compose", "-f", "docker-compose.gpu.yml", "config", "--format", "json"],
                           cwd=COMPOSE_DIR, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -432,10 +392,8 @@ def test_gpu_example_is_valid_compose(tmp_path):
     assert "deploy" not in services["ps-0"]
 
 
-def test_default_file_settings_as_compose_reads_them(tmp_path):
+def test_default_file_settings_as_compose_reads_them(compose_cli, tmp_path):
     """What compose makes of the committed file: grace, restart policy, .env for the chief only."""
-    if not _compose_available():
-        pytest.skip("docker compose is not installed")
     (tmp_path / "docker-compose.yml").write_text((COMPOSE_DIR / "docker-compose.yml").read_text())
     (tmp_path / ".env").write_text("APPRISE_URLS='json://host.docker.internal:8080/hook'\n")
     proc = subprocess.run(["docker", "compose", "--profile", "tensorboard", "config", "--format", "json"],

@@ -237,7 +237,7 @@ def test_idx_images_without_labels(tmp_path):
     assert "no labels file" in refused("train_data", data.infer_schema, str(tmp_path / "t10k-images-idx3-ubyte"))
 
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf  # noqa: E402 - the cpu extra; only the tests below need it
 
 
 def write_tfrecord(path: Path, labels, label_key="label"):
