@@ -13,7 +13,7 @@ environment, the way a container restart policy would. Then:
   a killed chief sent none, its successor sends one;
 * at most one checkpoint interval of steps is redone: the global step at the kill minus
   the step training resumed from (the checkpoint that the restarted chief, or the chief
-  repopulating a restarted ps, logs "Restoring parameters from ...model.ckpt-N" for; a
+  repopulating a restarted ps, logs "restored checkpoint of step N" for; a
   lost non-chief worker rolls nothing back);
 * no process of the cluster is left.
 
@@ -60,7 +60,8 @@ CASES = [(victim, mode) for victim in VICTIMS for mode in ("async", "sync")]
 CASE_IDS = [f"{'ps' if v == 'ps0' else 'chief' if v == 'worker0' else 'worker1'}-{m}" for v, m in CASES]
 
 PROGRESS = re.compile(r"\b(worker\d+): step (\d+)/(\d+)\b")
-RESTORED = re.compile(r"Restoring parameters from \S*model\.ckpt-(\d+)")
+#: The chief's own line (trainer.task.hooks), logged each time it restores a checkpoint.
+RESTORED = re.compile(r"restored checkpoint of step (\d+)")
 
 
 @dataclasses.dataclass
@@ -192,8 +193,8 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
         seen = poll(reached, 240, f"global step {target}", *tasks.values())
         tasks[victim].signal(signal.SIGKILL)
         t_kill = time.monotonic()
-        # The chief may begin its restore ("Restoring parameters ...", then blocking until the
-        # ps is back) before the ps is restarted: look for it from the kill on.
+        # The chief may begin its restore (blocking until the ps is back, then logging "restored
+        # checkpoint of step N") before the ps is restarted: look for it from the kill on.
         chief_log_at_kill = len(tasks["worker0"].output())
         assert tasks[victim].wait(10) == -signal.SIGKILL
         # The step at the kill: the last one logged, or the newest checkpoint if that is newer.
@@ -229,8 +230,8 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
         # Where training resumed: the checkpoint the chief restored after the kill, if any.
         chief_after_kill = chief.output() if victim == "worker0" else \
             tasks["worker0"].output()[chief_log_at_kill:]
-        # Only restores during training count: the export and the evaluation restore the
-        # final checkpoint too, after the last progress line.
+        # Only restores during training count (the chief's line is logged only when its training
+        # session restores; the export and evaluation restore silently, after the last progress line).
         last_progress = max((m.end() for m in PROGRESS.finditer(chief_after_kill)), default=0)
         restored = [int(m.group(1)) for m in RESTORED.finditer(chief_after_kill, 0, last_progress)]
         if victim == "worker1":
