@@ -52,20 +52,33 @@ class DropDeprecations(logging.Filter):
 _DROP = DropDeprecations()
 
 
+def _attach(logger: logging.Logger, handler: logging.Handler) -> None:
+    for h in list(logger.handlers):
+        if getattr(h, "_tfps", False):
+            logger.removeHandler(h)
+    logger.addHandler(handler)
+
+
 def setup(verbose: bool = False, stream=None) -> logging.Logger:
-    """Configure the ``tfps`` and ``tensorflow`` loggers and TF's C++ log level. Idempotent."""
+    """Configure the ``tfps``, ``tensorflow`` and ``apprise`` loggers and TF's C++ log level.
+
+    Idempotent. apprise's warnings (a service that refused a message, scrubbed of
+    secrets by trainer.notify.secrets) share tfps's handler; its INFO lines only with -v.
+    """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", TF_CPP_VERBOSE if verbose else TF_CPP_QUIET)
 
-    log = logging.getLogger(LOGGER)
-    for h in list(log.handlers):
-        if getattr(h, "_tfps", False):
-            log.removeHandler(h)
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(logging.Formatter(FORMAT, datefmt=DATEFMT))
     handler._tfps = True  # type: ignore[attr-defined]
-    log.addHandler(handler)
+
+    log = logging.getLogger(LOGGER)
+    _attach(log, handler)
     log.setLevel(logging.DEBUG if verbose else logging.INFO)
     log.propagate = False   # the root logger stays unconfigured: TensorFlow inherits nothing
+
+    apprise_log = logging.getLogger("apprise")
+    _attach(apprise_log, handler)
+    apprise_log.setLevel(logging.DEBUG if verbose else logging.WARNING)
 
     tf_log = logging.getLogger("tensorflow")
     tf_log.setLevel(logging.INFO if verbose else logging.WARNING)

@@ -18,7 +18,7 @@ def clean_logging(monkeypatch):
     """Undo what logs.setup does to the process (loggers, TF_CPP_MIN_LOG_LEVEL) after a test."""
     monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
     saved = {}
-    for name in (logs.LOGGER, "tensorflow"):
+    for name in (logs.LOGGER, "tensorflow", "apprise"):
         lg = logging.getLogger(name)
         saved[name] = (list(lg.handlers), list(lg.filters), lg.level, lg.propagate)
     yield

@@ -44,6 +44,8 @@ def _notifier(cfg):
 
 
 class Reporter:
+    """The chief's report of one job: the "started" message, then results.json and the end message."""
+
     def __init__(self, cfg, task, setup, started_iso: str, started_wall: float):
         self.cfg, self.task, self.setup = cfg, task, setup
         self.started_iso, self.started_wall = started_iso, started_wall

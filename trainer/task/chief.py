@@ -1,12 +1,12 @@
 """The chief worker (worker 0): trains like any worker, then saves, exports and reports.
 
-The end of the job is the point of this module (DESIGN.md, "The job lifecycle is the
-product"): the chief's last checkpoint is written by ``CheckpointSaverHook.end``; the
-SavedModel is exported afterwards from the newest checkpoint in a fresh graph
-(trainer.task.export), then results.json and the one completion message
-(trainer.outcome.report), and only then the "done" tokens that let the ps exit. The
-chief restores the newest checkpoint of its model_dir when it starts and logs
-``restored checkpoint of step N`` (trainer.task.hooks).
+The end of the job is the point of this module (README, "The end of a job"): the
+chief's last checkpoint is written by ``CheckpointSaverHook.end``; the SavedModel is
+exported afterwards from the newest checkpoint in a fresh graph (trainer.task.export),
+then results.json and the one completion message (trainer.outcome.report), and only
+then the "done" tokens that let the ps exit. The chief restores the newest checkpoint
+of its model_dir when it starts and logs ``restored checkpoint of step N``
+(trainer.task.hooks).
 """
 
 from __future__ import annotations

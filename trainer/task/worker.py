@@ -2,7 +2,7 @@
 
 ``Worker`` is a non-chief worker and the base of ``trainer.task.chief.Chief``, which adds
 checkpoints, the export and the report. What matters here is how a worker joins and
-leaves (see docs in ``trainer.task``):
+leaves:
 
 * Non-chief workers poll for the chief's initialisation every ``timeouts.JOIN_POLL_SECS``
   instead of the 30 s that ``MonitoredTrainingSession`` hard-codes, so they join about a
