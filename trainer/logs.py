@@ -52,6 +52,22 @@ class DropDeprecations(logging.Filter):
 _DROP = DropDeprecations()
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a line is logged (as logging's lastResort does),
+    so a process that swaps stderr (pytest's capture, a daemonising launcher) keeps its lines."""
+
+    def __init__(self):
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
 def _attach(logger: logging.Logger, handler: logging.Handler) -> None:
     for h in list(logger.handlers):
         if getattr(h, "_tfps", False):
@@ -67,7 +83,7 @@ def setup(verbose: bool = False, stream=None) -> logging.Logger:
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", TF_CPP_VERBOSE if verbose else TF_CPP_QUIET)
 
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     handler.setFormatter(logging.Formatter(FORMAT, datefmt=DATEFMT))
     handler._tfps = True  # type: ignore[attr-defined]
 

@@ -13,26 +13,9 @@ from trainer import cli, logs
 from trainer.exitcodes import ExitCode
 
 
-@pytest.fixture
-def clean_logging(monkeypatch):
-    """Undo what logs.setup does to the process (loggers, TF_CPP_MIN_LOG_LEVEL) after a test."""
-    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
-    saved = {}
-    for name in (logs.LOGGER, "tensorflow", "apprise"):
-        lg = logging.getLogger(name)
-        saved[name] = (list(lg.handlers), list(lg.filters), lg.level, lg.propagate)
-    yield
-    for name, (handlers, filters, level, propagate) in saved.items():
-        lg = logging.getLogger(name)
-        lg.handlers[:], lg.filters[:] = handlers, filters
-        lg.setLevel(level)
-        lg.propagate = propagate
-
-
 @pytest.mark.parametrize("command", [["run", "--ps_hosts", "h:1", "--worker_hosts", "h:2", "--job_name", "worker",
                                       "--task_index", "0"], ["local", "--ps", "1", "--workers", "2"]])
-def test_without_tensorflow_run_and_local_refuse_with_the_extras_to_install(command, monkeypatch, capsys,
-                                                                          clean_logging, tmp_path):
+def test_without_tensorflow_run_and_local_refuse_with_the_extras_to_install(command, monkeypatch, capsys, tmp_path):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a, **kw: None if name == "tensorflow" else real(name, *a, **kw))
@@ -61,14 +44,14 @@ def test_every_command_dispatches_to_a_function():
         assert callable(parser.get_default("func")), name
 
 
-def test_notify_test_error_goes_to_stderr(capsys, clean_logging, monkeypatch):
+def test_notify_test_error_goes_to_stderr(capsys, monkeypatch):
     monkeypatch.delenv("APPRISE_URLS", raising=False)
     assert cli.main(["notify-test"]) == ExitCode.BAD_CONFIG
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("tfps: error: no notification service configured")
 
 
-def test_logging_goes_to_stderr_on_the_tfps_logger_and_quiets_tensorflow(clean_logging):
+def test_logging_goes_to_stderr_on_the_tfps_logger_and_quiets_tensorflow():
     stream = io.StringIO()
     root = logging.getLogger()
     root_before = (list(root.handlers), root.level)
@@ -88,7 +71,7 @@ def test_logging_goes_to_stderr_on_the_tfps_logger_and_quiets_tensorflow(clean_l
     assert all(f.filter(other) for f in tf_log.filters)
 
 
-def test_verbose_logging_lets_tensorflow_speak(clean_logging):
+def test_verbose_logging_lets_tensorflow_speak():
     logs.setup(True, stream=io.StringIO())
     assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "0"
     assert logging.getLogger("tfps").level == logging.DEBUG
@@ -96,7 +79,7 @@ def test_verbose_logging_lets_tensorflow_speak(clean_logging):
     assert not logging.getLogger("tensorflow").filters
 
 
-def test_a_tf_cpp_level_set_by_the_user_wins(clean_logging, monkeypatch):
+def test_a_tf_cpp_level_set_by_the_user_wins(monkeypatch):
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")
     logs.setup(False, stream=io.StringIO())
     assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"
