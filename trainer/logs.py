@@ -10,7 +10,10 @@ TensorFlow stays out of the console unless ``-v`` is given:
   logger's. tfps used to configure the root logger (``logging.basicConfig``) before
   TensorFlow was imported, and TensorFlow's INFO chatter came along. So only the
   ``tfps`` logger is configured here; ``tensorflow`` is set to WARNING, and its
-  deprecation notices ("... is deprecated ...", "Instructions for updating") are dropped.
+  deprecation notices ("... is deprecated ...", "Instructions for updating") are dropped,
+  as is StepCounterHook's "global step ... has not been increased", which parameter-server
+  training triggers harmlessly (the hook reads the step on the ps alongside the train op,
+  so two steps can read the same value before the updates land).
 * Its C++ side (absl, oneDNN) reads ``TF_CPP_MIN_LOG_LEVEL`` once, when TensorFlow is
   loaded. :func:`setup` sets it here, before anything imports TensorFlow, and child
   processes (``tfps local``'s tasks, ``tfps run --restarts``) inherit it. A value the
@@ -33,20 +36,23 @@ TF_CPP_QUIET = "2"
 TF_CPP_VERBOSE = "0"
 #: Parts of TensorFlow's deprecation notices (logged as warnings, one per deprecated call).
 DEPRECATION_MARKERS = ("is deprecated", "Instructions for updating")
+#: TensorFlow warnings that say nothing wrong about a parameter-server job (see above).
+NOISE_MARKERS = ("It seems that global step (tf.train.get_global_step) has not been increased",)
 
 FORMAT = "%(asctime)s %(levelname).1s %(message)s"
 DATEFMT = "%H:%M:%S"
 
 
 class DropDeprecations(logging.Filter):
-    """Drops TensorFlow's deprecation notices: they speak to TensorFlow's developers, not ours."""
+    """Drops TensorFlow's deprecation notices (they speak to TensorFlow's developers, not to
+    tfps's users) and the warnings of ``NOISE_MARKERS``."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a broken record is not ours to judge
             return True
-        return not any(marker in message for marker in DEPRECATION_MARKERS)
+        return not any(marker in message for marker in DEPRECATION_MARKERS + NOISE_MARKERS)
 
 
 _DROP = DropDeprecations()

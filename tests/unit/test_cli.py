@@ -67,6 +67,10 @@ def test_logging_goes_to_stderr_on_the_tfps_logger_and_quiets_tensorflow():
                                     "From x.py:1: calling f (from m) is deprecated and will be removed in a "
                                     "future version.\nInstructions for updating:\nUse g.", (), None)
     assert not all(f.filter(deprecation) for f in tf_log.filters)
+    step_noise = tf_log.makeRecord("tensorflow", logging.WARNING, __file__, 1,
+                                   "It seems that global step (tf.train.get_global_step) has not been increased. "
+                                   "Current value (could be stable): 17 vs previous value: 17.", (), None)
+    assert not all(f.filter(step_noise) for f in tf_log.filters)
     other = tf_log.makeRecord("tensorflow", logging.WARNING, __file__, 1, "a real warning", (), None)
     assert all(f.filter(other) for f in tf_log.filters)
 
