@@ -65,8 +65,7 @@ RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
 
 ENV PATH=/opt/tfps/bin:$PATH \
     PYTHONPATH=/opt/usermodels \
-    PYTHONUNBUFFERED=1 \
-    TF_CPP_MIN_LOG_LEVEL=1
+    PYTHONUNBUFFERED=1
 # Checkpoints, exports and results.
 VOLUME /data
 WORKDIR /home/tfps

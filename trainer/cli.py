@@ -9,19 +9,21 @@
     tfps healthcheck  container HEALTHCHECK: is this task's gRPC port up
     tfps demo-data    write the demo datasets to a directory
 
-Flags accept dashes or underscores (``--train-steps`` = ``--train_steps``). Bad input
-prints one line ``tfps: error: FIELD: what to change`` and exits 2 (``ExitCode``).
+Flags accept dashes or underscores (``--train-steps`` = ``--train_steps``); ``-v`` works
+before or after the command. Each command is a ``cmd_*`` function that the parser
+dispatches to (``set_defaults(func=...)``) and that returns an ``ExitCode``. Bad input
+prints one line ``tfps: error: FIELD: what to change`` on stderr and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
+import importlib.util
 import os
 import sys
 import time
 
-from trainer import __version__
+from trainer import __version__, logs
 from trainer.config import add_run_options, from_args
 from trainer.errors import ConfigError
 from trainer.exitcodes import ExitCode
@@ -57,24 +59,30 @@ def _cluster_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tfps", description="TensorFlow parameter-server training that ends cleanly.")
     p.add_argument("--version", action="version", version=f"tfps {__version__}")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="debug logging, and TensorFlow's own log lines (hidden otherwise)")
+    # -v after the command as well; SUPPRESS keeps a -v given before it.
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run one task of a cluster (what each container runs)")
+    run = sub.add_parser("run", parents=[verbose], help="run one task of a cluster (what each container runs)")
     _cluster_options(run)
     add_run_options(run)
     run.add_argument("--restarts", type=int, default=0, metavar="N",
                      help="start the task's process again, up to N times, when a signal kills it (the OOM "
                           "killer, a crash) and nobody asked it to stop; the container or launcher around it "
                           "sees one process that lives on (default %(default)s)")
+    run.set_defaults(func=cmd_run)
 
-    local = sub.add_parser("local", help="run a whole cluster on this machine as processes")
+    local = sub.add_parser("local", parents=[verbose], help="run a whole cluster on this machine as processes")
     local.add_argument("--ps", type=int, default=1, help="number of ps tasks (default %(default)s)")
     local.add_argument("--workers", type=int, default=2, help="number of workers (default %(default)s)")
     local.add_argument("--script", help="run a classic script (taking --ps_hosts ... --task_index) instead")
     local.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
     add_run_options(local)
     local.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: arguments for --script")
+    local.set_defaults(func=cmd_local)
 
     plan = sub.add_parser("plan", help="print the cluster plan of an inventory, as Ansible resolves it",
                           description="The cluster plan of an Ansible inventory: ansible-core resolves the "
@@ -93,50 +101,62 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also read group_vars/ and host_vars/ beside the playbook in DIR, as the play does")
     plan.add_argument("--format", choices=("table", "json"), default="table")
 
-    nt = sub.add_parser("notify_test", aliases=["notify-test"], help="send a test notification")
+    nt = sub.add_parser("notify_test", aliases=["notify-test"], parents=[verbose], help="send a test notification")
     nt.add_argument("--notify", action="append", default=[], metavar="URL")
     nt.add_argument("--notify_config", metavar="FILE")
+    nt.set_defaults(func=cmd_notify_test)
 
-    nf = sub.add_parser("notify_failure", aliases=["notify-failure"],
+    nf = sub.add_parser("notify_failure", aliases=["notify-failure"], parents=[verbose],
                         help="send the failure message for a chief that died without one (orchestrators)")
     nf.add_argument("--reason", required=True, help="what happened, e.g. 'chief container exited 137'")
     add_run_options(nf)
+    nf.set_defaults(func=cmd_notify_failure)
 
-    sub.add_parser("healthcheck", help="exit 0 if this container's task serves its port")
+    hc = sub.add_parser("healthcheck", parents=[verbose], help="exit 0 if this container's task serves its port")
+    hc.set_defaults(func=cmd_healthcheck)
 
     from trainer import compose
     compose.add_arguments(sub.add_parser("compose", help="write a docker-compose.yml for a cluster plan"))
 
-    dd = sub.add_parser("demo_data", aliases=["demo-data"], help="write the demo datasets")
+    dd = sub.add_parser("demo_data", aliases=["demo-data"], parents=[verbose], help="write the demo datasets")
     dd.add_argument("directory")
+    dd.set_defaults(func=cmd_demo_data)
+
+    # plan and compose dispatch here, leaving their definitions above as they are.
+    sub.choices["plan"].set_defaults(func=cmd_plan)
+    sub.choices["compose"].set_defaults(func=cmd_compose)
     return p
 
 
-def _setup_logging(verbose: bool, prefix: str = "") -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stdout,
-                        format=f"%(asctime)s {prefix}%(levelname).1s %(message)s", datefmt="%H:%M:%S")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+#: What to install when TensorFlow is missing: tfps itself installs without it.
+TF_EXTRAS_HINT = "pip install 'tfps[cpu]' (or 'tfps[gpu]' on a host with NVIDIA GPUs)"
 
 
-def cmd_run(ns, argv: list[str]) -> int:
+def require_tensorflow() -> None:
+    """Refuse a training command before anything starts when TensorFlow is not installed.
+
+    ``find_spec`` only looks the package up; importing TensorFlow takes seconds.
+    """
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ConfigError(f"TensorFlow is not installed, and tfps needs it to train; install it with {TF_EXTRAS_HINT}")
+
+
+def cmd_run(ns) -> ExitCode:
     from trainer.cluster import TaskRef
+    require_tensorflow()
     cfg = from_args(ns)
     task = TaskRef.resolve(ns.ps_hosts, ns.worker_hosts, ns.job_name, ns.task_index)
     if task.is_chief:   # refuse malformed notification URLs before anything starts
-        from trainer.notify import Notifier
+        from trainer.notify.notifier import Notifier
         Notifier.from_settings(cfg.notify, cfg.notify_config)
     if ns.restarts < 0:
         raise ConfigError(f"{ns.restarts} is negative; use 0 (never) or how many times to restart", "restarts")
+    from trainer.task.supervise import SUPERVISED_ENV, supervise
     if ns.restarts > 0 and not os.environ.get(SUPERVISED_ENV):
-        return supervise(argv, ns.restarts, task.name)
-    from trainer.lifecycle import StopSignal
-    stop = StopSignal()
-    if task.job == "ps":
-        from trainer.ps import serve
-        code = int(serve(task, cfg, stop))
-    else:
-        from trainer.worker import Job
-        code = int(Job(task, cfg, stop, PROCESS_START).run())
+        return supervise(ns.argv, ns.restarts, task.name)
+    from trainer.task import run_task
+    from trainer.task.lifecycle import StopSignal
+    code = run_task(task, cfg, StopSignal(), PROCESS_START)
     # The task is over and its exit status decided; only the interpreter and TensorFlow
     # shut down now (a second or two), and Python restores SIGTERM's default action for
     # that. An orchestrator cleaning up at this moment (`docker compose up --exit-code-from`
@@ -147,64 +167,17 @@ def cmd_run(ns, argv: list[str]) -> int:
     return code
 
 
-#: Set in the environment of a task process that a supervising ``tfps run --restarts`` started.
-SUPERVISED_ENV = "TFPS_SUPERVISED"
-
-
-def supervise(argv: list[str], restarts: int, name: str) -> int:
-    """Run ``tfps <argv>`` as a child and start it again when a signal kills it.
-
-    Only deaths by a signal nobody sent through this process count (SIGKILL from the OOM
-    killer, SIGSEGV, ...): an exit code is the task's own verdict (1 failed, 2 bad input,
-    130 stopped) and is returned as it is. SIGTERM and SIGINT are passed on to the task,
-    which then saves and exits as usual; nothing is restarted after them.
-    """
-    import signal
-    import subprocess
-    log = logging.getLogger("tfps")
-    env = {**os.environ, SUPERVISED_ENV: "1"}
-    cmd = [sys.executable, "-m", "trainer", *argv]
-    state = {"child": None, "stopping": False}
-
-    def forward(signum, _frame):
-        state["stopping"] = True
-        if state["child"] is not None and state["child"].poll() is None:
-            state["child"].send_signal(signum)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    attempt = 0
-    while True:
-        state["child"] = subprocess.Popen(cmd, env=env)
-        while True:
-            try:
-                rc = state["child"].wait()
-                break
-            except InterruptedError:
-                continue
-        if rc >= 0 or state["stopping"] or attempt >= restarts:
-            if rc < 0:
-                log.error("%s: the task process was killed by %s; not restarting it (%s)", name,
-                          signal.Signals(-rc).name, "stop requested" if state["stopping"] else
-                          f"{restarts} restart(s) used")
-                return 128 - rc
-            return rc
-        attempt += 1
-        log.warning("%s: the task process was killed by %s; starting it again (%d/%d)", name,
-                    signal.Signals(-rc).name, attempt, restarts)
-        time.sleep(1)
-
-
-def cmd_local(ns) -> int:
+def cmd_local(ns) -> ExitCode:
     from trainer.local import run_local
+    require_tensorflow()
     cfg = from_args(ns)
     if ns.model_dir is None:    # a fresh directory per launch: never resume by accident
         cfg.model_dir = os.path.join("runs", f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     args = list(ns.script_args)
     if args and args[0] == "--":
         args = args[1:]
-    return int(run_local(cfg, num_ps=ns.ps, num_workers=ns.workers, script=ns.script,
-                         script_args=args, python=ns.python))
+    return run_local(cfg, num_ps=ns.ps, num_workers=ns.workers, script=ns.script,
+                     script_args=args, python=ns.python, verbose=ns.verbose)
 
 
 def cmd_plan(ns) -> int:
@@ -223,46 +196,51 @@ def cmd_plan(ns) -> int:
     return 0
 
 
+def cmd_notify_test(ns) -> ExitCode:
+    from trainer.notify.notifier import notify_test
+    return notify_test(ns.notify, ns.notify_config)
+
+
+def cmd_notify_failure(ns) -> ExitCode:
+    from trainer.notify.urls import collect_urls
+    from trainer.outcome.report import orphan_failure
+    cfg = from_args(ns)
+    return ExitCode.OK if orphan_failure(cfg, collect_urls(cfg.notify), ns.reason) else ExitCode.TRAINING_FAILED
+
+
+def cmd_healthcheck(ns) -> ExitCode:
+    from trainer.task.lifecycle import healthcheck
+    return healthcheck()
+
+
+def cmd_compose(ns) -> ExitCode:
+    from trainer import compose
+    return ExitCode(compose.main(ns))
+
+
+def cmd_demo_data(ns) -> ExitCode:
+    from trainer.demo import ensure_demo_data
+    for k, v in ensure_demo_data(ns.directory).items():
+        print(f"{k}: {v}")
+    return ExitCode.OK
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     ns = parser.parse_args(argv)
-    if not ns.command:
+    if getattr(ns, "func", None) is None:
         parser.print_help()
         return int(ExitCode.BAD_CONFIG)
-    _setup_logging(ns.verbose)
+    ns.argv = argv   # `tfps run --restarts` starts the same command line again
+    logs.setup(ns.verbose)
     try:
-        if ns.command == "run":
-            return cmd_run(ns, argv)
-        if ns.command == "local":
-            return cmd_local(ns)
-        if ns.command == "plan":
-            return cmd_plan(ns)
-        if ns.command in ("notify_test", "notify-test"):
-            from trainer.notify import notify_test
-            return notify_test(ns.notify, ns.notify_config)
-        if ns.command == "compose":
-            from trainer import compose
-            return compose.main(ns)
-        if ns.command in ("notify_failure", "notify-failure"):
-            from trainer.notify import collect_urls
-            from trainer.report import orphan_failure
-            cfg = from_args(ns)
-            return 0 if orphan_failure(cfg, collect_urls(cfg.notify), ns.reason) else 1
-        if ns.command == "healthcheck":
-            from trainer.lifecycle import healthcheck
-            return healthcheck()
-        if ns.command in ("demo_data", "demo-data"):
-            from trainer.demo import ensure_demo_data
-            for k, v in ensure_demo_data(ns.directory).items():
-                print(f"{k}: {v}")
-            return 0
+        return int(ns.func(ns))
     except ConfigError as e:
         print(f"tfps: error: {e}", file=sys.stderr)
         return int(ExitCode.BAD_CONFIG)
     except KeyboardInterrupt:
         return int(ExitCode.STOPPED)
-    return int(ExitCode.BAD_CONFIG)
 
 
 if __name__ == "__main__":

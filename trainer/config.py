@@ -3,7 +3,7 @@
 One dataclass, one argparse definition: the launcher forwards the same options to every
 task it starts, so a flag means the same thing however a job is launched. Every timeout
 that can cut the chief's final save derives from ``final_save_timeout`` (see
-``grace_period``).
+``trainer.timeouts``).
 """
 
 from __future__ import annotations
@@ -13,26 +13,17 @@ import dataclasses
 import os
 
 from trainer.errors import ConfigError
+# Re-exported: compose generation and the tests read these from trainer.config.
+from trainer.timeouts import GRACE_MARGIN, grace_period  # noqa: F401
 
 #: Default seconds the chief may spend on its final checkpoint + export. Generous on purpose:
 #: cutting a final save loses the whole job's last interval, waiting longer costs nothing.
 DEFAULT_FINAL_SAVE_TIMEOUT = 1800
 #: Shortest accepted final_save_timeout: below this even a small model's export can be cut.
 MIN_FINAL_SAVE_TIMEOUT = 30
-#: Seconds added on top of final_save_timeout for process start/stop around the save.
-GRACE_MARGIN = 30
 
 BUILTIN_MODELS = ("linear", "mlp", "cnn")
 OPTIMIZERS = ("sgd", "adam", "adagrad")
-
-
-def grace_period(final_save_timeout: float) -> int:
-    """Seconds an orchestrator must wait after SIGTERM before it may SIGKILL a task.
-
-    Used for docker ``stop_timeout``, compose ``stop_grace_period``, the ps's wait after
-    SIGTERM, MonitoredSession's ``stop_grace_period_secs`` and ``tfps local``'s Ctrl-C wait.
-    """
-    return int(final_save_timeout) + GRACE_MARGIN
 
 
 @dataclasses.dataclass

@@ -22,16 +22,15 @@ import sys
 import threading
 import time
 
-from trainer import results
+from trainer import timeouts
 from trainer.cluster import local_plan
 from trainer.config import RunConfig
 from trainer.errors import ConfigError
 from trainer.exitcodes import ExitCode
+from trainer.outcome import results
 
 log = logging.getLogger("tfps")
 
-#: After the chief exits, how long the other tasks get to exit on their own.
-SETTLE_SECS = 30.0
 _PR_SET_PDEATHSIG = 1
 
 
@@ -90,27 +89,27 @@ def _wait(tasks: list[Task], timeout: float) -> bool:
 
 def _preflight(cfg: RunConfig, script: str | None) -> None:
     """Refuse bad input before any process starts: data, model, model_dir, URLs."""
-    from trainer.notify import Notifier
+    from trainer.notify.notifier import Notifier
     Notifier.from_settings(cfg.notify, cfg.notify_config)
     if script:
         if not os.path.isfile(script):
             raise ConfigError(f"{script} does not exist", "script")
         return
-    from trainer.worker import JobSetup
+    from trainer.task.setup import JobSetup
     results.check_model_dir(cfg.model_dir, JobSetup(cfg).identity())   # the chief claims it later
 
 
 def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str | None = None,
-              script_args: list[str] | None = None, python: str = sys.executable, out=sys.stdout) -> ExitCode:
+              script_args: list[str] | None = None, python: str = sys.executable, out=sys.stdout,
+              verbose: bool = False) -> ExitCode:
     if num_ps < 1 or num_workers < 1:
         raise ConfigError("a cluster needs at least 1 ps and 1 worker", "ps" if num_ps < 1 else "workers")
     _preflight(cfg, script)
     plan = local_plan(num_ps, num_workers)
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env = dict(os.environ)   # with TF_CPP_MIN_LOG_LEVEL as trainer.logs set it for this process
     env["PYTHONUNBUFFERED"] = "1"
     # URLs travel in the environment, never on a command line that `ps` shows.
-    from trainer.notify import collect_urls
+    from trainer.notify.urls import collect_urls
     urls = collect_urls(cfg.notify, env)
     env.pop("APPRISE_URLS", None)
     tasks: list[Task] = []
@@ -120,7 +119,7 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
         if script:
             argv = [python, script, *ref.to_flags(), *(script_args or [])]
         else:
-            argv = [python, "-m", "trainer", "run", *ref.to_flags(), *cfg.to_args()]
+            argv = [python, "-m", "trainer", *(["-v"] if verbose else []), "run", *ref.to_flags(), *cfg.to_args()]
             if t.is_chief and urls:
                 task_env["APPRISE_URLS"] = " ".join(urls)
         tasks.append(Task(t.name, argv, task_env, out))
@@ -152,8 +151,8 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
         if script:
             for t in others:
                 t.signal(signal.SIGTERM)
-            _wait(others, 10)
-        elif not _wait(others, SETTLE_SECS if code == 0 else 10):
+            _wait(others, timeouts.LOCAL_STOP_WAIT_SECS)
+        elif not _wait(others, timeouts.SETTLE_SECS if code == 0 else timeouts.LOCAL_STOP_WAIT_SECS):
             log.warning("ending tasks that did not exit by themselves: %s",
                         ", ".join(t.name for t in others if t.poll() is None))
             for t in others:      # a ps takes a second signal as "exit now"
@@ -161,7 +160,7 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
             time.sleep(0.5)
             for t in others:
                 t.signal(signal.SIGTERM)
-            _wait(others, 10)
+            _wait(others, timeouts.LOCAL_STOP_WAIT_SECS)
     finally:
         for t in tasks:
             t.signal(signal.SIGKILL)
@@ -196,7 +195,7 @@ def _summary(cfg: RunConfig, code, launched: float, urls: list[str]) -> None:
     fresh = res is not None and os.path.getmtime(os.path.join(cfg.model_dir, results.RESULTS)) >= launched
     if not fresh:
         log.error("the chief exited with %s without writing results", _describe(code))
-        from trainer.report import orphan_failure
+        from trainer.outcome.report import orphan_failure
         orphan_failure(cfg, urls, f"the chief process exited with {_describe(code)} before reporting")
         return
     t = res.get("times", {})

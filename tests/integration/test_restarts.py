@@ -94,6 +94,9 @@ def test_killed_chief_resumes_from_its_checkpoint(procs, tmp_path):
     chief = procs.tfps("worker0-restarted", *argv["worker0"])
     assert chief.wait(300) == 0, chief.tail()
     assert chief.lines(r"resuming from the newest checkpoint"), chief.tail()
+    # The chief's own restore line (not TensorFlow's INFO text) names the step it restored.
+    restored = [int(m.group(1)) for m in chief.lines(r"restored checkpoint of step (\d+)")]
+    assert restored[:1] == [resumed_from], (restored, chief.tail())
     steps = [int(m.group(1)) for m in chief.lines(r"worker0: step (\d+)/%d" % CHIEF_TEST_STEPS)]
     assert steps, chief.tail()
     # Restored, not restarted: the first step it reports is past the checkpoint it restored.

@@ -12,7 +12,6 @@ import json
 import logging
 import math
 import socket
-import struct
 import textwrap
 
 import apprise
@@ -20,8 +19,12 @@ import pytest
 from servers import free_port
 
 from trainer.errors import ConfigError
-from trainer.notify import EVENTS, Notifier, collect_urls, format_message, mask_url, notify_test
-from trainer.plot import plot_history
+from trainer.exitcodes import ExitCode
+from trainer.notify.message import format_message
+from trainer.notify.notifier import EVENTS, Notifier, notify_test
+from trainer.notify.secrets import mask_url
+from trainer.notify.urls import collect_urls
+from trainer.outcome.plot import plot_history
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PASSWORD = "p@ss%w;rd/1"
@@ -465,18 +468,19 @@ def test_notify_test_prints_one_line_per_service_and_returns_the_outcome(webhook
 
 
 def test_notify_test_with_nothing_or_bad_configuration_returns_2():
-    out = io.StringIO()
-    assert notify_test(None, None, out=out, environ={}) == 2
-    assert "no notification service configured" in out.getvalue() and "APPRISE_URLS" in out.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    assert notify_test(None, None, out=out, environ={}, err=err) == ExitCode.BAD_CONFIG == 2
+    assert err.getvalue().startswith("tfps: error: no notification service configured")
+    assert "APPRISE_URLS" in err.getvalue() and out.getvalue() == ""
 
-    out = io.StringIO()
-    assert notify_test(["foo://ops:hunter2222@example.com"], None, out=out, environ={}) == 2
-    assert out.getvalue().startswith("error: notify: cannot use the notification URL foo://****@example.com")
-    assert "hunter2222" not in out.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    assert notify_test(["foo://ops:hunter2222@example.com"], None, out=out, environ={}, err=err) == 2
+    assert err.getvalue().startswith("tfps: error: notify: cannot use the notification URL foo://****@example.com")
+    assert "hunter2222" not in err.getvalue() and out.getvalue() == ""
 
 
 # --------------------------------------------------------------------------------------
-# Message text and plot
+# Message text
 # --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("event", EVENTS)
@@ -486,18 +490,3 @@ def test_format_message_with_only_job_and_status(event):
     assert "None" not in title + body
     assert ("✔" in title) == (event == "succeeded")
     assert ("FAILED" in title) == (event == "failed")
-
-
-def test_plot_is_a_small_png_and_never_raises(tmp_path):
-    history = [{"step": s, "loss": 10 * math.exp(-s / 30), "accuracy": s / 400, "eval_loss": 11 * math.exp(-s / 30),
-                "time": 1.0, "examples_per_sec": 900.0} for s in range(0, 401, 10)]
-    path = plot_history(history, str(tmp_path / "out" / "loss.png"))
-    data = (tmp_path / "out" / "loss.png").read_bytes()
-    assert path and data.startswith(PNG_SIGNATURE) and len(data) < 100_000
-    width, height = struct.unpack(">II", data[16:24])  # IHDR
-    assert (width, height) == (640, 360)
-
-    assert plot_history([], str(tmp_path / "empty.png")) is None
-    assert plot_history([{"step": 1, "loss": float("nan")}], str(tmp_path / "nan.png")) is None
-    (tmp_path / "a-file").write_text("x")
-    assert plot_history([{"step": 1, "loss": 1.0}], str(tmp_path / "a-file" / "loss.png")) is None

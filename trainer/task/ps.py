@@ -4,7 +4,8 @@ Classic scripts call ``server.join()``, which never returns, so someone has to k
 ps - possibly while the chief is still writing its final checkpoint. Here the ps dequeues
 one token per worker from its own ``done`` queue and exits 0 when all have reported.
 Once the chief (whose token comes after its final save) is done, the others get
-``sync_timeout`` seconds more: a worker that died for good cannot keep the ps alive.
+``timeouts.ps_wait_after_chief`` (``--sync_timeout``) seconds more: a worker that died for
+good cannot keep the ps alive.
 On SIGTERM it keeps serving for ``grace_period(final_save_timeout)`` so the chief can
 finish its final save; a second signal, or the end of that grace, stops it at once.
 """
@@ -14,9 +15,10 @@ from __future__ import annotations
 import logging
 import time
 
-from trainer.config import RunConfig, grace_period
+from trainer import timeouts
+from trainer.config import RunConfig
 from trainer.exitcodes import ExitCode
-from trainer.lifecycle import StopSignal, cluster_spec, done_queue, session_config, write_health
+from trainer.task.lifecycle import StopSignal, cluster_spec, done_queue, session_config, write_health
 
 log = logging.getLogger("tfps")
 
@@ -34,9 +36,10 @@ def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
     with graph.as_default():
         dequeue = done_queue(task.index, task.num_workers).dequeue()
     seen: set[int] = set()
-    grace = grace_period(cfg.final_save_timeout)
+    grace = timeouts.grace_period(cfg.final_save_timeout)
+    linger = timeouts.ps_wait_after_chief(cfg)
     chief_done_at: float | None = None
-    poll = v1.RunOptions(timeout_in_ms=1000)
+    poll = v1.RunOptions(timeout_in_ms=timeouts.PS_DEQUEUE_POLL_MS)
     with v1.Session(server.target, graph=graph, config=session_config(task, cfg)) as sess:
         while len(seen) < task.num_workers:
             if stop.count >= 2:
@@ -48,10 +51,10 @@ def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
             if stop.requested and chief_done_at is not None:
                 log.warning("ps%d stopped after the chief's final save", task.index)
                 return ExitCode.STOPPED
-            if chief_done_at is not None and time.monotonic() - chief_done_at > cfg.sync_timeout:
+            if chief_done_at is not None and time.monotonic() - chief_done_at > linger:
                 missing = sorted(set(range(task.num_workers)) - seen)
                 log.warning("ps%d: the chief finished %.0f s ago but worker(s) %s never reported done "
-                            "(dead?); exiting anyway", task.index, cfg.sync_timeout, missing)
+                            "(dead?); exiting anyway", task.index, linger, missing)
                 return ExitCode.OK
             try:
                 worker = int(sess.run(dequeue, options=poll))

@@ -10,15 +10,32 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
+import traceback
 
-from trainer import results
+from trainer.outcome import results
 
 log = logging.getLogger("tfps")
 
 
+def host_name() -> str:
+    """The host a task runs on, as people know it (``TFPS_HOST`` set by the orchestrator)."""
+    return os.environ.get("TFPS_HOST") or socket.gethostname()
+
+
+def format_error(error: BaseException | None) -> dict | None:
+    """An exception as results.json and the message show it: type, first line, traceback tail."""
+    if error is None:
+        return None
+    tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    message = getattr(error, "message", None) or str(error)
+    return {"type": type(error).__name__, "message": message.strip().splitlines()[0] if message else "",
+            "traceback_tail": "\n".join(tb.strip().splitlines()[-15:])}
+
+
 def _notifier(cfg):
-    from trainer.notify import Notifier
+    from trainer.notify.notifier import Notifier
     try:
         return Notifier.from_settings(cfg.notify, cfg.notify_config)
     except Exception as e:  # a bad URL was refused before the job started; never fail here
@@ -27,6 +44,8 @@ def _notifier(cfg):
 
 
 class Reporter:
+    """The chief's report of one job: the "started" message, then results.json and the end message."""
+
     def __init__(self, cfg, task, setup, started_iso: str, started_wall: float):
         self.cfg, self.task, self.setup = cfg, task, setup
         self.started_iso, self.started_wall = started_iso, started_wall
@@ -34,7 +53,6 @@ class Reporter:
 
     def base(self) -> dict:
         cfg, task = self.cfg, self.task
-        from trainer.worker import host_name
         return {
             "job": cfg.name, "model": cfg.model, "mode": "sync" if cfg.sync_replicas else "async",
             "task": task.name, "host": host_name(), "cluster": task.cluster.as_dict(),
@@ -50,7 +68,6 @@ class Reporter:
 
     def notify_only(self, status: str, exit_code: int, error: BaseException) -> None:
         """The message for a job that ended before it had anything to write (bad input)."""
-        from trainer.worker import format_error
         res = {**self.base(), "status": status, "exit_code": exit_code, "ended_at": results.now_iso(),
                "duration_s": round(time.time() - self.started_wall, 3), "global_step": 0,
                "error": format_error(error)}
@@ -59,8 +76,7 @@ class Reporter:
 
     def finished(self, *, status, exit_code, step, checkpoint, export_dir, train_summary, eval_metrics,
                  error, times) -> dict:
-        from trainer.export import export_complete
-        from trainer.worker import format_error
+        from trainer.task.export import export_complete
         ended = time.time()
         res = self.base()
         final_loss = train_summary.pop("loss", None) if train_summary else None
@@ -85,7 +101,7 @@ class Reporter:
             return
         attachments = [os.path.join(self.cfg.model_dir, results.RESULTS)]
         try:
-            from trainer.plot import plot_history
+            from trainer.outcome.plot import plot_history
             png = plot_history(results.read_history(self.cfg.model_dir),
                                os.path.join(self.cfg.model_dir, "loss.png"))
             if png:
@@ -100,7 +116,7 @@ def orphan_failure(cfg, urls: list[str], reason: str, results_extra: dict | None
 
     Returns True when every configured service took the message (or none is configured).
     """
-    from trainer.notify import Notifier
+    from trainer.notify.notifier import Notifier
     try:
         notifier = Notifier(urls, cfg.notify_config)
     except Exception as e:  # noqa: BLE001

@@ -1,4 +1,4 @@
-"""Signals, the "done" queue on each ps, and the shared TensorFlow session settings.
+"""Signals, the "done" queue on each ps, the shared session settings, the health file.
 
 The ps never blocks in ``server.join()``: it waits for one token per worker on a queue it
 hosts (``done_queue``) and exits 0 by itself. Workers enqueue their index when they are
@@ -15,6 +15,9 @@ import signal
 import tempfile
 import threading
 import time
+
+from trainer import timeouts
+from trainer.exitcodes import ExitCode
 
 log = logging.getLogger("tfps")
 
@@ -46,7 +49,7 @@ class StopSignal:
         return self._event.is_set()
 
 
-def session_config(task, cfg, *, local: bool = False):
+def session_config(task, cfg):
     """ConfigProto for a task. Device filters keep a worker from waiting on other workers."""
     import tensorflow as tf
     c = tf.compat.v1.ConfigProto(
@@ -54,12 +57,10 @@ def session_config(task, cfg, *, local: bool = False):
         inter_op_parallelism_threads=cfg.tf_threads,
         allow_soft_placement=True,
     )
-    if not local and task.job == "worker":
+    if task.job == "worker":
         c.device_filters.extend(["/job:ps", f"/job:worker/task:{task.index}"])
-        # A step that waits longer than this (a sync step missing a worker that never comes
-        # back, a dead ps) fails the job with a clear error instead of hanging forever.
-        c.operation_timeout_in_ms = int(cfg.sync_timeout * 1000)
-    elif not local and task.job == "ps":
+        c.operation_timeout_in_ms = timeouts.step_timeout_ms(cfg)
+    elif task.job == "ps":
         # The ps's own session (its "done" queue) needs no other task. Without a filter its
         # creation waits for every worker, forever if one is gone, and its early failed
         # connections to workers that are still starting break their first steps.
@@ -106,7 +107,7 @@ def write_health(task) -> None:
         log.debug("cannot write health file: %s", e)
 
 
-def healthcheck() -> int:
+def healthcheck() -> ExitCode:
     """0 if this container's task process is alive and its gRPC port accepts connections."""
     import socket
     try:
@@ -117,6 +118,6 @@ def healthcheck() -> int:
             pass
     except (OSError, ValueError, KeyError) as e:
         print(f"unhealthy: {e}")
-        return 1
+        return ExitCode.TRAINING_FAILED
     print(f"healthy: {info['name']} serves port {info['port']}")
-    return 0
+    return ExitCode.OK

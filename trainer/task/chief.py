@@ -1,0 +1,149 @@
+"""The chief worker (worker 0): trains like any worker, then saves, exports and reports.
+
+The end of the job is the point of this module (README, "The end of a job"): the
+chief's last checkpoint is written by ``CheckpointSaverHook.end``; the SavedModel is
+exported afterwards from the newest checkpoint in a fresh graph (trainer.task.export),
+then results.json and the one completion message (trainer.outcome.report), and only
+then the "done" tokens that let the ps exit. The chief restores the newest checkpoint
+of its model_dir when it starts and logs ``restored checkpoint of step N``
+(trainer.task.hooks).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+from trainer import data as data_mod
+from trainer import timeouts
+from trainer.exitcodes import ExitCode
+from trainer.outcome import report, results
+from trainer.task.lifecycle import session_config
+from trainer.task.setup import JobSetup
+from trainer.task.worker import Worker
+
+log = logging.getLogger("tfps")
+
+
+class Chief(Worker):
+    """Worker 0 from start to exit code: it alone writes to model_dir and sends messages."""
+
+    def report_untrained_failure(self, error: Exception, code: ExitCode, write_results: bool) -> None:
+        """The chief's "failed" report for a job that never trained (bad input, a task that
+        never started): results.json from the newest checkpoint and the message, or, when
+        model_dir may not be written (another job's, or not claimed yet), the message only."""
+        import tensorflow as tf
+        reporter = report.Reporter(self.cfg, self.task, self.setup, self.started_iso, self.started_wall)
+        if not write_results:
+            reporter.notify_only("failed", int(code), error)
+            return
+        ckpt = tf.train.latest_checkpoint(self.cfg.model_dir)
+        reporter.finished(
+            status="failed", exit_code=int(code), step=int(ckpt.rsplit("-", 1)[1]) if ckpt else 0,
+            checkpoint=ckpt, export_dir=None, train_summary={}, eval_metrics={}, error=error,
+            times={"startup_s": round(time.time() - self.started_wall, 3), "training_s": 0.0, "final_save_s": 0.0})
+
+    def _prepare(self, setup: JobSetup) -> None:
+        """Claim model_dir before building anything: a directory of another job is refused."""
+        cfg = self.cfg
+        resuming = results.claim_model_dir(cfg.model_dir, setup.identity())
+        self.claimed = True
+        if resuming:
+            log.info("resuming from the newest checkpoint in %s", cfg.model_dir)
+
+    def _role_hooks(self, server, scaffold) -> tuple[list, object]:
+        import tensorflow as tf
+        from trainer.task.hooks import ReleaseSyncTokensHook, RestoreLoggingChiefSessionCreator
+        v1 = tf.compat.v1
+        cfg, task = self.cfg, self.task
+        hooks = [
+            v1.train.CheckpointSaverHook(cfg.model_dir, save_steps=cfg.checkpoint_every_steps,
+                                         save_secs=cfg.checkpoint_secs, scaffold=scaffold),
+            v1.train.SummarySaverHook(save_steps=cfg.summary_steps, output_dir=cfg.model_dir, scaffold=scaffold),
+            v1.train.StepCounterHook(every_n_steps=cfg.summary_steps, output_dir=cfg.model_dir),
+        ]
+        if self.ops["release_tokens"] is not None:
+            hooks.append(ReleaseSyncTokensHook(self.ops["release_tokens"]))
+        creator = RestoreLoggingChiefSessionCreator(scaffold=scaffold, master=server.target,
+                                                    config=session_config(task, cfg), checkpoint_dir=cfg.model_dir)
+        return hooks, creator
+
+    def _run_trained(self, setup: JobSetup, server, graph, ops) -> ExitCode:
+        import tensorflow as tf
+        from trainer.task import export
+        self.ops = ops
+        cfg, task = self.cfg, self.task
+        reporter = report.Reporter(cfg, task, setup, self.started_iso, self.started_wall)
+        reporter.started()
+        error = None
+        progress = None
+        t_train = time.time()
+        try:
+            progress = self._train(server, graph)
+            status = "stopped" if self.stop.requested else "succeeded"
+        except Exception as e:  # noqa: BLE001 - every failure must be reported
+            error = e
+            status = "failed"
+            log.error("chief: training failed: %s: %s", type(e).__name__, e)
+            self._end_rpc(server, graph, ops["raise_flag"], "ask the other workers to stop")
+        t_save = time.time()
+        ckpt = tf.train.latest_checkpoint(cfg.model_dir)
+        ckpt_step = int(ckpt.rsplit("-", 1)[1]) if ckpt else 0
+        step = max(ckpt_step, self.last_seen_step)
+        export_dir = None
+        eval_metrics = {}
+        # A failed job keeps its checkpoints for a resume but exports nothing, unless the
+        # checkpoint already reached the target (a ps lost after the last step, say).
+        if ckpt and (error is None or ckpt_step >= cfg.train_steps):
+            try:
+                export_dir = export.export_saved_model(setup.model_fn, setup.params, ckpt, cfg.export_path,
+                                                       ckpt_step)
+                log.info("chief: exported the SavedModel of step %d to %s (%.1f s)", ckpt_step, export_dir,
+                         time.time() - t_save)
+                if setup.eval_schema is not None:
+                    eval_metrics = export.evaluate(
+                        setup.model_fn, setup.params, ckpt,
+                        lambda: data_mod.make_dataset(setup.eval_schema, cfg.label_column, 256, train=False))
+                    log.info("chief: evaluation of step %d: %s", ckpt_step, eval_metrics)
+            except Exception as e:  # noqa: BLE001
+                log.error("chief: final export failed: %s: %s", type(e).__name__, e)
+                if error is None:
+                    error, status = e, "failed"
+        elif not ckpt and error is None:
+            error, status = RuntimeError(f"no checkpoint was written to {cfg.model_dir}"), "failed"
+        t_end = time.time()
+        code = {"succeeded": ExitCode.OK, "stopped": ExitCode.STOPPED}.get(status, ExitCode.TRAINING_FAILED)
+        reporter.finished(status=status, exit_code=int(code), step=step, checkpoint=ckpt, export_dir=export_dir,
+                          train_summary=progress.summary() if progress else {}, eval_metrics=eval_metrics,
+                          error=error, times={
+                              "startup_s": round((self.first_step_at or t_train) - self.started_wall, 3),
+                              "training_s": round(t_save - (self.first_step_at or t_train), 3),
+                              "final_save_s": round(t_end - t_save, 3)})
+        self._send_done(server, graph)
+        self._wait_for_ps_exit()
+        return code
+
+    def _wait_for_ps_exit(self) -> None:
+        """Exit last: give the ps tasks (which exit once every worker is done) a moment to go.
+
+        An orchestrator that watches only the chief (``docker compose up --exit-code-from
+        worker-0``, the Ansible play) stops whatever still runs when the chief exits; a
+        worker finishing its last step a moment after the chief would then be stopped
+        instead of ending by itself. Bounded, so a worker that never reports cannot hold
+        the chief, and well inside the grace that follows a stop request.
+        """
+        deadline = time.monotonic() + timeouts.PS_EXIT_WAIT_SECS
+        for target in self.task.cluster.ps:
+            host, _, port = target.rpartition(":")
+            while time.monotonic() < deadline:
+                try:
+                    with socket.create_connection((host.strip("[]"), int(port)), timeout=1):
+                        pass
+                except OSError:
+                    break   # refused or no longer resolvable: this ps has exited
+                time.sleep(0.2)
+            else:
+                log.info("chief: ps at %s still runs %.0f s after the final save; exiting anyway",
+                         target, timeouts.PS_EXIT_WAIT_SECS)
+                return

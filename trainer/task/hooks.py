@@ -1,0 +1,149 @@
+"""The SessionRunHooks and session creators of a worker's MonitoredSession.
+
+They derive from TensorFlow classes, so this module imports TensorFlow at the top: import
+it only where a graph is built (trainer.task.worker, trainer.task.chief), never from the
+CLI or a launcher.
+
+* ``ProgressHook``: progress lines, NaN detection, the chief's history.jsonl.
+* ``StopFlagHook``: SIGTERM or the chief's cluster-wide stop flag -> request_stop.
+* ``ReleaseSyncTokensHook``: lets blocked sync workers see the final step.
+* ``FastWorkerSessionCreator``: non-chief workers join about a second after the chief.
+* ``RestoreLoggingChiefSessionCreator``: the chief's ``restored checkpoint of step N`` line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from trainer import timeouts
+from trainer.outcome import results
+from trainer.task.lifecycle import StopSignal
+
+v1 = tf.compat.v1
+log = logging.getLogger("tfps")
+
+
+class ProgressHook(v1.train.SessionRunHook):
+    """Progress lines (step, loss, examples/s, ETA); the chief also keeps the history."""
+
+    def __init__(self, job, fetches, every, batch_size, last_step, is_chief, model_dir, name):
+        self.job, self.fetches, self.every = job, fetches, every
+        self.batch_size, self.last_step, self.is_chief = batch_size, last_step, is_chief
+        self.model_dir, self.name = model_dir, name
+        self.local_steps = 0
+        self.t_last = None
+        self.step_last = None
+        self.recent: list[dict] = []
+
+    def before_run(self, run_context):
+        return v1.train.SessionRunArgs(self.fetches)
+
+    def after_run(self, run_context, run_values):
+        out = run_values.results
+        self.local_steps += 1
+        now = time.monotonic()
+        if self.local_steps == 1:
+            self.job.first_step_at = time.time()
+            self.job.watchdog.disarm()
+            log.info("%s: first training step done %.2f s after start", self.name,
+                     self.job.first_step_at - self.job.started_wall)
+            self.t_last, self.step_last = now, int(out["global_step"])
+        rec = {k: float(np.asarray(v)) for k, v in out.items() if k != "global_step"}
+        rec["step"] = int(out["global_step"])
+        self.recent = (self.recent + [rec])[-20:]
+        self.job.last_seen_step = rec["step"]
+        if not np.isfinite(rec["loss"]):
+            raise FloatingPointError(f"loss is {rec['loss']} at global step {rec['step']}: training "
+                                     "diverged; lower --learning_rate")
+        if self.local_steps % self.every == 0:
+            dt_ = max(now - self.t_last, 1e-6)
+            ex_s = self.every * self.batch_size / dt_
+            gs_s = (rec["step"] - self.step_last) / dt_
+            eta = (self.last_step - rec["step"]) / gs_s if gs_s > 0 else float("nan")
+            metrics = " ".join(f"{k} {v:.4f}" for k, v in rec.items() if k not in ("step",))
+            log.info("%s: step %d/%d %s | %.0f examples/s | %.1f steps/s | ETA %.0f s", self.name,
+                     rec["step"], self.last_step, metrics, ex_s, gs_s, max(eta, 0))
+            self.t_last, self.step_last = now, rec["step"]
+            if self.is_chief:
+                results.append_history(self.model_dir, {**rec, "time": round(time.time(), 3),
+                                                        "examples_per_sec": round(ex_s, 1)})
+
+    def summary(self) -> dict:
+        if not self.recent:
+            return {}
+        keys = [k for k in self.recent[-1] if k != "step"]
+        return {k: round(float(np.mean([r[k] for r in self.recent])), 6) for k in keys}
+
+class StopFlagHook(v1.train.SessionRunHook):
+    """Turns SIGTERM on any worker, or the chief's cluster-wide stop flag, into request_stop.
+
+    The flag lives on ps 0; reading it costs a round trip, so a worker reads it with
+    at most one step per ``timeouts.FLAG_READ_SECS`` instead of with every step.
+    """
+
+    def __init__(self, flag, raise_op, stop: StopSignal, is_chief: bool):
+        self.flag, self.raise_op, self.stop, self.is_chief = flag, raise_op, stop, is_chief
+        self.next_read = 0.0
+
+    def before_run(self, run_context):
+        now = time.monotonic()
+        if now < self.next_read:
+            return None
+        self.next_read = now + timeouts.FLAG_READ_SECS
+        return v1.train.SessionRunArgs(self.flag)
+
+    def after_run(self, run_context, run_values):
+        if self.stop.requested:
+            if self.is_chief:
+                run_context.session.run(self.raise_op)
+            run_context.request_stop()
+        elif run_values.results:
+            log.warning("the chief asked every worker to stop")
+            run_context.request_stop()
+
+class ReleaseSyncTokensHook(v1.train.SessionRunHook):
+    """At the end, give blocked sync workers a token so they see the final step and stop."""
+
+    def __init__(self, op):
+        self.op = op
+
+    def end(self, session):
+        try:
+            session.run(self.op, options=v1.RunOptions(timeout_in_ms=timeouts.END_RPC_TIMEOUT_MS))
+        except tf.errors.OpError as e:
+            log.debug("releasing sync tokens failed: %s", e)
+
+class FastWorkerSessionCreator(v1.train.WorkerSessionCreator):
+    """A non-chief's session creator that polls for the chief's initialisation every
+    ``timeouts.JOIN_POLL_SECS`` instead of the 30 s TensorFlow hard-codes."""
+
+    def _get_session_manager(self):
+        if self._session_manager is None:
+            s = self._scaffold
+            self._session_manager = v1.train.SessionManager(
+                local_init_op=s.local_init_op, ready_op=s.ready_op,
+                ready_for_local_init_op=s.ready_for_local_init_op,
+                graph=v1.get_default_graph(), recovery_wait_secs=timeouts.JOIN_POLL_SECS)
+        return self._session_manager
+
+
+class RestoreLoggingChiefSessionCreator(v1.train.ChiefSessionCreator):
+    """TensorFlow's chief session creator that says which checkpoint it restored.
+
+    The chief restores the newest checkpoint when it starts and again whenever
+    MonitoredSession recreates its session (a ps was lost and restarted: the chief
+    repopulates it). Each time it logs ``restored checkpoint of step N from PATH``: the
+    line people, tests and tools read, since TensorFlow's own "Restoring parameters from"
+    is INFO chatter that tfps keeps out of the console.
+    """
+
+    def create_session(self):
+        checkpoint = tf.train.latest_checkpoint(self._checkpoint_dir) if self._checkpoint_dir else None
+        session = super().create_session()
+        if checkpoint:
+            log.info("restored checkpoint of step %d from %s", int(checkpoint.rsplit("-", 1)[1]), checkpoint)
+        return session

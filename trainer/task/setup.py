@@ -1,0 +1,42 @@
+"""What a job trains, resolved and checked before any cluster exists: data schema, model, params.
+
+``tfps local`` builds a JobSetup before it starts a process (so bad data or a bad model
+stops the launch with one line), and every worker builds one before its graph. Pure
+Python and NumPy: no TensorFlow import here.
+"""
+
+from __future__ import annotations
+
+from trainer import data as data_mod
+from trainer import demo, models
+from trainer.config import RunConfig
+from trainer.errors import ConfigError
+
+
+class JobSetup:
+    """Data schema, model function and params, resolved and validated without a cluster."""
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        train, evalg = cfg.train_data, cfg.eval_data
+        if not train:
+            train, evalg = demo.demo_globs(cfg.model)
+            evalg = cfg.eval_data or evalg
+        self.train_glob, self.eval_glob = train, evalg
+        self.schema = data_mod.infer_schema(train, cfg.label_column, cfg.num_classes, "train_data")
+        self.eval_schema = None
+        if evalg:
+            self.eval_schema = data_mod.infer_schema(evalg, cfg.label_column, self.schema.num_classes, "eval_data")
+            if self.eval_schema.feature_shape != self.schema.feature_shape:
+                raise ConfigError(f"eval examples have shape {list(self.eval_schema.feature_shape)}, training "
+                                  f"examples {list(self.schema.feature_shape)}", "eval_data")
+        if cfg.model in models.BUILTIN:
+            models.check_shape(cfg.model, self.schema.feature_shape)
+        self.model_fn = models.resolve(cfg.model)
+        self.params = models.ModelParams(self.schema.feature_shape, self.schema.num_classes,
+                                         tuple(cfg.hidden), cfg.learning_rate, cfg.seed)
+
+    def identity(self) -> dict:
+        c = self.cfg
+        return {"run_name": c.name, "model": c.model, "feature_shape": list(self.schema.feature_shape),
+                "num_classes": self.schema.num_classes, "hidden_units": c.hidden_units}

@@ -1,0 +1,252 @@
+"""A worker task: build the graph, train under MonitoredSession, tell the ps it is done.
+
+``Worker`` is a non-chief worker and the base of ``trainer.task.chief.Chief``, which adds
+checkpoints, the export and the report. What matters here is how a worker joins and
+leaves:
+
+* Non-chief workers poll for the chief's initialisation every ``timeouts.JOIN_POLL_SECS``
+  instead of the 30 s that ``MonitoredTrainingSession`` hard-codes, so they join about a
+  second after the chief.
+* SIGTERM requests a stop between steps; the chief then raises a cluster-wide stop flag
+  (a variable on ps 0) that every worker reads every ``timeouts.FLAG_READ_SECS``, so the
+  whole job winds down.
+* A worker that cannot train (bad input, a model that raises) still sends its "done"
+  token, so the ps is not left waiting; a startup watchdog ends a worker that has not
+  trained a step within ``--startup_timeout`` (trainer.task.watchdog).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+from trainer import data as data_mod
+from trainer import timeouts
+from trainer.config import RunConfig
+from trainer.errors import ConfigError
+from trainer.exitcodes import ExitCode
+from trainer.outcome import results
+from trainer.task.lifecycle import StopSignal, cluster_spec, done_queue, session_config, stop_flag, write_health
+from trainer.task.setup import JobSetup
+from trainer.task.watchdog import StartupWatchdog
+
+log = logging.getLogger("tfps")
+
+
+def _optimizer(cfg: RunConfig):
+    import tensorflow as tf
+    t = tf.compat.v1.train
+    return {"sgd": t.GradientDescentOptimizer, "adam": t.AdamOptimizer,
+            "adagrad": t.AdagradOptimizer}[cfg.optimizer](cfg.learning_rate)
+
+
+class Worker:
+    """One non-chief worker task from start to exit code (the base of ``Chief``)."""
+
+    def __init__(self, task, cfg: RunConfig, stop: StopSignal, started_wall: float | None = None):
+        self.task, self.cfg, self.stop = task, cfg, stop
+        self.started_wall = started_wall or time.time()
+        self.started_iso = results.now_iso()
+        self.first_step_at: float | None = None
+        self.last_seen_step = 0
+        self.setup: JobSetup | None = None
+        self.claimed = False   # this chief owns model_dir (results.json may be written there)
+        self.watchdog = StartupWatchdog(self)
+
+    # ------------------------------------------------------------ what the chief overrides
+    def report_untrained_failure(self, error: Exception, code: ExitCode, write_results: bool) -> None:
+        """Only the chief reports a job (``Chief.report_untrained_failure``); a worker has nothing to say."""
+
+    def _prepare(self, setup: JobSetup) -> None:
+        """Before the graph is built (the chief claims model_dir here)."""
+
+    def _role_hooks(self, server, scaffold) -> tuple[list, object]:
+        """(extra hooks, session creator) of this task's MonitoredSession."""
+        from trainer.task.hooks import FastWorkerSessionCreator
+        return [], FastWorkerSessionCreator(scaffold=scaffold, master=server.target,
+                                            config=session_config(self.task, self.cfg))
+
+    def _run_trained(self, setup: JobSetup, server, graph, ops) -> ExitCode:
+        return self._run_worker(server, graph, ops)
+
+    # ------------------------------------------------------------------ graph
+    def build(self, setup: JobSetup):
+        import tensorflow as tf
+        v1 = tf.compat.v1
+        cfg, task = self.cfg, self.task
+        g = tf.Graph()
+        ops = {}
+        with g.as_default():
+            v1.set_random_seed(cfg.seed)
+            worker_device = f"/job:worker/task:{task.index}"
+            with v1.device(v1.train.replica_device_setter(worker_device=worker_device,
+                                                         cluster=cluster_spec(task))):
+                global_step = v1.train.get_or_create_global_step()
+                with v1.device(worker_device + "/cpu:0"):
+                    ds = data_mod.make_dataset(setup.schema, cfg.label_column, cfg.batch_size,
+                                               num_shards=task.num_workers, shard_index=task.index,
+                                               train=True, seed=cfg.seed)
+                    features, labels = v1.data.make_one_shot_iterator(ds).get_next()
+                spec = setup.model_fn(features, labels, "train", setup.params)
+                if spec.loss is None:
+                    raise ConfigError(f"{cfg.model} returned no loss in train mode", "model")
+                opt = _optimizer(cfg)
+                if cfg.sync_replicas:
+                    opt = v1.train.SyncReplicasOptimizer(
+                        opt, replicas_to_aggregate=cfg.replicas_to_aggregate or task.num_workers,
+                        total_num_replicas=task.num_workers)
+                train_op = opt.minimize(spec.loss, global_step=global_step)
+                ops["release_tokens"] = opt.get_init_tokens_op(task.num_workers) if cfg.sync_replicas else None
+                ops["sync_hook"] = opt.make_session_run_hook(task.is_chief) if cfg.sync_replicas else None
+            flag = stop_flag()
+            ops["flag"], ops["raise_flag"] = flag, flag.assign(True)
+            v1.summary.scalar("loss", spec.loss)
+            for k, t in spec.metrics.items():
+                v1.summary.scalar(k, t)
+            ops["done"] = [done_queue(j, task.num_workers).enqueue(task.index) for j in range(task.num_ps)]
+            ops.update(train_op=train_op, global_step=global_step, loss=spec.loss, metrics=spec.metrics)
+        return g, ops
+
+    # -------------------------------------------------------------- run
+    def run(self) -> ExitCode:
+        task, cfg = self.task, self.cfg
+        import tensorflow as tf
+        server = tf.distribute.Server(cluster_spec(task), job_name="worker", task_index=task.index,
+                                      config=session_config(task, cfg), start=True)
+        write_health(task)
+        self.watchdog.start()
+        try:
+            return self._run(server)
+        finally:
+            self.watchdog.disarm()
+
+    def _run(self, server) -> ExitCode:
+        task, cfg = self.task, self.cfg
+        try:
+            # Bad input found here on the chief (data, model, a model_dir of another job)
+            # must still end the whole job: the other tasks are already waiting for it.
+            setup = self.setup = JobSetup(cfg)
+            self._prepare(setup)
+            graph, ops = self.build(setup)
+        except ConfigError as e:
+            print(f"tfps: error: {e}", file=sys.stderr, flush=True)
+            return self._abort(server, e, ExitCode.BAD_CONFIG)
+        except Exception as e:  # noqa: BLE001 - a model that raises still ends the job cleanly
+            log.error("%s: building the training graph failed: %s: %s", task.name, type(e).__name__, e)
+            return self._abort(server, e, ExitCode.TRAINING_FAILED)
+        return self._run_trained(setup, server, graph, ops)
+
+    def _session(self, server, graph, hooks):
+        import tensorflow as tf
+        from trainer.task.hooks import ProgressHook, StopFlagHook
+        v1 = tf.compat.v1
+        cfg, task = self.cfg, self.task
+        scaffold = v1.train.Scaffold(saver=v1.train.Saver(sharded=False, max_to_keep=5, save_relative_paths=True))
+        progress = ProgressHook(self, {"global_step": self.ops["global_step"], "loss": self.ops["loss"],
+                                       **self.ops["metrics"]},
+                                cfg.log_steps, cfg.batch_size, cfg.train_steps, task.is_chief, cfg.model_dir, task.name)
+        all_hooks = [v1.train.StopAtStepHook(last_step=cfg.train_steps),
+                     StopFlagHook(self.ops["flag"], self.ops["raise_flag"], self.stop, task.is_chief),
+                     progress] + hooks
+        if self.ops["sync_hook"] is not None:
+            all_hooks.append(self.ops["sync_hook"])
+        role_hooks, creator = self._role_hooks(server, scaffold)
+        all_hooks += role_hooks
+        return v1.train.MonitoredSession(session_creator=creator, hooks=all_hooks,
+                                         stop_grace_period_secs=timeouts.SESSION_CLOSE_GRACE_SECS), progress
+
+    def _train(self, server, graph):
+        try:
+            with graph.as_default():
+                sess, progress = self._session(server, graph, [])
+                with sess:
+                    while not sess.should_stop():
+                        sess.run(self.ops["train_op"])
+            return progress
+        finally:
+            # A job restored at its last step trains none; its final save is not start-up.
+            self.watchdog.disarm()
+
+    def _end_rpc(self, server, graph, fetches, what: str) -> bool:
+        import tensorflow as tf
+        v1 = tf.compat.v1
+        try:
+            with v1.Session(server.target, graph=graph, config=session_config(self.task, self.cfg)) as s:
+                s.run(fetches, options=v1.RunOptions(timeout_in_ms=timeouts.END_RPC_TIMEOUT_MS))
+            return True
+        except tf.errors.OpError as e:
+            log.warning("%s: could not %s: %s", self.task.name, what, e.message.splitlines()[0])
+            return False
+
+    def _send_done(self, server, graph) -> None:
+        if self._end_rpc(server, graph, self.ops["done"], "tell the ps it is done"):
+            log.info("%s: told %d ps task(s) it is done", self.task.name, self.task.num_ps)
+
+    def _abort(self, server, error: Exception, code: ExitCode) -> ExitCode:
+        """This task cannot train: report (chief), stop the other workers, let the ps go."""
+        self.watchdog.disarm()
+        import tensorflow as tf
+        task = self.task
+        graph = tf.Graph()
+        with graph.as_default():
+            flag = stop_flag()
+            self.ops = {"done": [done_queue(j, task.num_workers).enqueue(task.index) for j in range(task.num_ps)]}
+            raise_flag = flag.assign(True)
+        if task.is_chief:
+            # Bad input: model_dir may belong to another job, so only the message is sent.
+            self.report_untrained_failure(error, code, write_results=code != ExitCode.BAD_CONFIG)
+            self._end_rpc(server, graph, raise_flag, "ask the other workers to stop")
+        self._send_done(server, graph)
+        return code
+
+    def _wait_for_chief(self, server, graph) -> bool:
+        """Non-chief: poll every JOIN_POLL_SECS until the chief has initialised the model.
+
+        Returns False when the chief gave up instead (it raised the stop flag before the
+        model was ever ready, e.g. on bad input): then this worker must not wait for hours.
+        """
+        import tensorflow as tf
+        v1 = tf.compat.v1
+        with graph.as_default():
+            ready = v1.report_uninitialized_variables(v1.global_variables())
+        deadline = time.monotonic() + timeouts.CHIEF_WAIT_SECS
+        with v1.Session(server.target, graph=graph, config=session_config(self.task, self.cfg)) as s:
+            while time.monotonic() < deadline and not self.stop.requested:
+                try:
+                    if len(s.run(ready)) == 0:
+                        return True
+                    self.watchdog.extend()   # the ps answered; the chief is still initialising
+                except tf.errors.OpError:
+                    pass
+                try:
+                    if s.run(self.ops["flag"]):
+                        log.error("%s: the chief gave up before training started", self.task.name)
+                        return False
+                except tf.errors.OpError:
+                    pass   # not set: the flag is uninitialised until someone writes it
+                time.sleep(timeouts.JOIN_POLL_SECS)
+        return not self.stop.requested
+
+    def _run_worker(self, server, graph, ops) -> ExitCode:
+        self.ops = ops
+        code = ExitCode.OK
+        if not self._wait_for_chief(server, graph):
+            if self.stop.requested:
+                return ExitCode.STOPPED
+            self._send_done(server, graph)
+            return ExitCode.TRAINING_FAILED
+        try:
+            self._train(server, graph)
+        except Exception as e:
+            log.error("%s: training failed: %s: %s", self.task.name, type(e).__name__, e)
+            code = ExitCode.TRAINING_FAILED
+        if self.stop.requested:
+            # Stopped by its own signal, not by the chief: this task is expected back (a
+            # restart policy, an engine restart) or the ps is being stopped as well. A "done"
+            # now would let the ps exit at the chief's end while this worker still trains;
+            # without it the ps waits for it at most timeouts.ps_wait_after_chief after the chief.
+            log.info("%s: stopped by a signal; not reporting done to the ps", self.task.name)
+            return ExitCode.STOPPED if code == ExitCode.OK else code
+        self._send_done(server, graph)
+        return code
