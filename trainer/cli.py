@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     hc = sub.add_parser("healthcheck", parents=[verbose], help="exit 0 if this container's task serves its port")
     hc.set_defaults(func=cmd_healthcheck)
 
-    from trainer import compose
+    from trainer.launch import compose
     compose.add_arguments(sub.add_parser("compose", help="write a docker-compose.yml for a cluster plan"))
 
     dd = sub.add_parser("demo_data", aliases=["demo-data"], parents=[verbose], help="write the demo datasets")
@@ -168,7 +168,7 @@ def cmd_run(ns) -> ExitCode:
 
 
 def cmd_local(ns) -> ExitCode:
-    from trainer.local import run_local
+    from trainer.launch.local import run_local
     require_tensorflow()
     cfg = from_args(ns)
     if ns.model_dir is None:    # a fresh directory per launch: never resume by accident
@@ -193,7 +193,7 @@ def cmd_plan(ns) -> int:
         print(f"\njob {job['name']}: model_dir {job['model_dir']} on the chief's host; every task runs:")
         print("  " + " ".join(data["tasks"][0]["argv"] if not data["tasks"][0]["entrypoint"]
                               else data["tasks"][0]["entrypoint"] + ["<classic flags>"]))
-    return 0
+    return ExitCode.OK
 
 
 def cmd_notify_test(ns) -> ExitCode:
@@ -214,7 +214,7 @@ def cmd_healthcheck(ns) -> ExitCode:
 
 
 def cmd_compose(ns) -> ExitCode:
-    from trainer import compose
+    from trainer.launch import compose
     return ExitCode(compose.main(ns))
 
 
@@ -241,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(ExitCode.BAD_CONFIG)
     except KeyboardInterrupt:
         return int(ExitCode.STOPPED)
+    except BrokenPipeError:
+        # `tfps plan ... | head`: the reader has gone; say nothing more (not even at exit).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return int(ExitCode.OK)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import os
 
+from trainer import models as _models
 from trainer.errors import ConfigError
 # Re-exported: compose generation and the tests read these from trainer.config.
 from trainer.timeouts import GRACE_MARGIN, grace_period  # noqa: F401
@@ -22,7 +23,8 @@ DEFAULT_FINAL_SAVE_TIMEOUT = 1800
 #: Shortest accepted final_save_timeout: below this even a small model's export can be cut.
 MIN_FINAL_SAVE_TIMEOUT = 30
 
-BUILTIN_MODELS = ("linear", "mlp", "cnn")
+#: The built-in models' names: the registry itself is trainer.models.BUILTIN (no TensorFlow import).
+BUILTIN_MODELS = tuple(_models.BUILTIN)
 OPTIMIZERS = ("sgd", "adam", "adagrad")
 
 

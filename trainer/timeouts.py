@@ -18,7 +18,7 @@ GRACE_MARGIN = 30
 def grace_period(final_save_timeout: float) -> int:
     """Seconds an orchestrator must wait after SIGTERM before it may SIGKILL a task.
 
-    Used for compose ``stop_grace_period`` and docker ``stop_timeout`` (trainer/compose.py)
+    Used for compose ``stop_grace_period`` and docker ``stop_timeout`` (trainer/launch/compose.py)
     and for the ps's wait after SIGTERM (trainer/task/ps.py): the ps holds the variables
     that the chief's final save reads. The Ansible role computes the same sum
     (``tfps_grace_period`` in ansible/roles/tfps/vars/main.yml).

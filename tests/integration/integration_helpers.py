@@ -210,7 +210,7 @@ def base_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     for key in ("TF_CONFIG", "APPRISE_URLS"):   # no cluster or notification from the caller
         env.pop(key, None)
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)   # trainer.logs sets it, the one place that does
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env.update(extra)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainer import cli, compose
+from trainer import cli
+from trainer.launch import compose
 from trainer.cluster import TaskRef, local_plan
 from trainer.config import DEFAULT_FINAL_SAVE_TIMEOUT, grace_period
 from trainer.errors import ConfigError

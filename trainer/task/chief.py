@@ -17,6 +17,7 @@ import time
 
 from trainer import data as data_mod
 from trainer import timeouts
+from trainer.cluster.spec import split_target
 from trainer.exitcodes import ExitCode
 from trainer.outcome import report, results
 from trainer.task.lifecycle import session_config
@@ -135,10 +136,10 @@ class Chief(Worker):
         """
         deadline = time.monotonic() + timeouts.PS_EXIT_WAIT_SECS
         for target in self.task.cluster.ps:
-            host, _, port = target.rpartition(":")
+            host, port = split_target(target, "ps_hosts", "ps address")
             while time.monotonic() < deadline:
                 try:
-                    with socket.create_connection((host.strip("[]"), int(port)), timeout=1):
+                    with socket.create_connection((host, port), timeout=1):
                         pass
                 except OSError:
                     break   # refused or no longer resolvable: this ps has exited

@@ -88,9 +88,10 @@ def probe_task(target: str, timeout: float = timeouts.PROBE_TIMEOUT_SECS) -> str
     A TF server answers the HTTP/2 preface with a SETTINGS frame; another program that
     holds the port (so the task could not bind it) accepts the connection and does not.
     """
-    host, _, port = target.rpartition(":")
+    from trainer.cluster.spec import split_target
+    host, port = split_target(target, "target", "task address")   # "[fd00::1]:2222" -> fd00::1, 2222
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        with socket.create_connection((host, port), timeout=timeout) as s:
             s.settimeout(timeout)
             s.sendall(_H2_PREFACE)
             head = b""

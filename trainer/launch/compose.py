@@ -45,6 +45,7 @@ from trainer.cluster import WORKER, Launch, Plan, Task, local_plan
 from trainer.cluster.plan import DATA_MOUNT, USER_MODEL_MOUNT
 from trainer.config import RunConfig, add_run_options, from_args, grace_period
 from trainer.errors import ConfigError
+from trainer.exitcodes import ExitCode
 
 #: Every task has its own network namespace, so all of them use TensorFlow's usual port.
 TASK_PORT = 2222
@@ -415,7 +416,7 @@ def main(ns: argparse.Namespace) -> int:
     text = render(ns)
     if ns.output in (None, "-"):
         sys.stdout.write(text)
-        return 0
+        return ExitCode.OK
     directory = os.path.dirname(os.path.abspath(ns.output))
     if not os.path.isdir(directory):
         raise ConfigError(f"directory {directory} does not exist; create it or write elsewhere", "output")
@@ -424,4 +425,4 @@ def main(ns: argparse.Namespace) -> int:
     plan = plan_from_args(ns)
     print(f"wrote {ns.output}: {', '.join(service_name(t) for t in plan.tasks)}", file=sys.stderr)
     print(f"run it in {directory}: {up_command(plan, ns.output)}", file=sys.stderr)
-    return 0
+    return ExitCode.OK

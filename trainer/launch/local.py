@@ -41,7 +41,9 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
-class Task:
+class TaskProcess:
+    """One task of the plan running as a child process, its output prefixed with its name."""
+
     def __init__(self, name: str, argv: list[str], env: dict[str, str], out=sys.stdout):
         self.name, self.argv, self.env, self.out = name, argv, env, out
         self.proc: subprocess.Popen | None = None
@@ -78,7 +80,7 @@ class Task:
                 pass
 
 
-def _wait(tasks: list[Task], timeout: float) -> bool:
+def _wait(tasks: list[TaskProcess], timeout: float) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if all(t.poll() is not None for t in tasks):
@@ -112,7 +114,7 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
     from trainer.notify.urls import collect_urls
     urls = collect_urls(cfg.notify, env)
     env.pop("APPRISE_URLS", None)
-    tasks: list[Task] = []
+    tasks: list[TaskProcess] = []
     for t in plan.tasks:
         ref = plan.task_ref(t)
         task_env = dict(env)
@@ -122,7 +124,7 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
             argv = [python, "-m", "trainer", *(["-v"] if verbose else []), "run", *ref.to_flags(), *cfg.to_args()]
             if t.is_chief and urls:
                 task_env["APPRISE_URLS"] = " ".join(urls)
-        tasks.append(Task(t.name, argv, task_env, out))
+        tasks.append(TaskProcess(t.name, argv, task_env, out))
     chief = next(t for t, p in zip(tasks, plan.tasks) if p.is_chief)
     log.info("tfps local: %d ps + %d worker(s) on %s; model_dir %s", num_ps, num_workers,
              ", ".join(p.target for p in plan.tasks), os.path.abspath(cfg.model_dir))
