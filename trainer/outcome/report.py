@@ -76,7 +76,6 @@ class Reporter:
 
     def finished(self, *, status, exit_code, step, checkpoint, export_dir, train_summary, eval_metrics,
                  error, times) -> dict:
-        from trainer.task.export import export_complete
         ended = time.time()
         res = self.base()
         final_loss = train_summary.pop("loss", None) if train_summary else None
@@ -85,7 +84,7 @@ class Reporter:
             "duration_s": round(ended - self.started_wall, 3), "global_step": step,
             "final_loss": final_loss, "metrics": train_summary or {}, "eval_metrics": eval_metrics or {},
             "times": times, "checkpoint": checkpoint, "export_dir": export_dir,
-            "export_complete": bool(export_dir and export_complete(export_dir)),
+            "export_complete": bool(export_dir and results.export_complete(export_dir)),
         })
         err = format_error(error)
         if err:

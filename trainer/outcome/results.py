@@ -91,3 +91,13 @@ def claim_model_dir(model_dir: str, identity: dict) -> bool:
     os.makedirs(model_dir, exist_ok=True)
     write_json_atomic(os.path.join(model_dir, RUN_IDENTITY), {**identity, "created_at": now_iso()})
     return False
+
+
+#: Written into the SavedModel directory last: its presence means the export is complete.
+EXPORT_MARKER = "tfps_export.json"
+
+
+def export_complete(export_dir: str) -> bool:
+    """Whether ``export_dir`` holds a whole SavedModel (the chief's export writes the marker last)."""
+    return os.path.isfile(os.path.join(export_dir, EXPORT_MARKER)) and \
+        os.path.isfile(os.path.join(export_dir, "saved_model.pb"))

@@ -16,7 +16,7 @@ import os
 import shutil
 import time
 
-EXPORT_MARKER = "tfps_export.json"
+from trainer.outcome.results import EXPORT_MARKER, export_complete  # noqa: F401 - what a finished export leaves
 
 
 def _restore(sess, checkpoint: str):
@@ -56,11 +56,6 @@ def export_saved_model(model_fn, params, checkpoint: str, export_dir: str, globa
     os.replace(tmp, export_dir)
     shutil.rmtree(old, ignore_errors=True)
     return export_dir
-
-
-def export_complete(export_dir: str) -> bool:
-    return os.path.isfile(os.path.join(export_dir, EXPORT_MARKER)) and \
-        os.path.isfile(os.path.join(export_dir, "saved_model.pb"))
 
 
 def evaluate(model_fn, params, checkpoint: str, dataset) -> dict[str, float]:
