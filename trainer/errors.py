@@ -12,4 +12,5 @@ class ConfigError(Exception):
 
     def __init__(self, message: str, field: str | None = None):
         self.field = field
+        self.message = message  #: without the field: for callers that re-word the error
         super().__init__(f"{field}: {message}" if field else message)

@@ -126,13 +126,10 @@ def _with_origin(exc: ConfigError, host_vars: Mapping[str, Mapping[str, Any]]) -
     """The same error, saying in which file and line the host's bad variable was set."""
     import re
 
-    message = str(exc)
-    if exc.field and message.startswith(f"{exc.field}: "):
-        message = message[len(exc.field) + 2:]
-    for host in re.findall(r"host '([^']+)'", message):
+    for host in re.findall(r"host '([^']+)'", exc.message):
         where = origin(host_vars.get(host, {}).get(exc.field)) if exc.field else None
         if where:
-            return ConfigError(f"{message} (set in {where})", exc.field)
+            return ConfigError(f"{exc.message} (set in {where})", exc.field)
     return exc
 
 

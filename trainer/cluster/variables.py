@@ -107,10 +107,7 @@ def launch_from_vars(variables: Mapping[str, Any], where: str = "the job") -> tu
         cfg.validate()
     except ConfigError as exc:
         var = next((v for v, f in RUN_FIELDS.items() if f == exc.field), exc.field)
-        message = str(exc)
-        if exc.field and message.startswith(f"{exc.field}: "):
-            message = message[len(exc.field) + 2:]
-        raise ConfigError(f"{where}: {message}", var) from None
+        raise ConfigError(f"{where}: {exc.message}", var) from None
     if not cfg.export_dir:
         cfg.export_dir = cfg.export_path
     extra = _str_list(variables.get("tfps_extra_args"), "tfps_extra_args", where)
