@@ -13,19 +13,23 @@ from pathlib import Path
 
 import pytest
 
-from integration_helpers import (Proc, Processes, assert_nothing_left, checkpoint_step, read_history, read_results,
-                                 run_flags)
+from integration_helpers import (Proc, Processes, assert_nothing_left, base_env, checkpoint_step, read_history,
+                                 read_results, run_flags)
 
 pytestmark = pytest.mark.integration
 
 LOG_STEPS = 10
 #: The worker test needs the job to outlast a restart (a new task needs ~5 s to start
-#: TensorFlow and join) at ~150 steps/s; the chief test restores and trains the rest itself.
+#: TensorFlow and join, much longer on a loaded machine): the chief's steps are paced
+#: (tests/fixtures/paced_model.py) so that it alone cannot finish the job meanwhile; the
+#: chief test restores and trains the rest itself.
 WORKER_TEST_STEPS = 2000
 CHIEF_TEST_STEPS = 400
+PACED_MODEL = "tests.fixtures.paced_model:model_fn"
+PACED_CHIEF_STEP_SECS = 0.05
 
 
-def start_cluster(procs: Processes, model_dir: Path, *extra: str, steps: int):
+def start_cluster(procs: Processes, model_dir: Path, *extra: str, steps: int, chief_env: dict | None = None):
     from trainer.cluster import local_plan
     plan = local_plan(1, 2)
     argv = {}
@@ -33,7 +37,8 @@ def start_cluster(procs: Processes, model_dir: Path, *extra: str, steps: int):
     for t in plan.tasks:
         argv[t.name] = ["run", *plan.task_ref(t).to_flags(),
                         *run_flags(model_dir, "--log_steps", LOG_STEPS, *extra, steps=steps)]
-        tasks[t.name] = procs.tfps(t.name, *argv[t.name])
+        env = base_env(**chief_env) if chief_env and t.name == "worker0" else None
+        tasks[t.name] = procs.tfps(t.name, *argv[t.name], env=env)
     ports = [t.port for t in plan.tasks]
     return tasks, argv, ports
 
@@ -56,7 +61,8 @@ def wait_until(predicate, timeout: float, what: str, *procs: Proc):
 
 def test_killed_worker_rejoins_and_job_completes(procs, tmp_path):
     model_dir = tmp_path / "model"
-    tasks, argv, ports = start_cluster(procs, model_dir, steps=WORKER_TEST_STEPS)
+    tasks, argv, ports = start_cluster(procs, model_dir, "--model", PACED_MODEL, steps=WORKER_TEST_STEPS,
+                                       chief_env={"TFPS_TEST_STEP_SECS": str(PACED_CHIEF_STEP_SECS)})
     tasks["worker1"].wait_for(r"worker1: first training step done", 120)
     wait_until(lambda: any(r["step"] >= 60 for r in read_history(model_dir)), 60, "training progress",
                tasks["worker0"], tasks["worker1"])
