@@ -16,6 +16,7 @@ The end of the job is the point of this module (see DESIGN.md, "The job lifecycl
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -25,7 +26,7 @@ import time
 import traceback
 
 from trainer import data as data_mod
-from trainer import demo, models, results
+from trainer import demo, keras_model, models, results
 from trainer.config import RunConfig
 from trainer.errors import ConfigError
 from trainer.exitcodes import ExitCode
@@ -66,7 +67,11 @@ class JobSetup:
             models.check_shape(cfg.model, self.schema.feature_shape)
         self.model_fn = models.resolve(cfg.model)
         self.params = models.ModelParams(self.schema.feature_shape, self.schema.num_classes,
-                                         tuple(cfg.hidden), cfg.learning_rate, cfg.seed)
+                                         tuple(cfg.hidden), cfg.learning_rate or 0.0, cfg.seed)
+        if isinstance(self.model_fn, keras_model.KerasBuilder):   # a Keras model: checked against the data now
+            self.model_fn = keras_model.bind(self.model_fn, self.schema, self.params)
+        self.optimizer, self.learning_rate, self.optimizer_note = keras_model.choose_optimizer(cfg, self.model_fn)
+        self.params = dataclasses.replace(self.params, learning_rate=self.learning_rate)
 
     def identity(self) -> dict:
         c = self.cfg
@@ -74,11 +79,11 @@ class JobSetup:
                 "num_classes": self.schema.num_classes, "hidden_units": c.hidden_units}
 
 
-def _optimizer(cfg: RunConfig):
+def _optimizer(setup: JobSetup):
     import tensorflow as tf
     t = tf.compat.v1.train
     return {"sgd": t.GradientDescentOptimizer, "adam": t.AdamOptimizer,
-            "adagrad": t.AdagradOptimizer}[cfg.optimizer](cfg.learning_rate)
+            "adagrad": t.AdagradOptimizer}[setup.optimizer](setup.learning_rate)
 
 
 def _hooks_module():
@@ -335,12 +340,14 @@ class Job:
                 spec = setup.model_fn(features, labels, "train", setup.params)
                 if spec.loss is None:
                     raise ConfigError(f"{cfg.model} returned no loss in train mode", "model")
-                opt = _optimizer(cfg)
+                log.info("%s: %s", task.name, setup.optimizer_note)
+                opt = _optimizer(setup)
                 if cfg.sync_replicas:
                     opt = v1.train.SyncReplicasOptimizer(
                         opt, replicas_to_aggregate=cfg.replicas_to_aggregate or task.num_workers,
                         total_num_replicas=task.num_workers)
-                train_op = opt.minimize(spec.loss, global_step=global_step)
+                with v1.control_dependencies(spec.update_ops):   # e.g. BatchNormalization's moving statistics
+                    train_op = opt.minimize(spec.loss, global_step=global_step)
                 ops["release_tokens"] = opt.get_init_tokens_op(task.num_workers) if cfg.sync_replicas else None
                 ops["sync_hook"] = opt.make_session_run_hook(task.is_chief) if cfg.sync_replicas else None
             flag = stop_flag()
