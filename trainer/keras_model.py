@@ -414,8 +414,6 @@ class KerasModelFn:
                     fn = lambda a, b: base(a, b, **kwargs)   # noqa: E731
             if isinstance(fn, keras.metrics.Metric):
                 return None, None
-            if key in ("accuracy", "acc"):
-                return None, None
             target = y
             if "sparse" in str(key) or "sparse" in getattr(fn, "__name__", ""):
                 target = y_sparse

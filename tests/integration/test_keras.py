@@ -88,11 +88,17 @@ def run_job(procs: Processes, name: str, model_dir: Path, *flags, steps: int, ti
     return FinishedJob(proc, model_dir, ports, proc.wait(timeout))
 
 
-def assert_loss_fell(model_dir: Path) -> None:
+def assert_loss_fell(model_dir: Path, classes: int) -> None:
+    """The last losses are far below an untrained classifier's (uniform guess: ln(classes)).
+
+    Not "below the first logged loss": in a 2-worker async job the chief's first progress
+    line can come after the other worker's first dozens of steps have already taught
+    the model most of what it learns.
+    """
     history = read_history(model_dir)
     assert len(history) >= 5, history
-    first, last = history[0]["loss"], float(np.median([r["loss"] for r in history[-5:]]))
-    assert last < 0.5 * first, f"loss went from {first} to {last}"
+    last = float(np.median([r["loss"] for r in history[-5:]]))
+    assert last < 0.5 * np.log(classes), f"loss {last} at the end, untrained {np.log(classes):.3f}; {history[:3]}"
 
 
 def assert_succeeded(job: FinishedJob, steps: int) -> dict:
@@ -135,7 +141,7 @@ def async_job(module_procs, blob_data, tmp_path_factory) -> FinishedJob:
 def test_async_keras_job_succeeds_and_loss_falls(async_job):
     res = assert_succeeded(async_job, 300)
     assert res["mode"] == "async"
-    assert_loss_fell(async_job.model_dir)
+    assert_loss_fell(async_job.model_dir, 3)
     # The compiled optimizer and rate were used, and said so.
     assert async_job.proc.lines(r"worker0: optimizer adam \(the model's compile\(\)\), "
                                 r"learning_rate 0\.01 \(the model's compile\(\)\)"), async_job.proc.tail()
@@ -163,7 +169,7 @@ def test_sync_keras_job_with_explicit_optimizer(procs, blob_data, tmp_path):
     res = assert_succeeded(job, 200)
     assert res["mode"] == "sync"
     assert job.proc.lines(r"worker0: optimizer sgd \(--optimizer\), learning_rate 0\.1 \(--learning_rate\)")
-    assert_loss_fell(job.model_dir)
+    assert_loss_fell(job.model_dir, 3)
     assert_moving_statistics_trained(res["export_dir"])
     assert_held_back_accuracy(job, blob_data, 0.7)
 
@@ -186,10 +192,14 @@ def bars(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def test_conv2d_keras_model_trains_on_npz_images(procs, tmp_path):
     x, y = bars(1000, 3)
     np.savez(tmp_path / "train.npz", x=x, y=y)
-    job = run_job(procs, "keras-conv", tmp_path / "model", "--model", f"{FIX}:conv2d",
+    # compile(optimizer="adam") means Adam at Keras's 0.001: too slow for 200 steps, so the
+    # rate is given on the command line, and the optimizer still comes from the model.
+    job = run_job(procs, "keras-conv", tmp_path / "model", "--model", f"{FIX}:conv2d", "--learning_rate", 0.01,
                   "--train_data", tmp_path / "train.npz", "--batch_size", 32, steps=200)
     res = assert_succeeded(job, 200)
-    assert_loss_fell(job.model_dir)
+    assert job.proc.lines(r"worker0: optimizer adam \(the model's compile\(\)\), learning_rate 0\.01 "
+                          r"\(--learning_rate\)"), job.proc.tail()
+    assert_loss_fell(job.model_dir, 2)
     assert "acc" in res["metrics"]    # the compiled SparseCategoricalAccuracy(name="acc")
     hx, hy = bars(400, 4)
     out = predict_in_fresh_process(res["export_dir"], {"image": hx})
@@ -214,7 +224,7 @@ def test_functional_model_with_named_inputs_trains_from_csv_columns(procs, tmp_p
     job = run_job(procs, "keras-named", tmp_path / "model", "--model", f"{FIX}:named_inputs",
                   "--train_data", train, "--batch_size", 32, steps=200)
     res = assert_succeeded(job, 200)
-    assert_loss_fell(job.model_dir)
+    assert_loss_fell(job.model_dir, 2)
     # Not compiled: tfps's defaults and a cross-entropy on the logits.
     assert job.proc.lines(r"worker0: optimizer adam \(tfps default\), learning_rate 0\.01 \(tfps default\)")
     hx, hy = people(500, 6)
