@@ -423,9 +423,14 @@ class KerasModelFn:
             return None, None
 
 
-def bind(builder: KerasBuilder, schema, params) -> KerasModelFn:
+def bind(builder: KerasBuilder, schema, params, eval_schema=None) -> KerasModelFn:
     """Inspect the model against the data and return the model_fn tfps trains."""
     info = inspect_model(builder, schema, params)
+    if info.columns is not None and eval_schema is not None and eval_schema.feature_keys != schema.feature_keys:
+        # Named inputs are picked by column position; the evaluation files must agree.
+        raise ConfigError(f"eval examples have columns {list(eval_schema.feature_keys)}, training examples "
+                          f"{list(schema.feature_keys)}; a model with named inputs needs the same columns in "
+                          "the same order", "eval_data")
     return KerasModelFn(builder, info, schema.num_classes)
 
 

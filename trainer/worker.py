@@ -69,7 +69,7 @@ class JobSetup:
         self.params = models.ModelParams(self.schema.feature_shape, self.schema.num_classes,
                                          tuple(cfg.hidden), cfg.learning_rate or 0.0, cfg.seed)
         if isinstance(self.model_fn, keras_model.KerasBuilder):   # a Keras model: checked against the data now
-            self.model_fn = keras_model.bind(self.model_fn, self.schema, self.params)
+            self.model_fn = keras_model.bind(self.model_fn, self.schema, self.params, self.eval_schema)
         self.optimizer, self.learning_rate, self.optimizer_note = keras_model.choose_optimizer(cfg, self.model_fn)
         self.params = dataclasses.replace(self.params, learning_rate=self.learning_rate)
 

@@ -103,6 +103,27 @@ def test_multi_input_model_needs_named_columns(tmp_path):
     assert "has 2 inputs (age, height)" in msg and "npz data has none" in msg
 
 
+def test_named_inputs_need_the_same_columns_in_eval_data(named_csv, tmp_path):
+    ev = tmp_path / "eval.csv"
+    ev.write_text("income,age,noise,score,label\n1,2,3,4,0\n")
+    with pytest.raises(ConfigError, match=r"eval_data: eval examples have columns \['income', 'age', 'noise', "
+                                          r"'score'\], training examples \['age', 'income', 'noise', 'score'\]"):
+        JobSetup(RunConfig(model=f"{FIX}:named_inputs", train_data=named_csv, eval_data=str(ev)).validate())
+
+
+def test_regression_model_gets_mse_and_predictions(tmp_path):
+    import tensorflow as tf
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(30, 8))
+    train = write_csv(tmp_path / "r.csv", [f"f{i}" for i in range(8)] + ["label"],
+                      np.hstack([x, x.sum(axis=1, keepdims=True) + 0.5]))
+    s = setup_of(f"{FIX}:regressor", train)
+    with tf.Graph().as_default():
+        spec = s.model_fn(tf.zeros([4, 8]), tf.zeros([4]), "train", s.params)
+        assert set(spec.predictions) == {"predictions"} and spec.predictions["predictions"].shape.as_list() == [4]
+        assert set(spec.metrics) == {"mae"} and spec.loss.shape.as_list() == []
+
+
 def test_not_a_model_is_refused(csv8):
     assert "returned str; it must return a tf_keras Model" in refusal(f"{FIX}:not_a_model", csv8)
 
