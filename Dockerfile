@@ -17,6 +17,9 @@
 # bind mounts used here, and an external frontend image would have to be pulled.
 
 ARG TF_PACKAGE=tensorflow-cpu==2.21.0
+# tf_keras (Keras 2) for users' Keras models. Installed with --no-deps: it requires the package
+# "tensorflow", which tensorflow-cpu is under another name.
+ARG TF_KERAS_PACKAGE=tf_keras==2.21.*
 
 # ---- build tools: python3 + an empty venv at the final location -----------------------
 FROM debian:bookworm-slim AS venv
@@ -29,9 +32,11 @@ RUN apt-get update \
 # ---- dependencies: TensorFlow in its own layer, then the project's other requirements --
 FROM venv AS deps
 ARG TF_PACKAGE
+ARG TF_KERAS_PACKAGE
 RUN --mount=type=secret,id=pip_cert,required=false \
     if [ -f /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi \
- && /opt/tfps/bin/pip install "$TF_PACKAGE"
+ && /opt/tfps/bin/pip install "$TF_PACKAGE" \
+ && /opt/tfps/bin/pip install --no-deps "$TF_KERAS_PACKAGE"
 # Only [project].dependencies: TensorFlow is an extra (cpu/gpu), chosen by TF_PACKAGE above.
 COPY pyproject.toml /src/
 RUN --mount=type=secret,id=pip_cert,required=false \

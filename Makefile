@@ -7,6 +7,7 @@ VENV    ?= .venv
 PYTHON  ?= python3
 STAMP   := $(VENV)/.tfps-installed
 PYTEST_ARGS ?=
+TF_KERAS ?= 'tf_keras==2.21.*'
 
 .PHONY: install demo test unit docker image collections compose-files compose-demo bench clean
 
@@ -14,6 +15,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[cpu,dev]'
+	# tf_keras (Keras 2, for --model pkg.module:build_model) requires the package "tensorflow";
+	# tensorflow-cpu above is the same code, so install it without its dependencies.
+	$(VENV)/bin/pip install --quiet --no-deps $(TF_KERAS)
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -26,6 +26,10 @@ MIN_FINAL_SAVE_TIMEOUT = 30
 #: The built-in models' names: the registry itself is trainer.models.BUILTIN (no TensorFlow import).
 BUILTIN_MODELS = tuple(_models.BUILTIN)
 OPTIMIZERS = ("sgd", "adam", "adagrad")
+#: Used when neither the command line nor a Keras model's compile() chooses
+#: (``keras_model.choose_optimizer``); RunConfig keeps None for "not given".
+DEFAULT_OPTIMIZER = "adam"
+DEFAULT_LEARNING_RATE = 0.01
 
 
 @dataclasses.dataclass
@@ -43,8 +47,8 @@ class RunConfig:
     run_name: str | None = None
     train_steps: int = 1000
     batch_size: int = 64
-    learning_rate: float = 0.01
-    optimizer: str = "adam"
+    learning_rate: float | None = None     # None: the Keras model's, else DEFAULT_LEARNING_RATE
+    optimizer: str | None = None           # None: the Keras model's, else DEFAULT_OPTIMIZER
     sync_replicas: bool = False
     replicas_to_aggregate: int | None = None
     checkpoint_steps: int | None = None
@@ -110,7 +114,7 @@ class RunConfig:
                 f"{self.final_save_timeout!r} s is too short to write a final checkpoint and export; "
                 f"use at least {MIN_FINAL_SAVE_TIMEOUT} (default {DEFAULT_FINAL_SAVE_TIMEOUT})",
                 "final_save_timeout")
-        if self.optimizer not in OPTIMIZERS:
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"unknown optimizer {self.optimizer!r}; use one of {', '.join(OPTIMIZERS)}", "optimizer")
         try:
             hidden = self.hidden
@@ -164,8 +168,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("training")
     g.add_argument("--train_steps", type=int, default=d.train_steps, help="global steps to train (default %(default)s)")
     g.add_argument("--batch_size", type=int, default=d.batch_size, help="examples per step per worker (default %(default)s)")
-    g.add_argument("--learning_rate", type=float, default=d.learning_rate, help="(default %(default)s)")
-    g.add_argument("--optimizer", default=d.optimizer, help=f"one of {', '.join(OPTIMIZERS)} (default %(default)s)")
+    g.add_argument("--learning_rate", type=float,
+                   help=f"(default: a Keras model's compiled one, else {DEFAULT_LEARNING_RATE})")
+    g.add_argument("--optimizer", help=f"one of {', '.join(OPTIMIZERS)} (default: a Keras model's compiled one, "
+                                      f"else {DEFAULT_OPTIMIZER})")
     g.add_argument("--sync_replicas", "--issync", dest="sync_replicas", action=argparse.BooleanOptionalAction,
                    default=False, help="synchronous updates (SyncReplicasOptimizer); default asynchronous")
     g.add_argument("--replicas_to_aggregate", type=int,

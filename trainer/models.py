@@ -49,6 +49,8 @@ class ModelSpec:
     loss: Any
     predictions: dict
     metrics: dict = dataclasses.field(default_factory=dict)
+    #: Ops to run with every training step (a Keras model's BatchNormalization updates).
+    update_ops: list = dataclasses.field(default_factory=list)
 
 
 ModelFn = Callable[[Any, Any, str, ModelParams], ModelSpec]
@@ -142,7 +144,12 @@ def check_shape(name: str, feature_shape: tuple[int, ...]) -> None:
 
 
 def resolve(name: str) -> ModelFn:
-    """Return the model function named by ``--model``; ConfigError says what to fix."""
+    """Return the model function named by ``--model``; ConfigError says what to fix.
+
+    A function without required arguments (or taking only ``params``) is a Keras model
+    builder: it comes back as a ``keras_model.KerasBuilder``, which ``keras_model.bind``
+    turns into a model_fn once the data is known.
+    """
     if name in BUILTIN:
         return BUILTIN[name]
     if ":" not in name:
@@ -152,14 +159,20 @@ def resolve(name: str) -> ModelFn:
     try:
         module = importlib.import_module(module_name)
     except Exception as e:  # ImportError, or any error raised while importing user code
-        raise ConfigError(f"cannot import {module_name!r}: {type(e).__name__}: {e}. Check PYTHONPATH "
+        hint = (" tf_keras is not installed: pip install --no-deps 'tf_keras==2.21.*'"
+                if isinstance(e, ImportError) and getattr(e, "name", "") == "tf_keras" else "")
+        raise ConfigError(f"cannot import {module_name!r}: {type(e).__name__}: {e}.{hint} Check PYTHONPATH "
                           "(the module must be importable by every task)", "model") from None
     fn = getattr(module, attr, None)
     if fn is None or not callable(fn):
         raise ConfigError(f"{module_name} has no function {attr!r}", "model")
+    from trainer import keras_model
+    if keras_model.is_builder(fn):
+        return keras_model.KerasBuilder(fn, name)
     try:
         inspect.signature(fn).bind("features", "labels", "mode", "params")
     except TypeError:
-        raise ConfigError(f"{name} must accept (features, labels, mode, params); its signature is "
+        raise ConfigError(f"{name} must accept (features, labels, mode, params) (a model_fn), or take no "
+                          f"required arguments and return a tf_keras Model; its signature is "
                           f"{inspect.signature(fn)}", "model") from None
     return fn

@@ -34,11 +34,17 @@ def export_saved_model(model_fn, params, checkpoint: str, export_dir: str, globa
     shutil.rmtree(tmp, ignore_errors=True)
     graph = tf.Graph()
     with graph.as_default(), tf.compat.v1.device("/cpu:0"):
-        features = v1.placeholder(tf.float32, [None, *params.feature_shape], name="features")
+        # A Keras model serves under its own input names (keras_model.KerasModelFn.serving_inputs).
+        named = getattr(model_fn, "serving_inputs", None)
+        if named:
+            features = {n: v1.placeholder(tf.as_dtype(dt), [None, *shape], name=n) for n, (shape, dt) in named.items()}
+        else:
+            features = v1.placeholder(tf.float32, [None, *params.feature_shape], name="features")
+        inputs = features if named else {"features": features}
         spec = model_fn(features, None, "predict", params)
         with v1.Session(graph=graph) as sess:
             _restore(sess, checkpoint)
-            signature = v1.saved_model.predict_signature_def(inputs={"features": features},
+            signature = v1.saved_model.predict_signature_def(inputs=inputs,
                                                             outputs=dict(spec.predictions))
             builder = v1.saved_model.Builder(tmp)
             builder.add_meta_graph_and_variables(
@@ -48,7 +54,7 @@ def export_saved_model(model_fn, params, checkpoint: str, export_dir: str, globa
     with open(os.path.join(tmp, EXPORT_MARKER), "w") as fh:
         json.dump({"global_step": global_step, "checkpoint": checkpoint,
                    "completed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                   "inputs": {"features": [None, *params.feature_shape]},
+                   "inputs": {n: [None, *t.shape.as_list()[1:]] for n, t in inputs.items()},
                    "outputs": sorted(spec.predictions)}, fh, indent=2)
     old = f"{export_dir}.old-{os.getpid()}"
     if os.path.exists(export_dir):

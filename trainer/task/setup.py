@@ -2,13 +2,16 @@
 
 ``tfps local`` builds a JobSetup before it starts a process (so bad data or a bad model
 stops the launch with one line), and every worker builds one before its graph. Pure
-Python and NumPy: no TensorFlow import here.
+Python and NumPy, except for a Keras model: it is built once, eagerly, to check it against
+the data (trainer.keras_model).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from trainer import data as data_mod
-from trainer import demo, models
+from trainer import demo, keras_model, models
 from trainer.config import RunConfig
 from trainer.errors import ConfigError
 
@@ -34,7 +37,11 @@ class JobSetup:
             models.check_shape(cfg.model, self.schema.feature_shape)
         self.model_fn = models.resolve(cfg.model)
         self.params = models.ModelParams(self.schema.feature_shape, self.schema.num_classes,
-                                         tuple(cfg.hidden), cfg.learning_rate, cfg.seed)
+                                         tuple(cfg.hidden), cfg.learning_rate or 0.0, cfg.seed)
+        if isinstance(self.model_fn, keras_model.KerasBuilder):   # a Keras model: checked against the data now
+            self.model_fn = keras_model.bind(self.model_fn, self.schema, self.params, self.eval_schema)
+        self.optimizer, self.learning_rate, self.optimizer_note = keras_model.choose_optimizer(cfg, self.model_fn)
+        self.params = dataclasses.replace(self.params, learning_rate=self.learning_rate)
 
     def identity(self) -> dict:
         c = self.cfg

@@ -34,11 +34,12 @@ from trainer.task.watchdog import StartupWatchdog
 log = logging.getLogger("tfps")
 
 
-def _optimizer(cfg: RunConfig):
+def _optimizer(setup: JobSetup):
+    """The optimizer the setup chose (an explicit flag, else a Keras model's compile(), else the default)."""
     import tensorflow as tf
     t = tf.compat.v1.train
     return {"sgd": t.GradientDescentOptimizer, "adam": t.AdamOptimizer,
-            "adagrad": t.AdagradOptimizer}[cfg.optimizer](cfg.learning_rate)
+            "adagrad": t.AdagradOptimizer}[setup.optimizer](setup.learning_rate)
 
 
 class Worker:
@@ -91,12 +92,14 @@ class Worker:
                 spec = setup.model_fn(features, labels, "train", setup.params)
                 if spec.loss is None:
                     raise ConfigError(f"{cfg.model} returned no loss in train mode", "model")
-                opt = _optimizer(cfg)
+                log.info("%s: %s", task.name, setup.optimizer_note)
+                opt = _optimizer(setup)
                 if cfg.sync_replicas:
                     opt = v1.train.SyncReplicasOptimizer(
                         opt, replicas_to_aggregate=cfg.replicas_to_aggregate or task.num_workers,
                         total_num_replicas=task.num_workers)
-                train_op = opt.minimize(spec.loss, global_step=global_step)
+                with v1.control_dependencies(spec.update_ops):   # e.g. BatchNormalization's moving statistics
+                    train_op = opt.minimize(spec.loss, global_step=global_step)
                 ops["release_tokens"] = opt.get_init_tokens_op(task.num_workers) if cfg.sync_replicas else None
                 ops["sync_hook"] = opt.make_session_run_hook(task.is_chief) if cfg.sync_replicas else None
             flag = stop_flag()

@@ -1,0 +1,62 @@
+"""docker compose runs a user's tf_keras model mounted from a host directory.
+
+The image carries tf_keras; the model module (tests/fixtures/keras_models.py) reaches the
+containers through ``tfps compose --user_model_dir`` (mounted at /opt/usermodels), with no
+image rebuild. The job ends by itself and its SavedModel, read from the chief's volume,
+serves the demo evaluation data by the model's own input name.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_compose import CHIEF, MODEL_DIR, REPO, ComposeJob, _compose_available, exit_codes, generate
+
+pytestmark = pytest.mark.system
+
+STEPS = 300
+
+
+@pytest.fixture
+def keras_job(docker_client, trainer_image, tmp_path):
+    if not _compose_available():
+        pytest.skip("docker compose is not installed")
+    directory = tmp_path / "keras"
+    generate(directory, "--ps", "1", "--workers", "2", "--user_model_dir", str(REPO / "tests" / "fixtures"),
+             "--model", "keras_models:bn_dropout", "--train_steps", str(STEPS), "--log_steps", "10",
+             image=trainer_image)
+    job = ComposeJob(docker_client, directory, "docker-compose.yml")
+    yield job
+    job.down()
+    assert job.containers() == [], f"{job.project}: containers left after down"
+
+
+def test_keras_model_from_a_host_directory_trains_and_serves(keras_job, tmp_path):
+    import tensorflow as tf
+    from trainer import demo
+    rc = keras_job.run(timeout=600)
+    assert rc == 0, keras_job.tail()
+    assert exit_codes(keras_job) == {"ps-0": 0, "worker-0": 0, "worker-1": 0}
+    results = keras_job.read_json(f"{MODEL_DIR}/results.json")
+    assert results["status"] == "succeeded" and results["global_step"] >= STEPS
+    assert results["export_complete"] is True
+    assert results["model"] == "keras_models:bn_dropout"
+
+    export = tmp_path / "export"
+    for name, data in keras_job.files(f"{MODEL_DIR}/export", CHIEF).items():
+        if data is not None:
+            os.makedirs(export / os.path.dirname(name), exist_ok=True)
+            (export / name).write_bytes(data)
+    reader = tf.train.load_checkpoint(str(export / "variables" / "variables"))
+    assert np.abs(reader.get_tensor("batch_normalization/moving_mean")).max() > 0.05
+
+    _, eval_glob = demo.demo_globs("mlp", str(tmp_path / "demo"))
+    data = np.loadtxt(eval_glob, delimiter=",", skiprows=1, dtype=np.float32)
+    x, y = data[:, :-1], data[:, -1].astype(np.int64)
+    fn = tf.saved_model.load(str(export)).signatures["serving_default"]
+    out = fn(measurements=tf.constant(x))
+    assert (out["classes"].numpy() == y).mean() > 0.8

@@ -1,0 +1,199 @@
+"""Keras models (trainer.keras_model) without a cluster: which functions are Keras
+builders, what is refused before anything starts (with both shapes named), which
+optimizer is used, and that the adapter's graph trains, updates BatchNormalization's
+moving statistics and exports under the model's input names.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tf_keras")
+
+from trainer import keras_model, models  # noqa: E402
+from trainer.config import RunConfig  # noqa: E402
+from trainer.errors import ConfigError  # noqa: E402
+from trainer.worker import JobSetup  # noqa: E402
+
+FIX = "tests.fixtures.keras_models"
+
+
+def write_csv(path: Path, columns: list[str], rows: np.ndarray) -> str:
+    path.write_text(",".join(columns) + "\n" + "\n".join(",".join(f"{v:g}" for v in r) for r in rows) + "\n")
+    return str(path)
+
+
+@pytest.fixture
+def csv8(tmp_path) -> str:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(60, 8))
+    y = rng.integers(0, 3, size=(60, 1))
+    return write_csv(tmp_path / "train.csv", [f"f{i}" for i in range(8)] + ["label"], np.hstack([x, y]))
+
+
+@pytest.fixture
+def named_csv(tmp_path) -> str:
+    rng = np.random.default_rng(1)
+    rows = np.hstack([rng.normal(size=(40, 4)), rng.integers(0, 2, size=(40, 1))])
+    return write_csv(tmp_path / "people.csv", ["age", "income", "noise", "score", "label"], rows)
+
+
+def setup_of(model: str, train: str, **kw) -> JobSetup:
+    return JobSetup(RunConfig(model=model, train_data=train, **kw).validate())
+
+
+def refusal(model: str, train: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        setup_of(model, train)
+    assert info.value.field == "model"
+    return str(info.value)
+
+
+# ----------------------------------------------------------------------------- detection
+def test_builders_and_model_fns_are_told_apart():
+    def build(): ...
+    def build_p(params=None): ...
+    def build_req(params): ...
+    def model_fn(features, labels, mode, params): ...
+    assert keras_model.is_builder(build) and keras_model.is_builder(build_p) and keras_model.is_builder(build_req)
+    assert not keras_model.is_builder(model_fn)
+    assert isinstance(models.resolve(f"{FIX}:bn_dropout"), keras_model.KerasBuilder)
+    assert models.resolve("examples.custom_model:model_fn").__name__ == "model_fn"
+
+
+def test_a_function_of_other_arguments_is_refused():
+    with pytest.raises(ConfigError, match=r"model: .*must accept \(features, labels, mode, params\).*or take no "
+                                          r"required arguments and return a tf_keras Model"):
+        models.resolve("json:dumps")
+
+
+# ----------------------------------------------------------------------------- refusals
+def test_keras3_model_is_refused_with_the_reason(csv8):
+    msg = refusal(f"{FIX}:keras3", csv8)
+    assert "returned a Keras 3 model" in msg
+    assert "Keras 3 cannot do parameter-server training" in msg
+    assert "import tf_keras as keras" in msg
+
+
+def test_wrong_input_width_names_both_shapes(csv8):
+    msg = refusal(f"{FIX}:wrong_input", csv8)
+    assert "the model's input 'x' takes examples of shape [5]" in msg
+    assert "has examples of shape [8] (8 feature columns)" in msg
+
+
+def test_wrong_output_width_names_both_shapes(csv8):
+    msg = refusal(f"{FIX}:wrong_output", csv8)
+    assert "the model's output has shape [7], but the data has 3 classes" in msg
+    assert "Dense(3)" in msg
+
+
+def test_input_without_a_column_names_the_columns(named_csv):
+    msg = refusal(f"{FIX}:missing_column", named_csv)
+    assert "the model's input 'height' has no column of that name" in msg
+    assert "age, income, noise, score" in msg
+
+
+def test_multi_input_model_needs_named_columns(tmp_path):
+    np.savez(tmp_path / "d.npz", x=np.zeros((10, 4), np.float32), y=np.zeros(10, np.int64))
+    msg = refusal(f"{FIX}:missing_column", str(tmp_path / "d.npz"))
+    assert "has 2 inputs (age, height)" in msg and "npz data has none" in msg
+
+
+def test_named_inputs_need_the_same_columns_in_eval_data(named_csv, tmp_path):
+    ev = tmp_path / "eval.csv"
+    ev.write_text("income,age,noise,score,label\n1,2,3,4,0\n")
+    with pytest.raises(ConfigError, match=r"eval_data: eval examples have columns \['income', 'age', 'noise', "
+                                          r"'score'\], training examples \['age', 'income', 'noise', 'score'\]"):
+        JobSetup(RunConfig(model=f"{FIX}:named_inputs", train_data=named_csv, eval_data=str(ev)).validate())
+
+
+def test_regression_model_gets_mse_and_predictions(tmp_path):
+    import tensorflow as tf
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(30, 8))
+    train = write_csv(tmp_path / "r.csv", [f"f{i}" for i in range(8)] + ["label"],
+                      np.hstack([x, x.sum(axis=1, keepdims=True) + 0.5]))
+    s = setup_of(f"{FIX}:regressor", train)
+    with tf.Graph().as_default():
+        spec = s.model_fn(tf.zeros([4, 8]), tf.zeros([4]), "train", s.params)
+        assert set(spec.predictions) == {"predictions"} and spec.predictions["predictions"].shape.as_list() == [4]
+        assert set(spec.metrics) == {"mae"} and spec.loss.shape.as_list() == []
+
+
+def test_not_a_model_is_refused(csv8):
+    assert "returned str; it must return a tf_keras Model" in refusal(f"{FIX}:not_a_model", csv8)
+
+
+def test_subclassed_model_is_called_on_the_data_shape(csv8, tmp_path):
+    s = setup_of(f"{FIX}:subclassed", csv8)
+    assert s.model_fn.info.input_names == ["features"] and s.model_fn.info.output_width == 3
+    np.savez(tmp_path / "img.npz", x=np.zeros((10, 4, 4), np.float32), y=np.arange(10) % 3)
+    # Dense on [4, 4] examples gives [batch, 4, 3]: the output check names the shape.
+    msg = refusal(f"{FIX}:subclassed", str(tmp_path / "img.npz"))
+    assert "output has shape [4, 3]" in msg
+
+
+def test_refused_through_the_cli_before_anything_starts(csv8, tmp_path, capsys):
+    from trainer.cli import main
+    model_dir = tmp_path / "model"
+    rc = main(["local", "--model", f"{FIX}:wrong_input", "--train_data", csv8, "--model_dir", str(model_dir)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith("tfps: error: model: the model's input 'x'"), err
+    assert not model_dir.exists()
+
+
+# ----------------------------------------------------------------------------- optimizer
+def test_compiled_optimizer_is_used_unless_flags_say_otherwise(csv8):
+    s = setup_of(f"{FIX}:bn_dropout", csv8)
+    assert (s.optimizer, s.learning_rate) == ("adam", 0.01)
+    assert s.optimizer_note == "optimizer adam (the model's compile()), learning_rate 0.01 (the model's compile())"
+    assert s.params.learning_rate == 0.01
+    s = setup_of(f"{FIX}:bn_dropout", csv8, optimizer="sgd", learning_rate=0.2)
+    assert (s.optimizer, s.learning_rate) == ("sgd", 0.2)
+    assert s.optimizer_note == "optimizer sgd (--optimizer), learning_rate 0.2 (--learning_rate)"
+    s = setup_of("mlp", csv8)   # not Keras: tfps's defaults, as before
+    assert (s.optimizer, s.learning_rate) == ("adam", 0.01)
+
+
+def test_explicit_flags_reach_every_task_even_when_equal_to_the_default():
+    cfg = RunConfig(optimizer="adam", learning_rate=0.01).validate()
+    assert "--optimizer=adam" in cfg.to_args() and "--learning_rate=0.01" in cfg.to_args()
+    assert not any(a.startswith(("--optimizer", "--learning_rate")) for a in RunConfig().to_args())
+
+
+# ----------------------------------------------------------------------------- graph
+def test_adapter_trains_updates_moving_statistics_and_exports_named_inputs(named_csv, tmp_path):
+    import tensorflow as tf
+    from trainer import data, export
+    v1 = tf.compat.v1
+    s = setup_of(f"{FIX}:named_inputs", named_csv)
+    assert s.model_fn.serving_inputs == {"score": ([1], "float32"), "age": ([1], "float32"),
+                                         "income": ([1], "float32")}
+    g = tf.Graph()
+    with g.as_default():
+        gs = v1.train.get_or_create_global_step()
+        features, labels = v1.data.make_one_shot_iterator(data.make_dataset(s.schema, "label", 16)).get_next()
+        spec = s.model_fn(features, labels, "train", s.params)
+        assert len(spec.update_ops) == 2 and set(spec.metrics) >= {"accuracy"}
+        with v1.control_dependencies(spec.update_ops):
+            op = v1.train.AdamOptimizer(0.01).minimize(spec.loss, global_step=gs)
+        mean = next(v for v in v1.global_variables() if "moving_mean" in v.name)
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            for _ in range(5):
+                sess.run(op)
+            assert np.abs(sess.run(mean)).max() > 0
+            ckpt = v1.train.Saver(sharded=False).save(sess, str(tmp_path / "ckpt"), global_step=5)
+    out = export.export_saved_model(s.model_fn, s.params, ckpt, str(tmp_path / "export"), 5)
+    marker = json.loads(Path(out, "tfps_export.json").read_text())
+    assert marker["inputs"] == {"score": [None, 1], "age": [None, 1], "income": [None, 1]}
+    assert marker["outputs"] == ["classes", "logits", "probabilities"]
+    fn = tf.saved_model.load(out).signatures["serving_default"]
+    res = fn(score=tf.zeros([3, 1]), age=tf.ones([3, 1]), income=tf.zeros([3, 1]))
+    np.testing.assert_allclose(res["probabilities"].numpy().sum(axis=1), 1.0, atol=1e-5)
+    assert res["classes"].shape == (3,)
