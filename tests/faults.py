@@ -8,7 +8,7 @@ step at the kill, the checkpoint training resumed from, the steps redone (at mos
 checkpoint interval).
 
 Where training resumed is read from tfps's own chief line ``restored checkpoint of step N
-from PATH`` (trainer/worker.py, logged each time the chief's session is created from a
+from PATH`` (trainer/task/hooks.py, logged each time the chief's session is created from a
 checkpoint, including when it recovers from a lost ps), never from TensorFlow's INFO text.
 
 tests/ is on sys.path (pytest inserts the directory of tests/conftest.py), so every suite

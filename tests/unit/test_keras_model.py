@@ -17,7 +17,7 @@ pytest.importorskip("tf_keras")
 from trainer import keras_model, models  # noqa: E402
 from trainer.config import RunConfig  # noqa: E402
 from trainer.errors import ConfigError  # noqa: E402
-from trainer.worker import JobSetup  # noqa: E402
+from trainer.task.setup import JobSetup  # noqa: E402
 
 FIX = "tests.fixtures.keras_models"
 
@@ -169,7 +169,8 @@ def test_explicit_flags_reach_every_task_even_when_equal_to_the_default():
 # ----------------------------------------------------------------------------- graph
 def test_adapter_trains_updates_moving_statistics_and_exports_named_inputs(named_csv, tmp_path):
     import tensorflow as tf
-    from trainer import data, export
+    from trainer import data
+    from trainer.task import export
     v1 = tf.compat.v1
     s = setup_of(f"{FIX}:named_inputs", named_csv)
     assert s.model_fn.serving_inputs == {"score": ([1], "float32"), "age": ([1], "float32"),
