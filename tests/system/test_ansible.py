@@ -21,6 +21,7 @@ import pytest
 
 import faults
 from conftest_ansible import ANSIBLE_DIR, REPO
+from hardening import assert_hardened
 
 #: The trainer image the session fixtures build and save (see tests/system/conftest.py).
 IMAGE = os.environ.get("TFPS_TEST_IMAGE", "tfps-trainer:latest")
@@ -89,11 +90,15 @@ def test_lint_syntax_check(ansible_collections, tmp_path):
 @pytest.mark.system
 def test_deploy_trains_a_job_from_the_image_archive(bare_metal, image_archive, network_smtp_server,
                                                     run_playbook, tmp_path):
-    """deploy.yml: image archive copied and loaded, job trained to the end, results and
-    email delivered, checkpoint and export on the chief's host, containers removed."""
+    """deploy.yml: image archive copied and loaded, job trained to the end in hardened
+    containers (CapDrop ALL, no-new-privileges, read-only rootfs, pids and per-role limits,
+    rotating logs), results and email delivered, checkpoint and export on the chief's host."""
     job = "airgap"
-    inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT,
-                                     group_vars={"all": job_vars(job, image_archive, network_smtp_server)})
+    # Kept after the job, to be inspected: hardening, limits per role, log rotation.
+    hardening = {"tfps_remove_containers": False, "tfps_pids_limit": 2048, "tfps_worker_memory": "3g",
+                 "tfps_worker_cpus": 1.5, "tfps_log_max_size": "20m", "tfps_log_max_file": 3}
+    inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
+        job, image_archive, network_smtp_server, **hardening)})
     result = run_playbook("deploy.yml", inventory, play_vars(tmp_path))
     print(f"first deploy (image archive copied to 3 hosts, job trained): {result.seconds:.0f} s")
     assert_ok(result, "deploy.yml")
@@ -132,6 +137,23 @@ def test_deploy_trains_a_job_from_the_image_archive(bare_metal, image_archive, n
     assert len(messages) == 1, [str(m["subject"]) for m in network_smtp_server.messages]
     assert "succeeded" in str(messages[0]["subject"])
 
+    # Every task container was hardened (docs/security.md), with the limits of its role
+    # and rotating logs, and the job above still succeeded.
+    seen = []
+    for host in bare_metal.hosts:
+        for name in host.containers(f"tfps.job={job}"):
+            attrs = json.loads(host.sh(f"docker inspect {name}")[1])[0]
+            assert_hardened(f"{host.name}/{name}", attrs, max_size="20m", max_file="3")
+            assert attrs["State"]["ExitCode"] == 0, (name, attrs["State"])
+            limits = attrs["HostConfig"]
+            assert limits["PidsLimit"] == 2048, name
+            if attrs["Config"]["Labels"]["tfps.task"].startswith("worker"):
+                assert (limits["Memory"], limits["NanoCpus"]) == (3 * 1024**3, 1_500_000_000), name
+            else:
+                assert (limits["Memory"], limits["NanoCpus"]) == (0, 0), name
+            seen.append(name)
+            host.sh(f"docker rm -f {name}")
+    assert sorted(seen) == [f"tfps-{job}-{t}" for t in ("ps0", "worker0", "worker1")]
     no_containers_anywhere(bare_metal, job)
 
 
