@@ -230,6 +230,33 @@ def test_deploy_runs_a_classic_script(bare_metal, image_archive, run_playbook, t
     no_containers_anywhere(bare_metal, job)
 
 
+@pytest.mark.system
+def test_failed_job_brings_the_chiefs_whole_log(bare_metal, image_archive, run_playbook, tmp_path):
+    """A job that fails (its loss turns NaN): the play fails, the logs keep only the last
+    tfps_log_lines lines of every task, and the chief's whole log is fetched as well."""
+    job = "nanlog"
+    inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
+        job, image_archive, tfps_model="bad_models:nan_loss", tfps_user_model_dir=str(REPO / "tests/fixtures"),
+        tfps_restart_policy="no")})
+    result = run_playbook("deploy.yml", inventory, {**play_vars(tmp_path), "tfps_log_lines": 5})
+    assert result.returncode != 0, result.output[-4000:]
+    assert f"job {job} FAILED" in result.output, result.output[-4000:]
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert results["status"] == "failed" and results["error"]["type"] == "FloatingPointError"
+
+    logs = tmp_path / "results" / "logs"
+    assert {p.name for p in logs.iterdir()} == {"ps0.log", "worker0.log", "worker1.log", "worker0.full.log"}
+    tail = (logs / "worker0.log").read_text().strip().splitlines()
+    assert len(tail) <= 5, tail
+    whole = (logs / "worker0.full.log").read_text()
+    assert len(whole.splitlines()) > 20 and "diverged" in whole.lower(), whole[-3000:]
+    # The whole log starts where the chief started: its first lines are not in the tail.
+    assert whole.splitlines()[0] not in tail
+    assert f"{tmp_path / 'results'}/logs/worker0.full.log (whole)" in result.output
+    assert not bare_metal["host2"].sh("ls /var/tmp/tfps-*.full.log", check=False)[0] == 0, "full log left on host2"
+    no_containers_anywhere(bare_metal, job)
+
+
 def _bad_inventories(bare_metal, archive: Path, job: str, case: str, tmp_path: Path) -> Path:
     gv = {"all": job_vars(job, archive)}
     where = tmp_path / "inventory"
