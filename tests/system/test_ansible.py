@@ -249,7 +249,7 @@ def test_failed_job_brings_the_chiefs_whole_log(bare_metal, image_archive, run_p
     tail = (logs / "worker0.log").read_text().strip().splitlines()
     assert len(tail) <= 5, tail
     whole = (logs / "worker0.full.log").read_text()
-    assert len(whole.splitlines()) > 20 and "diverged" in whole.lower(), whole[-3000:]
+    assert len(whole.splitlines()) > 10 > 5 >= len(tail) and "diverged" in whole.lower(), whole[-3000:]
     # The whole log starts where the chief started: its first lines are not in the tail.
     assert whole.splitlines()[0] not in tail
     assert f"{tmp_path / 'results'}/logs/worker0.full.log (whole)" in result.output
