@@ -21,6 +21,7 @@ import pytest
 
 import faults
 from conftest_ansible import ANSIBLE_DIR, REPO
+from hardening import assert_hardened
 
 #: The trainer image the session fixtures build and save (see tests/system/conftest.py).
 IMAGE = os.environ.get("TFPS_TEST_IMAGE", "tfps-trainer:latest")
@@ -89,11 +90,15 @@ def test_lint_syntax_check(ansible_collections, tmp_path):
 @pytest.mark.system
 def test_deploy_trains_a_job_from_the_image_archive(bare_metal, image_archive, network_smtp_server,
                                                     run_playbook, tmp_path):
-    """deploy.yml: image archive copied and loaded, job trained to the end, results and
-    email delivered, checkpoint and export on the chief's host, containers removed."""
+    """deploy.yml: image archive copied and loaded, job trained to the end in hardened
+    containers (CapDrop ALL, no-new-privileges, read-only rootfs, pids and per-role limits,
+    rotating logs), results and email delivered, checkpoint and export on the chief's host."""
     job = "airgap"
-    inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT,
-                                     group_vars={"all": job_vars(job, image_archive, network_smtp_server)})
+    # Kept after the job, to be inspected: hardening, limits per role, log rotation.
+    hardening = {"tfps_remove_containers": False, "tfps_pids_limit": 2048, "tfps_worker_memory": "3g",
+                 "tfps_worker_cpus": 1.5, "tfps_log_max_size": "20m", "tfps_log_max_file": 3}
+    inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
+        job, image_archive, network_smtp_server, **hardening)})
     result = run_playbook("deploy.yml", inventory, play_vars(tmp_path))
     print(f"first deploy (image archive copied to 3 hosts, job trained): {result.seconds:.0f} s")
     assert_ok(result, "deploy.yml")
@@ -132,6 +137,23 @@ def test_deploy_trains_a_job_from_the_image_archive(bare_metal, image_archive, n
     assert len(messages) == 1, [str(m["subject"]) for m in network_smtp_server.messages]
     assert "succeeded" in str(messages[0]["subject"])
 
+    # Every task container was hardened (docs/security.md), with the limits of its role
+    # and rotating logs, and the job above still succeeded.
+    seen = []
+    for host in bare_metal.hosts:
+        for name in host.containers(f"tfps.job={job}"):
+            attrs = json.loads(host.sh(f"docker inspect {name}")[1])[0]
+            assert_hardened(f"{host.name}/{name}", attrs, max_size="20m", max_file="3")
+            assert attrs["State"]["ExitCode"] == 0, (name, attrs["State"])
+            limits = attrs["HostConfig"]
+            assert limits["PidsLimit"] == 2048, name
+            if attrs["Config"]["Labels"]["tfps.task"].startswith("worker"):
+                assert (limits["Memory"], limits["NanoCpus"]) == (3 * 1024**3, 1_500_000_000), name
+            else:
+                assert (limits["Memory"], limits["NanoCpus"]) == (0, 0), name
+            seen.append(name)
+            host.sh(f"docker rm -f {name}")
+    assert sorted(seen) == [f"tfps-{job}-{t}" for t in ("ps0", "worker0", "worker1")]
     no_containers_anywhere(bare_metal, job)
 
 
@@ -205,6 +227,33 @@ def test_deploy_runs_a_classic_script(bare_metal, image_archive, run_playbook, t
     assert json.loads(bare_metal["host2"].sh(f"cat {marker}")[1])["global_step"] > 50  # async: the last step it saw
     # The ps ran `server.join()` forever: the play ended it.
     assert re.search(rf"tfps-{job}-ps0 exit (0|143)", result.output)
+    no_containers_anywhere(bare_metal, job)
+
+
+@pytest.mark.system
+def test_failed_job_brings_the_chiefs_whole_log(bare_metal, image_archive, run_playbook, tmp_path):
+    """A job that fails (its loss turns NaN): the play fails, the logs keep only the last
+    tfps_log_lines lines of every task, and the chief's whole log is fetched as well."""
+    job = "nanlog"
+    inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
+        job, image_archive, tfps_model="bad_models:nan_loss", tfps_user_model_dir=str(REPO / "tests/fixtures"),
+        tfps_restart_policy="no")})
+    result = run_playbook("deploy.yml", inventory, {**play_vars(tmp_path), "tfps_log_lines": 5})
+    assert result.returncode != 0, result.output[-4000:]
+    assert f"job {job} FAILED" in result.output, result.output[-4000:]
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert results["status"] == "failed" and results["error"]["type"] == "FloatingPointError"
+
+    logs = tmp_path / "results" / "logs"
+    assert {p.name for p in logs.iterdir()} == {"ps0.log", "worker0.log", "worker1.log", "worker0.full.log"}
+    tail = (logs / "worker0.log").read_text().strip().splitlines()
+    assert len(tail) <= 5, tail
+    whole = (logs / "worker0.full.log").read_text()
+    assert len(whole.splitlines()) > 10 > 5 >= len(tail) and "diverged" in whole.lower(), whole[-3000:]
+    # The whole log starts where the chief started: its first lines are not in the tail.
+    assert whole.splitlines()[0] not in tail
+    assert f"{tmp_path / 'results'}/logs/worker0.full.log (whole)" in result.output
+    assert not bare_metal["host2"].sh("ls /var/tmp/tfps-*.full.log", check=False)[0] == 0, "full log left on host2"
     no_containers_anywhere(bare_metal, job)
 
 

@@ -26,6 +26,7 @@ import pytest
 
 import faults
 from faults import Row
+from hardening import assert_hardened
 
 pytestmark = pytest.mark.system
 
@@ -199,6 +200,9 @@ def compose_job(docker_client, compose_cli, trainer_image, tmp_path):
 def test_committed_file_runs_to_completion_and_emails(compose_job, trainer_image, tmp_path, container_smtp_server):
     """(a) + (d): the committed docker-compose.yml, unchanged, ends by itself with exit 0.
 
+    Every task container is hardened (CapDrop ALL, no-new-privileges, read-only rootfs,
+    tmpfs /tmp, pids limit, rotating json-file logs), and the job still succeeds.
+
     The chief's checkpoint, SavedModel and results.json are on the volume, every container
     exited 0, nothing is left running, and the completion email reached a real SMTP server
     through the .env file that only the chief reads.
@@ -219,6 +223,11 @@ def test_committed_file_runs_to_completion_and_emails(compose_job, trainer_image
 
     assert exit_codes(job) == {"ps-0": 0, "worker-0": 0, "worker-1": 0}
     assert_nothing_running(job)
+    # Hardened (docs/security.md), and the job still succeeded: the volume stays writable.
+    for service in ("ps-0", "worker-0", "worker-1"):
+        attrs = job.container(service).attrs
+        assert_hardened(service, attrs)
+        assert attrs["HostConfig"]["PidsLimit"] == 4096
 
     results = job.read_json(f"{MODEL_DIR}/results.json")
     assert results["status"] == "succeeded"

@@ -1,8 +1,9 @@
 """What docs/security.md promises, checked on real jobs: least privilege, secrets, firewall.
 
-* A compose job's tasks run as the image's non-root user (uid 10001) with Docker's default
-  capabilities and nothing more: from ``docker inspect`` of every task container and from
-  inside every running task (``id -u``, ``/proc/*/status``).
+* A compose job's tasks run as the image's non-root user (uid 10001) with every capability
+  dropped (an empty bounding set), no-new-privileges and a read-only root filesystem:
+  from ``docker inspect`` of every task container and from inside every running task
+  (``id -u``, ``/proc/*/status``).
 * A notification password full of URL-special characters (``@ % ; /``, percent-encoded in
   the URL) reaches the chief through ``.env`` and, through it, a real SMTP server, and
   appears nowhere else: no container's log, no ``docker inspect`` output but the chief's
@@ -27,6 +28,7 @@ from urllib.parse import quote
 import docker
 import pytest
 
+from hardening import assert_hardened
 from hosts import HOST_IMAGE
 from test_ansible import LAYOUT, assert_ok, job_vars, no_containers_anywhere, play_vars
 from test_compose import CHIEF, REPO, compose_job, exit_codes  # noqa: F401 - compose_job is a fixture
@@ -43,7 +45,6 @@ USER = "ops"
 PASSWORD = "hunter7Qx@ploverK%Zw9rk;mirth4T/oxbow2U"
 ENCODED = quote(PASSWORD, safe="")  # hunter7Qx%40ploverK%25Zw9rk%3Bmirth4T%2Foxbow2U
 PIECES = ("hunter7Qx", "ploverK", "Zw9rk", "mirth4T", "oxbow2U")
-CAP_SYS_ADMIN = 21
 
 #: Run inside a task container: its user, every process's ids, capabilities and command
 #: line, and whether the task's TF server listens (port 2222 in state LISTEN).
@@ -119,19 +120,6 @@ def auth_smtp_server(container_smtp_server):
         yield server
 
 
-@pytest.fixture(scope="module")
-def default_caps(docker_client, trainer_image) -> int:
-    """Docker's default capability set on this engine: what root gets in a plain container."""
-    out = docker_client.containers.run(
-        trainer_image, user="0:0", remove=True,
-        entrypoint=["sh", "-c", "grep ^CapEff: /proc/self/status; cat /proc/sys/kernel/cap_last_cap"]).decode()
-    lines = out.split()
-    default, last = caps(lines[1]), int(lines[2])
-    # The default set, not everything: no CAP_SYS_ADMIN, and fewer than the kernel has.
-    assert default and not default & (1 << CAP_SYS_ADMIN) and default != (1 << (last + 1)) - 1, hex(default)
-    return default
-
-
 def generate(directory: Path, image: str, *args: str, env: dict) -> subprocess.CompletedProcess:
     """``tfps compose ... -o directory/docker-compose.yml``, run with ``env``."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -174,7 +162,7 @@ def snapshot_running_tasks(job, timeout: float) -> dict[str, dict]:
 
 
 def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
-        compose_job, trainer_image, auth_smtp_server, default_caps, tmp_path):
+        compose_job, trainer_image, auth_smtp_server, tmp_path):
     """Requirements 1 and 2 on one compose job of 1 ps + 2 workers, 200 steps."""
     run_name = f"sec-{uuid.uuid4().hex[:8]}"
     url = auth_smtp_server.url(userinfo=f"{USER}:{ENCODED}")
@@ -199,6 +187,7 @@ def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
         config, host = container.attrs["Config"], container.attrs["HostConfig"]
         assert config["User"].split(":")[0] == str(UID), (service, config["User"])
         assert not host.get("CapAdd"), (service, host.get("CapAdd"))
+        assert_hardened(service, container.attrs)
         assert host.get("Privileged") is False, service
         assert not [o for o in host.get("SecurityOpt") or [] if "unconfined" in o], (service, host["SecurityOpt"])
         assert not host.get("Devices"), service
@@ -213,9 +202,9 @@ def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
         for pid, proc in procs.items():
             where = f"{service} pid {pid} ({proc['cmdline'][:80]})"
             assert proc["Uid"] == ids and proc["Gid"] == ids, (where, proc["Uid"], proc["Gid"])
-            # Docker's default set bounds the task (nothing added), and a non-root process
-            # holds none of it: no effective, permitted or ambient capability at all.
-            assert caps(proc["CapBnd"]) == default_caps, (where, proc["CapBnd"], hex(default_caps))
+            # cap_drop ALL: not even the bounding set holds a capability, and the process has
+            # no effective, permitted or ambient capability at all.
+            assert caps(proc["CapBnd"]) == 0, (where, proc["CapBnd"])
             assert caps(proc["CapEff"]) == caps(proc["CapPrm"]) == caps(proc["CapAmb"]) == 0, (where, proc)
 
     # -- 2. the password: delivered, and nowhere else ---------------------------------

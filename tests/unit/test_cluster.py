@@ -38,7 +38,7 @@ from trainer.errors import ConfigError
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "ansible/roles/tfps"
 #: The per-host layout variables: the only role options without a role default.
-PER_HOST_LAYOUT = ("tfps_base_port", "tfps_ps_tasks", "tfps_workers", "tfps_gpus", "tfps_gpu_count")
+PER_HOST_LAYOUT = ("tfps_address", "tfps_base_port", "tfps_ps_tasks", "tfps_workers", "tfps_gpus", "tfps_gpu_count")
 
 
 def plan(ps: dict, worker: dict) -> Plan:
@@ -170,6 +170,36 @@ def test_address_is_ansible_host_else_inventory_name():
     assert p.task("ps", 0).target == "ps.example.org:2222"
     assert p.task("worker", 0).address == "10.1.1.1"
     assert p.task("worker", 0).host == "w"
+
+
+def test_tfps_address_overrides_ansible_host_for_peers_only():
+    """A separate data network: SSH goes to ansible_host, TF traffic to tfps_address."""
+    p = plan(ps={"p": {"ansible_host": "192.0.2.1", "tfps_address": "10.9.0.1"}},
+             worker={"w": {"ansible_host": "192.0.2.2", "tfps_address": " 10.9.0.2 ", "tfps_workers": 2},
+                     "v": {"ansible_host": "192.0.2.3", "tfps_address": ""},
+                     "x": {"tfps_address": "[fd00::9]"}})
+    assert [(t.host, t.address, t.target) for t in p.tasks] == [
+        ("p", "10.9.0.1", "10.9.0.1:2222"),
+        ("w", "10.9.0.2", "10.9.0.2:2222"), ("w", "10.9.0.2", "10.9.0.2:2223"),
+        ("v", "192.0.2.3", "192.0.2.3:2222"),  # empty: ansible_host
+        ("x", "fd00::9", "[fd00::9]:2222"),
+    ]
+    assert p.cluster.ps == ("10.9.0.1:2222",)
+    data = p.to_json(Launch(name="j"))
+    assert [t["address"] for t in data["tasks"]] == ["10.9.0.1", "10.9.0.2", "10.9.0.2", "192.0.2.3", "fd00::9"]
+    assert json.loads(data["tasks"][1]["tf_config"])["cluster"]["worker"][0] == "10.9.0.2:2222"
+
+
+@pytest.mark.parametrize("value", [["10.0.0.1"], True, "10.0.0.1 10.0.0.2"])
+def test_bad_tfps_address_names_the_variable(value):
+    exc = error(plan, ps={"p": {"tfps_address": value}}, worker={"w": {}})
+    assert exc.field == "tfps_address" and "host 'p'" in str(exc)
+
+
+def test_two_hosts_on_one_tfps_address_and_port_clash():
+    exc = error(plan, ps={"p": {"ansible_host": "192.0.2.1", "tfps_address": "10.9.0.1"}},
+                worker={"w": {"ansible_host": "192.0.2.2", "tfps_address": "10.9.0.1"}})
+    assert "10.9.0.1:2222" in str(exc)
 
 
 def test_numbering_follows_group_order_not_names():
@@ -409,7 +439,10 @@ def test_to_json_with_launch_gives_every_task_its_container_argv_and_env():
         assert entry["argv"] == ["run", "--train_steps=5"]
         assert entry["entrypoint"] is None
         assert entry["stop_timeout"] == 60
-        assert entry["env"] == {"TFPS_HOST": task.host, "TFPS_TASK": task.name, "TF_CONFIG": ref.to_tf_config()}
+        # The read-only root filesystem: caches go to the tmpfs the entry lists.
+        assert entry["env"] == {"TFPS_HOST": task.host, "TFPS_TASK": task.name, "TF_CONFIG": ref.to_tf_config(),
+                                "XDG_CACHE_HOME": "/tmp/.cache", "MPLCONFIGDIR": "/tmp/.config/matplotlib"}
+        assert entry["tmpfs"] == ["/tmp"]
 
 
 def test_to_json_with_a_classic_script_passes_the_classic_flags():

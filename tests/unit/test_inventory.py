@@ -31,7 +31,7 @@ TFPS = BIN / "tfps"
 ANSIBLE_INVENTORY = BIN / "ansible-inventory"
 ANSIBLE_PLAYBOOK = BIN / "ansible-playbook"
 ANSIBLE_VAULT = BIN / "ansible-vault"
-LAYOUT_KEYS = ("ansible_host", "tfps_base_port", "tfps_ps_tasks", "tfps_workers", "tfps_gpus", "tfps_gpu_count")
+LAYOUT_KEYS = ("ansible_host", "tfps_address", "tfps_base_port", "tfps_ps_tasks", "tfps_workers", "tfps_gpus", "tfps_gpu_count")
 
 # ansible-core is a dev dependency: where it is missing these tests fail, they never skip.
 
@@ -347,6 +347,32 @@ def test_the_play_computes_the_same_plan_as_tfps_plan(env, tmp_path):
     assert workers_per_host(play) == {"w1": 4, "w2": 1}
     for task in play["tasks"]:
         assert {"--train_steps=77", "--batch_size=5", "--model=linear", "--run_name=gv"} <= set(task["argv"])
+
+
+def test_the_play_and_tfps_plan_put_tasks_on_tfps_address(env, tmp_path):
+    """A separate data network: peers (TF_CONFIG, the firewall's sources) use tfps_address,
+    also when it is templated from another variable; SSH keeps ansible_host."""
+    pb = tmp_path / "pb"
+    pb.mkdir()
+    shutil.copy(FIXTURES / "show_plan.yml", pb / "show_plan.yml")
+    source = write(tmp_path / "inv/hosts.ini", """
+        [ps]
+        p ansible_host=192.0.2.1 tfps_address=10.9.0.1
+
+        [worker]
+        w1 ansible_host=192.0.2.2 data_ip=10.9.0.2 tfps_address="{{ data_ip }}"
+        w2 ansible_host=192.0.2.3
+        """)
+    out = tmp_path / "play_plan.json"
+    proc = run(env, ANSIBLE_PLAYBOOK, "-i", source, pb / "show_plan.yml", "-e", f"show_plan_file={out}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    play = json.loads(out.read_text())
+    assert play == tfps_plan(env, [source], "--playbook-dir", pb)
+    assert [(t["host"], t["address"], t["target"]) for t in play["tasks"]] == [
+        ("p", "10.9.0.1", "10.9.0.1:2222"), ("w1", "10.9.0.2", "10.9.0.2:2222"), ("w2", "192.0.2.3", "192.0.2.3:2222"),
+    ]
+    assert play["cluster"] == {"ps": ["10.9.0.1:2222"], "worker": ["10.9.0.2:2222", "192.0.2.3:2222"]}
+    assert play["hosts"]["w1"]["tfps_address"] == "10.9.0.2"
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c != "ini_group_vars"])

@@ -44,6 +44,15 @@ USER_MODEL_MOUNT = "/opt/usermodels"
 #: Where the training data directory appears in a container, read-only (compose
 #: ``--data_dir``, Ansible ``tfps_data_dir``): ``--train_data /input/train.csv`` works in both.
 DATA_MOUNT = "/input"
+#: Task containers run with a read-only root filesystem (docs/security.md); these tmpfs
+#: mounts are the only places outside the model directory and volumes they can write.
+CONTAINER_TMPFS = ("/tmp",)
+#: What writes below $HOME by default is sent to the tmpfs instead: the demo data cache
+#: (XDG_CACHE_HOME) and matplotlib's config/cache directory (the loss plot).
+CONTAINER_ENV = {"XDG_CACHE_HOME": "/tmp/.cache", "MPLCONFIGDIR": "/tmp/.config/matplotlib"}
+#: Most processes and threads a task container may have (docker --pids-limit): TF's
+#: thread pools and gRPC need a few hundred on a large host; a fork bomb stops here.
+DEFAULT_PIDS_LIMIT = 4096
 
 
 def container_name(job_name: str, task: "Task") -> str:
@@ -81,7 +90,7 @@ class Launch:
 
     def env(self, task: "Task", ref: TaskRef) -> dict[str, str]:
         """The task's environment (never a secret: the role adds those itself)."""
-        env = {"TFPS_HOST": task.host, "TFPS_TASK": task.name}
+        env = {"TFPS_HOST": task.host, "TFPS_TASK": task.name, **CONTAINER_ENV}
         if not self.script:
             env["TF_CONFIG"] = ref.to_tf_config()
         return env
@@ -95,7 +104,7 @@ class Task:
     """One task of the plan: a TF server that one container or process runs."""
 
     host: str  #: inventory hostname (where Ansible starts it)
-    address: str  #: what peers connect to: ansible_host if set, else host
+    address: str  #: what peers connect to: tfps_address, else ansible_host, else host
     job: str  #: "ps" or "worker"
     index: int
     port: int
@@ -224,6 +233,7 @@ class Plan:
                     "argv": launch.argv(ref),
                     "stop_timeout": launch.stop_timeout,
                     "env": launch.env(task, ref),
+                    "tmpfs": list(CONTAINER_TMPFS),
                 })
             tasks.append(entry)
         data = {
@@ -273,7 +283,7 @@ class Plan:
 
 
 #: Variables that decide the layout of the cluster on a host.
-LAYOUT_VARS = ("ansible_host", "tfps_base_port", "tfps_ps_tasks", "tfps_workers", "tfps_gpus", "tfps_gpu_count")
+LAYOUT_VARS = ("ansible_host", "tfps_address", "tfps_base_port", "tfps_ps_tasks", "tfps_workers", "tfps_gpus", "tfps_gpu_count")
 
 
 def plan_from_hosts(
@@ -382,19 +392,28 @@ def _gpu_ids(variables: Mapping, host: str) -> list[str]:
 
 
 def _address(variables: Mapping, host: str) -> str:
-    value = variables.get("ansible_host", host)
+    """The address peers connect to: ``tfps_address`` (a separate data network) if set,
+    else ``ansible_host`` (where SSH goes), else the inventory name."""
+    name = "tfps_address" if not _blank_var(variables.get("tfps_address")) else "ansible_host"
+    value = variables.get(name, host)
     if (
         not isinstance(value, (str, int))
+        or isinstance(value, bool)
         or not str(value).strip()
+        or re.search(r"\s", str(value).strip())
     ):
         raise ConfigError(
-            f"host {host!r} has ansible_host {value!r}; set the address peers connect to",
-            "ansible_host",
+            f"host {host!r} has {name} {value!r}; set the address peers connect to",
+            name,
         )
     value = str(value).strip()
     if value.startswith("[") and value.endswith("]"):
         value = value[1:-1]  # "[fd00::1]" and "fd00::1" are one address; join_target adds the brackets
     return value
+
+
+def _blank_var(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
 
 
 def _worker_slots(variables: Mapping, host: str) -> list[str | None]:

@@ -25,6 +25,10 @@ What the file encodes, and why:
 * Checkpoints, the SavedModel, TensorBoard logs and results.json go to the named volume
   ``tfps-data`` at /data. On first use Docker copies the image's /data into an empty
   named volume, owner included, so the non-root user (uid 10001) can write it.
+* Hardened like the Ansible role's containers (docs/security.md): every capability
+  dropped, ``no-new-privileges``, a read-only root filesystem with a tmpfs on /tmp
+  (the plan's ``tmpfs``; XDG_CACHE_HOME and MPLCONFIGDIR point there), a pids limit,
+  optional memory/CPU limits per role, and json-file logs that rotate.
 * Notification URLs are secrets: they never go into this file. Only the chief reads
   ``.env`` (optional), where ``APPRISE_URLS`` lives.
 """
@@ -42,7 +46,7 @@ import sys
 import yaml
 
 from trainer.cluster import WORKER, Launch, Plan, Task, local_plan
-from trainer.cluster.plan import DATA_MOUNT, USER_MODEL_MOUNT
+from trainer.cluster.plan import DATA_MOUNT, DEFAULT_PIDS_LIMIT, USER_MODEL_MOUNT
 from trainer.config import RunConfig, add_run_options, from_args, grace_period
 from trainer.errors import ConfigError
 from trainer.exitcodes import ExitCode
@@ -63,6 +67,12 @@ NOTIFY_CONFIG_MOUNT = "/etc/tfps/notify.yml"
 USER = "10001:10001"
 TENSORBOARD_PORT = 6006
 ENV_FILE = ".env"
+#: json-file log rotation of every task: at most LOG_MAX_FILE files of LOG_MAX_SIZE each.
+DEFAULT_LOG_MAX_SIZE = "50m"
+DEFAULT_LOG_MAX_FILE = 5
+#: Environment keys of the plan's entries that do not go into the compose file (the
+#: service name already says which task and host it is).
+_PLAN_ONLY_ENV = ("TFPS_HOST", "TFPS_TASK")
 
 
 def service_name(task: Task) -> str:
@@ -182,12 +192,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(then --model module:function)")
     g.add_argument("--restart_policy", default=DEFAULT_RESTART,
                    help="restart policy of every task (default %(default)s: crashed tasks come back, at most 3 times)")
+    g = parser.add_argument_group("container limits and logs")
+    g.add_argument("--pids_limit", type=int, default=DEFAULT_PIDS_LIMIT,
+                   help="most processes/threads per task container (default %(default)s)")
+    for role in ("ps", "worker"):
+        g.add_argument(f"--{role}_memory", metavar="SIZE",
+                       help=f"memory limit of each {role} container, e.g. 8g (default: none)")
+        g.add_argument(f"--{role}_cpus", type=float, metavar="N",
+                       help=f"CPU limit of each {role} container, e.g. 2.5 (default: none)")
+    g.add_argument("--log_max_size", default=DEFAULT_LOG_MAX_SIZE, metavar="SIZE",
+                   help="json-file log rotation: size of one log file (default %(default)s)")
+    g.add_argument("--log_max_file", type=int, default=DEFAULT_LOG_MAX_FILE, metavar="N",
+                   help="json-file log rotation: log files kept per task (default %(default)s)")
     add_run_options(parser)
     # Checkpoints and results live on the named volume.
     parser.set_defaults(model_dir=MODEL_DIR)
 
 
 _RESTART = re.compile(r"no|always|unless-stopped|on-failure(:[0-9]+)?")
+_SIZE = re.compile(r"[0-9]+[bkmg]?", re.I)
 
 
 def _check(ns: argparse.Namespace, cfg: RunConfig) -> None:
@@ -200,6 +223,19 @@ def _check(ns: argparse.Namespace, cfg: RunConfig) -> None:
     if not _RESTART.fullmatch(ns.restart_policy):
         raise ConfigError(f"{ns.restart_policy!r} is not a restart policy; use no, always, unless-stopped or "
                           "on-failure[:N]", "restart_policy")
+    if ns.pids_limit < 32:
+        raise ConfigError(f"is {ns.pids_limit}; TensorFlow needs a few hundred threads, use at least 256 "
+                          f"(default {DEFAULT_PIDS_LIMIT})", "pids_limit")
+    for field in ("ps_memory", "worker_memory", "log_max_size"):
+        value = getattr(ns, field)
+        if value is not None and not _SIZE.fullmatch(value):
+            raise ConfigError(f"{value!r} is not a size; use a number with b, k, m or g, e.g. 8g", field)
+    for field in ("ps_cpus", "worker_cpus"):
+        value = getattr(ns, field)
+        if value is not None and not value > 0:
+            raise ConfigError(f"is {value}; use a positive number of CPUs, e.g. 2 or 0.5", field)
+    if ns.log_max_file < 1:
+        raise ConfigError(f"is {ns.log_max_file}; keep at least 1 log file", "log_max_file")
     for field in ("model_dir", "export_dir"):
         value = getattr(cfg, field)
         if value and not (value == "/data" or value.startswith("/data/")):
@@ -240,6 +276,15 @@ def regenerate_args(ns: argparse.Namespace, cfg: RunConfig) -> list[str]:
             args += [f"--{opt}", getattr(ns, opt)]
     if ns.restart_policy != DEFAULT_RESTART:
         args += ["--restart_policy", ns.restart_policy]
+    if ns.pids_limit != DEFAULT_PIDS_LIMIT:
+        args += ["--pids_limit", str(ns.pids_limit)]
+    for opt in ("ps_memory", "ps_cpus", "worker_memory", "worker_cpus"):
+        if getattr(ns, opt) is not None:
+            args += [f"--{opt}", f"{getattr(ns, opt):g}" if isinstance(getattr(ns, opt), float) else getattr(ns, opt)]
+    if ns.log_max_size != DEFAULT_LOG_MAX_SIZE:
+        args += ["--log_max_size", ns.log_max_size]
+    if ns.log_max_file != DEFAULT_LOG_MAX_FILE:
+        args += ["--log_max_file", str(ns.log_max_file)]
     args += [a for a in cfg.to_args() if a != f"--model_dir={MODEL_DIR}"]
     return args
 
@@ -322,6 +367,20 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
         f"  restart: {_q(ns.restart_policy)}",
         "  volumes:",
         *(f"    - {_q(v)}" for v in volumes),
+        "  # An open TF port runs any graph sent to it (docs/security.md): no capabilities, no",
+        "  # privilege gain, nothing written outside the volumes and the tmpfs, bounded processes.",
+        "  cap_drop: [ALL]",
+        "  security_opt: [no-new-privileges:true]",
+        "  read_only: true",
+        "  tmpfs:",
+        *(f"    - {_q(t)}" for t in entries[plan.chief.name]["tmpfs"]),
+        f"  pids_limit: {ns.pids_limit}",
+        "  # json-file logs rotate: a long job does not fill the disk.",
+        "  logging:",
+        "    driver: json-file",
+        "    options:",
+        f"      max-size: {_q(ns.log_max_size)}",
+        f"      max-file: {_q(str(ns.log_max_file))}",
     ]
     L += [
         "  # The healthcheck is the image's: `tfps healthcheck` (this task's TF port accepts connections).",
@@ -351,7 +410,13 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
                 "    extra_hosts:",
                 '      - "host.docker.internal:host-gateway"',
             ]
-        L += ["    environment:", f"      TF_CONFIG: {_q(entry['env']['TF_CONFIG'])}"]
+        memory, cpus = getattr(ns, f"{task.job}_memory"), getattr(ns, f"{task.job}_cpus")
+        if memory is not None:
+            L += [f"    mem_limit: {_q(memory)}"]
+        if cpus is not None:
+            L += [f"    cpus: {cpus:g}"]
+        L += ["    environment:"]
+        L += [f"      {k}: {_q(v)}" for k, v in entry["env"].items() if k not in _PLAN_ONLY_ENV]
         if task.gpu is not None:
             L += [
                 "    deploy:",
@@ -371,6 +436,8 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
         f"    image: {_q(image)}",
         f"    user: {_q(USER)}",
         "    entrypoint: [/usr/bin/tini, --, tensorboard]",
+        "    cap_drop: [ALL]",
+        "    security_opt: [no-new-privileges:true]",
         f"    command: [{_q('--logdir=' + cfg.model_dir)}, --bind_all, --port={TENSORBOARD_PORT}]",
         "    healthcheck:",
         "      disable: true",
