@@ -67,8 +67,8 @@ END_RPC_TIMEOUT_MS = 10_000
 #: After its done token the chief waits at most this long for the ps tasks to exit (well
 #: inside the grace that follows a stop request).
 PS_EXIT_WAIT_SECS = 20.0
-#: The ps polls its "done" queue with this timeout, so that it notices stop signals.
-PS_DEQUEUE_POLL_MS = 1000
+#: How often the ps looks at the size of its "done" queue, so that it notices stop signals.
+PS_DONE_POLL_SECS = 0.5
 #: The startup watchdog's probe of another task's port (connect and first answer).
 PROBE_TIMEOUT_SECS = 2.0
 

@@ -34,12 +34,14 @@ def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
              task.num_workers)
     graph = tf.Graph()
     with graph.as_default():
-        dequeue = done_queue(task.index, task.num_workers).dequeue()
+        queue = done_queue(task.index, task.num_workers)
+        # Dequeue only what is there: a dequeue cut short by a run timeout can still take a
+        # token after the timeout and lose it, and a lost chief token keeps the ps up for good.
+        size, dequeue = queue.size(), queue.dequeue()
     seen: set[int] = set()
     grace = timeouts.grace_period(cfg.final_save_timeout)
     linger = timeouts.ps_wait_after_chief(cfg)
     chief_done_at: float | None = None
-    poll = v1.RunOptions(timeout_in_ms=timeouts.PS_DEQUEUE_POLL_MS)
     with v1.Session(server.target, graph=graph, config=session_config(task, cfg)) as sess:
         while len(seen) < task.num_workers:
             if stop.count >= 2:
@@ -56,10 +58,10 @@ def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
                 log.warning("ps%d: the chief finished %.0f s ago but worker(s) %s never reported done "
                             "(dead?); exiting anyway", task.index, linger, missing)
                 return ExitCode.OK
-            try:
-                worker = int(sess.run(dequeue, options=poll))
-            except tf.errors.DeadlineExceededError:
+            if int(sess.run(size)) == 0:
+                time.sleep(timeouts.PS_DONE_POLL_SECS)
                 continue
+            worker = int(sess.run(dequeue))   # this ps is the queue's only reader: it returns at once
             if worker == 0 and chief_done_at is None:
                 chief_done_at = time.monotonic()   # the final save is on disk: nothing more to protect
             if worker not in seen:
