@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_compose import CHIEF, MODEL_DIR, REPO, ComposeJob, _compose_available, exit_codes, generate
+from test_compose import CHIEF, MODEL_DIR, REPO, ComposeJob, exit_codes, generate
 
 pytestmark = pytest.mark.system
 
@@ -22,9 +22,7 @@ STEPS = 300
 
 
 @pytest.fixture
-def keras_job(docker_client, trainer_image, tmp_path):
-    if not _compose_available():
-        pytest.skip("docker compose is not installed")
+def keras_job(docker_client, compose_cli, trainer_image, tmp_path):
     directory = tmp_path / "keras"
     generate(directory, "--ps", "1", "--workers", "2", "--user_model_dir", str(REPO / "tests" / "fixtures"),
              "--model", "keras_models:bn_dropout", "--train_steps", str(STEPS), "--log_steps", "10",
