@@ -434,25 +434,23 @@ def bind(builder: KerasBuilder, schema, params, eval_schema=None) -> KerasModelF
     return KerasModelFn(builder, info, schema.num_classes)
 
 
+def _pick(flag_value, flag: str, model_value, default):
+    """An explicit flag wins, then the Keras model's compile(), then tfps's default."""
+    if flag_value:
+        return flag_value, flag
+    if model_value:
+        return model_value, "the model's compile()"
+    return default, "tfps default"
+
+
 def choose_optimizer(cfg, model_fn) -> tuple[str, float, str]:
     """(optimizer, learning rate, where each came from): an explicit flag wins, then the
     Keras model's compile(), then tfps's defaults."""
     from trainer.config import DEFAULT_LEARNING_RATE, DEFAULT_OPTIMIZER
     info = getattr(model_fn, "info", None)
-    k_opt = getattr(info, "optimizer", None)
-    k_lr = getattr(info, "learning_rate", None)
-    if cfg.optimizer:
-        opt, opt_src = cfg.optimizer, "--optimizer"
-    elif k_opt:
-        opt, opt_src = k_opt, "the model's compile()"
-    else:
-        opt, opt_src = DEFAULT_OPTIMIZER, "tfps default"
-    if cfg.learning_rate:
-        lr, lr_src = cfg.learning_rate, "--learning_rate"
-    elif k_lr:
-        lr, lr_src = k_lr, "the model's compile()"
-    else:
-        lr, lr_src = DEFAULT_LEARNING_RATE, "tfps default"
+    opt, opt_src = _pick(cfg.optimizer, "--optimizer", getattr(info, "optimizer", None), DEFAULT_OPTIMIZER)
+    lr, lr_src = _pick(cfg.learning_rate, "--learning_rate", getattr(info, "learning_rate", None),
+                       DEFAULT_LEARNING_RATE)
     note = f"optimizer {opt} ({opt_src}), learning_rate {lr:g} ({lr_src})"
     if info is not None and info.optimizer_note and not (cfg.optimizer and cfg.learning_rate):
         note += info.optimizer_note
