@@ -27,7 +27,7 @@ MIN_FINAL_SAVE_TIMEOUT = 30
 BUILTIN_MODELS = tuple(_models.BUILTIN)
 OPTIMIZERS = ("sgd", "adam", "adagrad")
 #: Used when neither the command line nor a Keras model's compile() chooses
-#: (``keras_model.choose_optimizer``); RunConfig keeps None for "not given".
+#: (``trainer.task.setup.choose_optimizer``); RunConfig keeps None for "not given".
 DEFAULT_OPTIMIZER = "adam"
 DEFAULT_LEARNING_RATE = 0.01
 

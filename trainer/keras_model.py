@@ -34,6 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from trainer.errors import ConfigError
+from trainer.modelspec import ModelSpec
 
 log = logging.getLogger("tfps")
 
@@ -318,7 +319,6 @@ class KerasModelFn:
     def __call__(self, features, labels, mode, params):
         import tensorflow as tf
         import tf_keras as keras
-        from trainer.models import ModelSpec
         info = self.info
         graph = tf.compat.v1.get_default_graph()
         model = self.builder.call(params)
@@ -432,26 +432,3 @@ def bind(builder: KerasBuilder, schema, params, eval_schema=None) -> KerasModelF
                           f"{list(schema.feature_keys)}; a model with named inputs needs the same columns in "
                           "the same order", "eval_data")
     return KerasModelFn(builder, info, schema.num_classes)
-
-
-def _pick(flag_value, flag: str, model_value, default):
-    """An explicit flag wins, then the Keras model's compile(), then tfps's default."""
-    if flag_value:
-        return flag_value, flag
-    if model_value:
-        return model_value, "the model's compile()"
-    return default, "tfps default"
-
-
-def choose_optimizer(cfg, model_fn) -> tuple[str, float, str]:
-    """(optimizer, learning rate, where each came from): an explicit flag wins, then the
-    Keras model's compile(), then tfps's defaults."""
-    from trainer.config import DEFAULT_LEARNING_RATE, DEFAULT_OPTIMIZER
-    info = getattr(model_fn, "info", None)
-    opt, opt_src = _pick(cfg.optimizer, "--optimizer", getattr(info, "optimizer", None), DEFAULT_OPTIMIZER)
-    lr, lr_src = _pick(cfg.learning_rate, "--learning_rate", getattr(info, "learning_rate", None),
-                       DEFAULT_LEARNING_RATE)
-    note = f"optimizer {opt} ({opt_src}), learning_rate {lr:g} ({lr_src})"
-    if info is not None and info.optimizer_note and not (cfg.optimizer and cfg.learning_rate):
-        note += info.optimizer_note
-    return opt, float(lr), note

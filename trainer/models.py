@@ -24,36 +24,14 @@ See ``examples/custom_model.py``.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
-from typing import Any, Callable
 
+from trainer import keras_model
 from trainer.errors import ConfigError
+from trainer.modelspec import ModelFn, ModelParams, ModelSpec  # noqa: F401 - the interface, imported from here by users
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelParams:
-    feature_shape: tuple[int, ...]
-    num_classes: int
-    hidden_units: tuple[int, ...] = (64, 32)
-    learning_rate: float = 0.01
-    seed: int = 7
-
-    def __getitem__(self, key: str) -> Any:   # params["num_classes"] works too
-        return getattr(self, key)
-
-
-@dataclasses.dataclass
-class ModelSpec:
-    loss: Any
-    predictions: dict
-    metrics: dict = dataclasses.field(default_factory=dict)
-    #: Ops to run with every training step (a Keras model's BatchNormalization updates).
-    update_ops: list = dataclasses.field(default_factory=list)
-
-
-ModelFn = Callable[[Any, Any, str, ModelParams], ModelSpec]
 
 
 def _dense(x, units: int, name: str, seed: int, activation=None):
@@ -166,7 +144,6 @@ def resolve(name: str) -> ModelFn:
     fn = getattr(module, attr, None)
     if fn is None or not callable(fn):
         raise ConfigError(f"{module_name} has no function {attr!r}", "model")
-    from trainer import keras_model
     if keras_model.is_builder(fn):
         return keras_model.KerasBuilder(fn, name)
     try:

@@ -2,10 +2,12 @@
 
     spec.py       ClusterSpec, TaskRef (classic flags and TF_CONFIG), host:port parsing
     plan.py       Task, Plan, Launch: task numbering, ports, GPUs, what starts each task
+    local.py      every task on this machine, on free ports (tfps local, compose, tests)
     variables.py  the tfps_* variables (the role's argument_specs) and the job settings
     inventory.py  the plan from Ansible's own view of an inventory (needs ansible-core)
 """
 
+from trainer.cluster.local import free_ports, local_plan
 from trainer.cluster.plan import (
     DEFAULT_BASE_PORT,
     LAYOUT_VARS,
@@ -13,8 +15,6 @@ from trainer.cluster.plan import (
     Plan,
     Task,
     container_name,
-    free_ports,
-    local_plan,
     plan_from_hosts,
 )
 from trainer.cluster.spec import JOBS, PS, WORKER, ClusterSpec, TaskRef, join_target, split_target

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from trainer.cluster.plan import LAYOUT_VARS, PS, WORKER, Plan, plan_from_hosts
+from trainer.cluster.plan import LAYOUT_VARS, PS, WORKER, Plan, Task, plan_from_hosts
 from trainer.cluster.variables import DEFAULTS, JOB_VARS, check_names, launch_from_vars
 from trainer.errors import ConfigError
 
@@ -315,7 +315,5 @@ def load_plan(sources: Sequence[str], **options) -> dict:
 
 def plan_of(data: Mapping) -> Plan:
     """The :class:`Plan` object back from the plan's JSON."""
-    from trainer.cluster.plan import Task
-
     return Plan.from_tasks([Task(t["host"], t["address"], t["job"], t["index"], t["port"], t["gpu"])
                             for t in data["tasks"]])

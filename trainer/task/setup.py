@@ -12,7 +12,7 @@ import dataclasses
 
 from trainer import data as data_mod
 from trainer import demo, keras_model, models
-from trainer.config import RunConfig
+from trainer.config import DEFAULT_LEARNING_RATE, DEFAULT_OPTIMIZER, RunConfig
 from trainer.errors import ConfigError
 
 
@@ -40,10 +40,32 @@ class JobSetup:
                                          tuple(cfg.hidden), cfg.learning_rate or 0.0, cfg.seed)
         if isinstance(self.model_fn, keras_model.KerasBuilder):   # a Keras model: checked against the data now
             self.model_fn = keras_model.bind(self.model_fn, self.schema, self.params, self.eval_schema)
-        self.optimizer, self.learning_rate, self.optimizer_note = keras_model.choose_optimizer(cfg, self.model_fn)
+        self.optimizer, self.learning_rate, self.optimizer_note = choose_optimizer(cfg, self.model_fn)
         self.params = dataclasses.replace(self.params, learning_rate=self.learning_rate)
 
     def identity(self) -> dict:
         c = self.cfg
         return {"run_name": c.name, "model": c.model, "feature_shape": list(self.schema.feature_shape),
                 "num_classes": self.schema.num_classes, "hidden_units": c.hidden_units}
+
+
+def _pick(flag_value, flag: str, model_value, default):
+    """An explicit flag wins, then the Keras model's compile(), then tfps's default."""
+    if flag_value:
+        return flag_value, flag
+    if model_value:
+        return model_value, "the model's compile()"
+    return default, "tfps default"
+
+
+def choose_optimizer(cfg, model_fn) -> tuple[str, float, str]:
+    """(optimizer, learning rate, where each came from): an explicit flag wins, then the
+    Keras model's compile(), then tfps's defaults."""
+    info = getattr(model_fn, "info", None)
+    opt, opt_src = _pick(cfg.optimizer, "--optimizer", getattr(info, "optimizer", None), DEFAULT_OPTIMIZER)
+    lr, lr_src = _pick(cfg.learning_rate, "--learning_rate", getattr(info, "learning_rate", None),
+                       DEFAULT_LEARNING_RATE)
+    note = f"optimizer {opt} ({opt_src}), learning_rate {lr:g} ({lr_src})"
+    if info is not None and info.optimizer_note and not (cfg.optimizer and cfg.learning_rate):
+        note += info.optimizer_note
+    return opt, float(lr), note
