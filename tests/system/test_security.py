@@ -263,8 +263,10 @@ def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
         scan(f"message part {part.get_content_type()} {part.get_filename() or ''}", part.get_payload(decode=True))
 
     assert found == {}, f"the password leaked: {found}"
-    # The scan looked at real data: the logs, volume and inspect output were not empty.
-    assert chief_logs.count("\n") > 20 and len(volume) > 5
+    # The scan looked at real data: the chief's log holds its progress lines and the
+    # delivery line, and the volume holds the checkpoint, the export and the results.
+    assert "step" in chief_logs and "delivered to" in chief_logs, chief_logs
+    assert len(volume) > 5, sorted(volume)
 
 
 def test_ansible_firewall_admits_only_the_cluster(bare_metal, image_archive, run_playbook, tmp_path):
