@@ -512,3 +512,9 @@ def test_format_message_with_only_job_and_status(event):
     assert "None" not in title + body
     assert ("✔" in title) == (event == "succeeded")
     assert ("FAILED" in title) == (event == "failed")
+
+
+def test_message_names_the_image_the_job_ran_in():
+    image = "sha256:" + "ab" * 32
+    _, body = format_message("succeeded", {"job": "demo", "status": "succeeded", "image": image})
+    assert any(line.split() == ["image", image] for line in body.splitlines()), body
