@@ -363,11 +363,21 @@ def test_ansible_vault_urls_reach_the_chief_as_a_file_and_leak_nowhere(bare_meta
     """deploy.yml at -vvv with the URL (password full of URL-special characters) in a
     Vault-encrypted group_vars/all/vault.yml: the email arrives through the real SMTP
     server, the chief read the URL from a 0400 file of uid 10001 mounted read-only, and
-    the password is neither in the play's output nor in `docker inspect` of any task."""
+    the password is neither in the play's output nor in `docker inspect` of any task.
+
+    The same deploy covers one image everywhere: host3 holds a stale, different image
+    under the trainer's tag; the play gives it the archive's image, every task runs that
+    image, and results.json and the message record its id."""
     from servers import SMTPServer
 
     job = f"vault{uuid.uuid4().hex[:6]}"
     bin_dir = Path(sys.executable).parent
+    image_id = subprocess.run(["docker", "image", "inspect", IMAGE, "--format", "{{.Id}}"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+    host3 = bare_metal["host3"]
+    host3.sh(f"tar -cf - --files-from /dev/null | docker import - {IMAGE}")   # an empty image under the tag
+    stale = host3.sh(f"docker image inspect {IMAGE} --format '{{{{.Id}}}}'")[1].strip()
+    assert stale.startswith("sha256:") and stale != image_id
     with SMTPServer(hostname=bare_metal.gateway, auth=(USER, PASSWORD)) as smtp:
         url = smtp.url(userinfo=f"{USER}:{ENCODED}")
         inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT)
@@ -423,3 +433,13 @@ def test_ansible_vault_urls_reach_the_chief_as_a_file_and_leak_nowhere(bare_meta
                     "echo x 2>/dev/null >> /run/secrets/notify_urls || echo read-only'")[1].split()
     assert seen == ["400", str(UID), "readable", "read-only"], seen
     assert found == {}, f"the password leaked: {found}"
+
+    # One image everywhere: host3's tag now names the archive's image, every task ran it.
+    assert host3.sh(f"docker image inspect {IMAGE} --format '{{{{.Id}}}}'")[1].strip() == image_id
+    for host, name in ((bare_metal["host1"], "ps0"), (host2, "worker0"), (host3, "worker1")):
+        assert host.sh(f"docker inspect tfps-{job}-{name} --format '{{{{.Image}}}}'")[1].strip() == image_id, name
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert results["status"] == "succeeded" and results["image"] == image_id
+    body = next(part.get_payload(decode=True).decode() for part in messages[0].walk()
+                if part.get_content_type() == "text/plain")
+    assert image_id in body, body
