@@ -48,6 +48,25 @@ def test_every_task_whose_result_can_hold_the_chief_environment_does_not_log():
     assert leaking == []
 
 
+#: Task keywords that are not sent to the module, nor shown in its result.
+_KEYWORDS = {"name", "when", "register", "no_log", "changed_when", "failed_when", "run_once", "delegate_to",
+             "become", "tags", "loop_control", "diff", "block", "rescue", "always"}
+
+
+def test_every_task_that_handles_the_urls_does_not_log():
+    """A task whose arguments (or vars, environment) hold tfps_notify_urls shows them in its
+    result or at -vvv, unless it has no_log."""
+    handling, leaking = [], []
+    for path in sorted((ROLE / "tasks").glob("*.yml")):
+        for task in _tasks(yaml.safe_load(path.read_text())):
+            if re.search(r"\btfps_notify_urls\b", yaml.safe_dump({k: v for k, v in task.items() if k not in _KEYWORDS})):
+                handling.append(task["name"])
+                if task.get("no_log") is not True:
+                    leaking.append(f"{path.name}: {task['name']}")
+    assert "Write the notification URLs to the chief's host" in handling
+    assert leaking == []
+
+
 def _list_tasks(tmp_path, *args) -> str:
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible" / "ansible.cfg"), ANSIBLE_LOCAL_TEMP=str(tmp_path),
                ANSIBLE_NOCOLOR="1")
