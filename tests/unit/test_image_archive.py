@@ -13,14 +13,23 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PLUGIN = REPO / "ansible" / "roles" / "tfps" / "lookup_plugins" / "tfps_image_archive.py"
+PLUGINS = REPO / "ansible" / "roles" / "tfps"
+LAYER = "sha256:" + "1" * 64
+
+
+def plugin(path: str):
+    spec = importlib.util.spec_from_file_location(Path(path).stem, PLUGINS / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def lookup(path: Path) -> list[dict]:
-    spec = importlib.util.spec_from_file_location("tfps_image_archive", PLUGIN)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.LookupModule().run([str(path)])
+    return plugin("lookup_plugins/tfps_image_archive.py").LookupModule().run([str(path)])
+
+
+def is_archive_image(images, archive_image) -> bool:
+    return plugin("filter_plugins/tfps_filters.py").tfps_is_archive_image(images, archive_image)
 
 
 def digest(data: bytes) -> str:
@@ -43,11 +52,12 @@ def blob(files: dict, obj) -> str:
 
 
 def test_legacy_archive_gives_the_config_digest_and_no_manifest(tmp_path):
-    config = json.dumps({"rootfs": {"type": "layers", "diff_ids": []}}).encode()
+    config = json.dumps({"rootfs": {"type": "layers", "diff_ids": [LAYER]}}).encode()
     files = {f"{digest(config)[7:]}.json": config,
              "manifest.json": json.dumps([{"Config": f"{digest(config)[7:]}.json", "RepoTags": ["t:1"],
                                            "Layers": []}]).encode()}
-    assert lookup(write_tar(tmp_path / "a.tar", files)) == [{"id": digest(config), "digests": [], "tags": ["t:1"]}]
+    assert lookup(write_tar(tmp_path / "a.tar", files)) == [
+        {"id": digest(config), "digests": [], "layers": [LAYER], "tags": ["t:1"]}]
 
 
 @pytest.mark.parametrize("nested", [False, True])
@@ -72,3 +82,19 @@ def test_oci_archive_gives_the_config_digest_and_the_manifest_digests(tmp_path, 
     assert image["id"] == config and image["tags"] == ["t:2"]
     assert image["digests"] == ([top, manifest] if nested else [manifest])
     assert arm not in image["digests"]
+
+
+def test_a_host_has_the_archive_image_by_its_id_on_either_store():
+    oci = {"id": "sha256:c0", "digests": ["sha256:1d", "sha256:3a"], "layers": [LAYER], "tags": ["t:1"]}
+    assert is_archive_image([{"Id": "sha256:c0", "RootFS": {"Layers": [LAYER]}}], oci)      # classic store
+    assert is_archive_image([{"Id": "sha256:3a", "RootFS": {"Layers": [LAYER]}}], oci)      # containerd store
+    # Another image under the tag, even one with the same layers: an OCI archive names every id it can have.
+    assert not is_archive_image([{"Id": "sha256:ff", "RootFS": {"Layers": [LAYER]}}], oci)
+    assert not is_archive_image([], oci)
+
+
+def test_an_old_archive_on_a_containerd_store_is_recognised_by_its_layers():
+    legacy = {"id": "sha256:c0", "digests": [], "layers": [LAYER], "tags": ["t:1"]}
+    assert is_archive_image([{"Id": "sha256:9e", "RootFS": {"Layers": [LAYER]}}], legacy)
+    assert not is_archive_image([{"Id": "sha256:9e", "RootFS": {"Layers": ["sha256:" + "2" * 64]}}], legacy)
+    assert not is_archive_image([{"Id": "sha256:9e", "RootFS": {"Layers": []}}], {**legacy, "layers": []})

@@ -13,7 +13,8 @@ description:
   - Returns one dict per image in the archive, with C(id) (sha256:..., the digest of the
     image's config: its id on Docker's classic image store), C(digests) (the manifest and
     index digests of an OCI archive: its id on the containerd image store, where
-    C(docker image inspect) shows one of them) and C(tags).
+    C(docker image inspect) shows one of them), C(layers) (the diff ids of its layers, as
+    C(RootFS.Layers) shows them on either store) and C(tags).
 options:
   _terms:
     description: Path of the archive on the controller.
@@ -22,7 +23,7 @@ options:
 
 RETURN = r"""
 _raw:
-  description: One dict per image, with C(id), C(digests) and C(tags).
+  description: One dict per image, with C(id), C(digests), C(layers) and C(tags).
   type: list
   elements: dict
 """
@@ -83,6 +84,16 @@ def _manifest_digests(archive: tarfile.TarFile) -> dict[str, list[str]]:
     return found
 
 
+def _layers(path: str, config: str) -> list[str]:
+    """The diff ids of the image's layers, from its config in the archive (empty if unreadable)."""
+    try:
+        with tarfile.open(path, mode="r:*") as archive:
+            member = archive.extractfile(config)
+            return list(json.load(member)["rootfs"]["diff_ids"]) if member is not None else []
+    except (OSError, tarfile.TarError, KeyError, ValueError, TypeError):
+        return []
+
+
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
         images = []
@@ -102,5 +113,5 @@ class LookupModule(LookupBase):
             for entry in manifest:
                 image_id = _image_id(entry["Config"])
                 images.append({"id": image_id, "digests": digests.get(image_id, []),
-                               "tags": entry.get("RepoTags") or []})
+                               "layers": _layers(path, entry["Config"]), "tags": entry.get("RepoTags") or []})
         return images
