@@ -10,11 +10,10 @@ description:
   - Reads manifest.json of an archive written by C(docker save) (legacy or OCI layout)
     without unpacking it, so that the play can tell whether a host already has the
     image before copying gigabytes to it.
-  - Returns one dict per image in the archive, with C(id) (sha256:..., the digest of the
-    image's config: its id on Docker's classic image store), C(digests) (the manifest and
-    index digests of an OCI archive: its id on the containerd image store, where
-    C(docker image inspect) shows one of them), C(layers) (the diff ids of its layers, as
-    C(RootFS.Layers) shows them on either store) and C(tags).
+  - Returns one dict per image in the archive, with C(id) (sha256 digest of the image's
+    config, its id on the classic image store), C(digests) (the manifest and index digests
+    of an OCI archive, one of which is its id on the containerd image store), C(layers)
+    (the diff ids of its layers, as C(RootFS.Layers) shows them on either store) and C(tags).
 options:
   _terms:
     description: Path of the archive on the controller.
