@@ -35,7 +35,7 @@ import pytest
 from hardening import assert_hardened
 from hosts import HOST_IMAGE
 from test_ansible import IMAGE, LAYOUT, assert_ok, job_vars, no_containers_anywhere, play_vars
-from test_compose import CHIEF, REPO, compose_job, exit_codes  # noqa: F401 - compose_job is a fixture
+from test_compose import CHIEF, REPO, compose_job, exit_codes, write_url_file  # noqa: F401 - compose_job is a fixture
 
 pytestmark = pytest.mark.system
 
@@ -122,14 +122,6 @@ def auth_smtp_server(container_smtp_server):
     """
     with type(container_smtp_server)(container_smtp_server.address, auth=(USER, PASSWORD)) as server:
         yield server
-
-
-def write_url_file(path: Path, *urls: str) -> Path:
-    """A file of notification URLs as docs/security.md says: the image user's, mode 0400."""
-    path.write_text("\n".join(urls) + "\n")
-    os.chown(path, UID, UID)   # the tests run as root, as CI does
-    path.chmod(0o400)
-    return path
 
 
 def generate(directory: Path, image: str, *args: str, env: dict) -> subprocess.CompletedProcess:
