@@ -350,6 +350,8 @@ def test_ansible_firewall_admits_only_the_cluster(bare_metal, image_archive, run
         assert f"tfps {job} " not in host.sh("iptables -S INPUT")[1], host.name
 
 
+# A fresh cluster gets the image archive on all three hosts first (gigabytes over SSH).
+@pytest.mark.timeout(1800)
 def test_ansible_vault_urls_reach_the_chief_as_a_file_and_leak_nowhere(bare_metal, image_archive, run_playbook,
                                                                        tmp_path):
     """deploy.yml at -vvv with the URL (password full of URL-special characters) in a
