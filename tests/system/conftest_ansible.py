@@ -88,16 +88,16 @@ def run_playbook(ansible_collections, tmp_path_factory):
     def run(playbook: str, inventory: Path, extra_vars: dict | None = None, timeout: float = 600,
             args: list[str] | tuple[str, ...] = ()) -> PlayResult:
         env = dict(os.environ)
+        # As docs/ansible.md says: from ansible/, where Ansible reads ansible/ansible.cfg.
+        env.pop("ANSIBLE_CONFIG", None)
         env.update({
-            "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
             "ANSIBLE_HOST_KEY_CHECKING": "False",
             "ANSIBLE_NOCOLOR": "1",
             "ANSIBLE_FORCE_COLOR": "0",
             "ANSIBLE_RETRY_FILES_ENABLED": "0",
             "ANSIBLE_LOCAL_TEMP": str(logs / "tmp"),
         })
-        cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
-               str(ANSIBLE_DIR / playbook)]
+        cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), playbook]
         cmd += list(args)
         if extra_vars:
             vars_file = logs / f"extra-{next(counter)}.json"
@@ -107,7 +107,7 @@ def run_playbook(ansible_collections, tmp_path_factory):
         start = time.monotonic()
         lines = []
         # The log gets each line with the seconds since the start: where the time goes.
-        with open(log, "w") as fh, subprocess.Popen(cmd, env=env, cwd=REPO, text=True, stdout=subprocess.PIPE,
+        with open(log, "w") as fh, subprocess.Popen(cmd, env=env, cwd=ANSIBLE_DIR, text=True, stdout=subprocess.PIPE,
                                                      stderr=subprocess.STDOUT) as proc:
             fh.write(" ".join(cmd) + "\n\n")
             for line in proc.stdout:

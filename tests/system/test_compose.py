@@ -33,6 +33,8 @@ pytestmark = pytest.mark.system
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = REPO / "compose"
 CHIEF = "worker-0"
+#: The image's user (Dockerfile: useradd --uid 10001).
+UID = 10001
 MODEL_DIR = "/data/model"
 #: What the generated files and the README say to run (``-p`` is added per test).
 UP = ["up", "--exit-code-from", CHIEF, "--attach", CHIEF]
@@ -160,6 +162,14 @@ class ComposeJob:
         pytest.fail(f"the chief did not reach step {step} within {timeout} s:\n{self.tail()}")
 
 
+def write_url_file(path: Path, *urls: str) -> Path:
+    """A file of notification URLs as docs/security.md says: the image user's, mode 0400."""
+    path.write_text("\n".join(urls) + "\n")
+    os.chown(path, UID, UID)   # the tests run as root, as CI does
+    path.chmod(0o400)
+    return path
+
+
 def generate(directory: Path, *args: str, image: str) -> None:
     """``tfps compose ... -o directory/docker-compose.yml`` through the real command line."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -197,15 +207,17 @@ def compose_job(docker_client, compose_cli, trainer_image, tmp_path):
 # --------------------------------------------------------------------------------------
 
 
-def test_committed_file_runs_to_completion_and_emails(compose_job, trainer_image, tmp_path, container_smtp_server):
+def test_committed_file_runs_to_completion(compose_job, trainer_image, tmp_path):
     """(a) + (d): the committed docker-compose.yml, unchanged, ends by itself with exit 0.
 
     Every task container is hardened (CapDrop ALL, no-new-privileges, read-only rootfs,
     tmpfs /tmp, pids limit, rotating json-file logs), and the job still succeeds.
 
     The chief's checkpoint, SavedModel and results.json are on the volume, every container
-    exited 0, nothing is left running, and the completion email reached a real SMTP server
-    through the .env file that only the chief reads.
+    exited 0, and nothing is left running. The committed file sends no message (the URLs
+    come only from a file given to `tfps compose --notify_urls_file`), so no task has any
+    URL or URL file; the email through compose is checked by the fault tests and
+    test_security.py.
     """
     directory = tmp_path / "compose"
     directory.mkdir()
@@ -213,7 +225,6 @@ def test_committed_file_runs_to_completion_and_emails(compose_job, trainer_image
     if trainer_image != "tfps-trainer:latest":
         text = text.replace("image: tfps-trainer:latest", f"image: {trainer_image}")
     (directory / "docker-compose.yml").write_text(text)
-    (directory / ".env").write_text(f"APPRISE_URLS='{container_smtp_server.url()}'\n")
     job = compose_job(directory)
 
     t0 = time.monotonic()
@@ -242,15 +253,11 @@ def test_committed_file_runs_to_completion_and_emails(compose_job, trainer_image
     assert "export/saved_model.pb" in files and "export/tfps_export.json" in files
     assert any(name.startswith("events.out.tfevents") for name in files), "no TensorBoard event file"
 
-    # Secrets only where they belong: the chief has the .env, no other task has it.
-    env_of = {s: job.container(s).attrs["Config"]["Env"] for s in ("ps-0", "worker-0", "worker-1")}
-    assert any(e.startswith("APPRISE_URLS=") for e in env_of["worker-0"])
-    assert not any(e.startswith("APPRISE_URLS=") for e in env_of["ps-0"] + env_of["worker-1"])
-
-    messages = container_smtp_server.wait_for(1, timeout=10)
-    assert len(messages) == 1, [m["Subject"] for m in messages]
-    assert "succeeded" in messages[0]["Subject"]
-    assert messages[0]["To"] == container_smtp_server.recipient
+    # No notification settings at all: no URL and no URL file in any task.
+    for service in ("ps-0", "worker-0", "worker-1"):
+        attrs = job.container(service).attrs
+        assert not [e for e in attrs["Config"]["Env"] if e.startswith("APPRISE_URLS")], service
+        assert not [m for m in attrs["Mounts"] if m["Destination"].startswith("/run/secrets")], service
     print(f"compose job of 1000 steps: {elapsed:.1f} s")
 
 
@@ -324,10 +331,11 @@ def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, t
     """
     name = f"fault-{victim}-{mode}"
     directory = tmp_path / "kill"
+    directory.mkdir()
+    urls = write_url_file(directory / "notify_urls", container_smtp_server.url())
     generate(directory, "--ps", "1", "--workers", "2", *(["--sync_replicas"] if mode == "sync" else []),
              "--train_steps", str(FAULT_STEPS), "--log_steps", "20", "--run_name", name,
-             "--final_save_timeout", "60", image=trainer_image)
-    (directory / ".env").write_text(f"APPRISE_URLS='{container_smtp_server.url()}'\n")
+             "--final_save_timeout", "60", "--notify_urls_file", str(urls), image=trainer_image)
     job = compose_job(directory)
     job.start()
     target = faults.kill_target(FAULT_STEPS, FAULT_CHECKPOINT, margin=20)
@@ -402,9 +410,11 @@ def test_gpu_example_is_valid_compose(compose_cli, tmp_path):
 
 
 def test_default_file_settings_as_compose_reads_them(compose_cli, tmp_path):
-    """What compose makes of the committed file: grace, restart policy, .env for the chief only."""
+    """What compose makes of the committed file: grace, restart policy, no URLs anywhere;
+    and of a file generated with --notify_urls_file: a secret of the chief only, whose
+    URL `docker compose config` does not show."""
     (tmp_path / "docker-compose.yml").write_text((COMPOSE_DIR / "docker-compose.yml").read_text())
-    (tmp_path / ".env").write_text("APPRISE_URLS='json://host.docker.internal:8080/hook'\n")
+    (tmp_path / ".env").write_text("APPRISE_URLS='json://host.docker.internal:8080/hook'\n")   # read by nobody
     proc = subprocess.run(["docker", "compose", "--profile", "tensorboard", "config", "--format", "json"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -420,12 +430,29 @@ def test_default_file_settings_as_compose_reads_them(compose_cli, tmp_path):
         assert s["volumes"][0]["source"] == "tfps-data" and s["volumes"][0]["target"] == "/data"
         assert "ports" not in s, "TF ports must not be published"
         assert "init" not in s
-    # The .env reaches the chief's environment, and only the chief's.
-    assert services["worker-0"]["environment"]["APPRISE_URLS"] == "json://host.docker.internal:8080/hook"
-    assert "APPRISE_URLS" not in services["ps-0"]["environment"]
-    assert "APPRISE_URLS" not in services["worker-1"]["environment"]
+    # A .env beside the file reaches no task's environment.
+    for name in ("ps-0", "worker-0", "worker-1"):
+        assert not [k for k in services[name]["environment"] if k.startswith("APPRISE_URLS")], name
+        assert "secrets" not in services[name], name
+    assert "hook" not in proc.stdout
     tb = services["tensorboard"]
     assert tb["ports"][0]["host_ip"] == "127.0.0.1"
     assert tb["volumes"][0]["read_only"] is True
     # The documented command is the one the header gives.
     assert f"#   docker compose {shlex.join(UP)}" in (COMPOSE_DIR / "docker-compose.yml").read_text()
+
+    with_urls = tmp_path / "with-urls"
+    with_urls.mkdir()
+    urls = write_url_file(with_urls / "notify_urls", "mailto://ops:hunter2222@host.docker.internal?from=t@example.com")
+    generate(with_urls, "--notify_urls_file", str(urls), image="tfps-trainer:latest")
+    proc = subprocess.run(["docker", "compose", "config", "--format", "json"], cwd=with_urls, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads(proc.stdout)
+    assert config["secrets"]["notify_urls"]["file"] == str(urls)
+    chief = config["services"]["worker-0"]
+    assert [(s["source"], s["target"]) for s in chief["secrets"]] == [("notify_urls", "notify_urls")]
+    assert chief["environment"]["APPRISE_URLS_FILE"] == "/run/secrets/notify_urls"
+    for name in ("ps-0", "worker-1"):
+        assert "secrets" not in config["services"][name] and "APPRISE_URLS_FILE" not in config["services"][name]["environment"]
+    assert "hunter2222" not in proc.stdout

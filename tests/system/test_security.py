@@ -5,10 +5,14 @@
   from ``docker inspect`` of every task container and from inside every running task
   (``id -u``, ``/proc/*/status``).
 * A notification password full of URL-special characters (``@ % ; /``, percent-encoded in
-  the URL) reaches the chief through ``.env`` and, through it, a real SMTP server, and
-  appears nowhere else: no container's log, no ``docker inspect`` output but the chief's
-  environment, no command line, no file on the job's volume, not the image, not the
-  compose file, not the message itself.
+  the URL) reaches the chief as a compose secret (a file owned by uid 10001, mode 0400,
+  mounted read-only) and, through it, a real SMTP server, and appears nowhere else: no
+  container's environment, log or ``docker inspect`` output, no command line, no file
+  on the job's volume, not the image, not the compose file or ``docker compose config``,
+  not the message itself.
+* The same for Ansible, from a Vault-encrypted ``group_vars/all/vault.yml``: the email
+  arrives, and neither the ``-vvv`` output of deploy.yml nor ``docker inspect`` of the
+  chief on its host holds the password; the chief's file is 0400, uid 10001, read-only.
 * The Ansible firewall: while a job deployed by ansible/deploy.yml trains on the three
   hosts of conftest_ansible.py, a fourth machine on the same network (and this machine)
   cannot open a TCP connection to any TF port, while the cluster's own hosts can.
@@ -30,8 +34,8 @@ import pytest
 
 from hardening import assert_hardened
 from hosts import HOST_IMAGE
-from test_ansible import LAYOUT, assert_ok, job_vars, no_containers_anywhere, play_vars
-from test_compose import CHIEF, REPO, compose_job, exit_codes  # noqa: F401 - compose_job is a fixture
+from test_ansible import IMAGE, LAYOUT, assert_ok, job_vars, no_containers_anywhere, play_vars
+from test_compose import CHIEF, REPO, compose_job, exit_codes, write_url_file  # noqa: F401 - compose_job is a fixture
 
 pytestmark = pytest.mark.system
 
@@ -167,10 +171,12 @@ def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
     run_name = f"sec-{uuid.uuid4().hex[:8]}"
     url = auth_smtp_server.url(userinfo=f"{USER}:{ENCODED}")
     directory = tmp_path / "compose"
+    directory.mkdir(parents=True)
+    secret = write_url_file(directory / "notify_urls", url)
     # A user who has APPRISE_URLS in the shell generates the file: it must not end up in it.
     generated = generate(directory, trainer_image, "--ps", "1", "--workers", "2", "--train_steps", "200",
-                         "--run_name", run_name, env=dict(os.environ, APPRISE_URLS=url))
-    (directory / ".env").write_text(f"APPRISE_URLS='{url}'\n")
+                         "--run_name", run_name, "--notify_urls_file", str(secret),
+                         env=dict(os.environ, APPRISE_URLS=url))
     job = compose_job(directory)
 
     t0 = time.monotonic()
@@ -216,13 +222,22 @@ def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
     chief_inspect = json.loads(subprocess.run(["docker", "inspect", containers[CHIEF].id], check=True,
                                               capture_output=True, text=True).stdout)[0]
     chief_env = chief_inspect["Config"]["Env"]
-    # The chief needs the URL to send: it has it, in APPRISE_URLS and nowhere else.
-    assert f"APPRISE_URLS={url}" in chief_env
+    # The chief needs the URL to send: it has it as a read-only file of its own user, mode
+    # 0400 (a bind mount: the container sees the host file's owner and mode), and the
+    # environment only names that file.
+    assert "APPRISE_URLS_FILE=/run/secrets/notify_urls" in chief_env
+    assert not [e for e in chief_env if e.startswith("APPRISE_URLS=")], chief_env
+    mount = next(m for m in chief_inspect["Mounts"] if m["Destination"] == "/run/secrets/notify_urls")
+    assert mount["Type"] == "bind" and mount["RW"] is False and mount["Source"] == str(secret), mount
+    st = secret.stat()
+    assert (st.st_mode & 0o777, st.st_uid) == (0o400, UID)
+    for service in ("ps-0", "worker-1"):
+        assert not any(m["Destination"].startswith("/run/secrets") for m in containers[service].attrs["Mounts"])
     chief_logs = containers[CHIEF].logs().decode("utf-8", "replace")
     assert "delivered to mailto://" in chief_logs and "****" in chief_logs, "no masked URL in the chief's log"
 
     # The scan finds the password in every form it can take.
-    assert ENCODED in leaks(json.dumps(chief_env)) and PASSWORD in leaks(PASSWORD) and ENCODED in leaks(ENCODED.lower())
+    assert ENCODED in leaks(secret.read_text()) and PASSWORD in leaks(PASSWORD) and ENCODED in leaks(ENCODED.lower())
     assert leaks("mailto://ops:****@host.docker.internal") == []
     found: dict[str, list[str]] = {}
 
@@ -233,12 +248,6 @@ def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
     for service, container in containers.items():
         scan(f"docker logs {service}", container.logs(stdout=True, stderr=True))
         inspect = subprocess.run(["docker", "inspect", container.id], check=True, capture_output=True, text=True).stdout
-        if service == CHIEF:
-            attrs = json.loads(inspect)[0]
-            for entry in attrs["Config"].pop("Env"):
-                if not entry.startswith("APPRISE_URLS="):
-                    scan(f"{service} env {entry.split('=')[0]}", entry)
-            inspect = json.dumps(attrs)
         scan(f"docker inspect {service}", inspect)
         attrs = container.attrs
         scan(f"{service} Path/Args/Cmd/Entrypoint", json.dumps(
@@ -248,6 +257,7 @@ def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
             scan(f"{service} pid {pid} command line", proc["cmdline"])
     scan("docker compose up output", job.log.read_bytes())
     scan("docker-compose.yml", (directory / "docker-compose.yml").read_text())
+    scan("docker compose config", job.compose("config").stdout)
     scan("tfps compose output", generated.stdout + generated.stderr)
     volume = job.files("/data")
     assert "model/results.json" in volume and "model/export/saved_model.pb" in volume, sorted(volume)
@@ -338,3 +348,92 @@ def test_ansible_firewall_admits_only_the_cluster(bare_metal, image_archive, run
     no_containers_anywhere(bare_metal, job)
     for host in bare_metal.hosts:
         assert f"tfps {job} " not in host.sh("iptables -S INPUT")[1], host.name
+
+
+# A fresh cluster gets the image archive on all three hosts first (gigabytes over SSH).
+@pytest.mark.timeout(1800)
+def test_ansible_vault_urls_reach_the_chief_as_a_file_and_leak_nowhere(bare_metal, image_archive, run_playbook,
+                                                                       tmp_path):
+    """deploy.yml at -vvv with the URL (password full of URL-special characters) in a
+    Vault-encrypted group_vars/all/vault.yml: the email arrives through the real SMTP
+    server, the chief read the URL from a 0400 file of uid 10001 mounted read-only, and
+    the password is neither in the play's output nor in `docker inspect` of any task.
+
+    The same deploy covers one image everywhere: host3 holds a stale, different image
+    under the trainer's tag; the play gives it the archive's image, every task runs that
+    image, and results.json and the message record its id."""
+    from servers import SMTPServer
+
+    job = f"vault{uuid.uuid4().hex[:6]}"
+    bin_dir = Path(sys.executable).parent
+    image_id = subprocess.run(["docker", "image", "inspect", IMAGE, "--format", "{{.Id}}"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+    host3 = bare_metal["host3"]
+    host3.sh(f"tar -cf - --files-from /dev/null | docker import - {IMAGE}")   # an empty image under the tag
+    stale = host3.sh(f"docker image inspect {IMAGE} --format '{{{{.Id}}}}'")[1].strip()
+    assert stale.startswith("sha256:") and stale != image_id
+    with SMTPServer(hostname=bare_metal.gateway, auth=(USER, PASSWORD)) as smtp:
+        url = smtp.url(userinfo=f"{USER}:{ENCODED}")
+        inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT)
+        group_vars = inventory / "group_vars" / "all"
+        group_vars.mkdir(parents=True)
+        (group_vars / "main.yml").write_text(json.dumps(job_vars(job, image_archive, tfps_remove_containers=False)))
+        vault = group_vars / "vault.yml"
+        vault.write_text(json.dumps({"tfps_notify_urls": [url]}))
+        password_file = tmp_path / "vault-pass"
+        password_file.write_text("correct horse battery staple\n")
+        subprocess.run([str(bin_dir / "ansible-vault"), "encrypt", "--vault-password-file", str(password_file),
+                        str(vault)], check=True, capture_output=True, text=True)
+        assert vault.read_text().startswith("$ANSIBLE_VAULT;") and leaks(vault.read_text()) == []
+
+        result = run_playbook("deploy.yml", inventory, play_vars(tmp_path),
+                              args=["-vvv", "--vault-password-file", str(password_file)])
+        print(f"deploy.yml -vvv with a vaulted URL: {result.seconds:.0f} s")
+        assert_ok(result, "deploy.yml -vvv")
+        assert "SUCCEEDED at global step" in result.output
+        # Really -vvv: connection details and task results are in the output.
+        assert "ESTABLISH SSH CONNECTION" in result.output and "SSH: EXEC" in result.output
+
+        messages = [m for m in smtp.wait_for(1, timeout=30) if f"job {job}" in str(m["Subject"])]
+        assert len(messages) == 1 and "succeeded" in str(messages[0]["Subject"]), \
+            [str(m["Subject"]) for m in smtp.messages]
+        assert (USER, PASSWORD) in {(user, pw) for _, user, pw in smtp.logins}, smtp.logins
+
+    found = {}
+    if leaks(result.output):
+        found["deploy.yml -vvv output"] = leaks(result.output)
+    for path in (tmp_path / "results").rglob("*"):
+        if path.is_file() and leaks(path.read_bytes()):
+            found[f"collected {path.name}"] = leaks(path.read_bytes())
+
+    host2 = bare_metal["host2"]
+    chief = f"tfps-{job}-worker0"
+    for host, name in ((bare_metal["host1"], "ps0"), (host2, "worker0"), (bare_metal["host3"], "worker1")):
+        inspect = host.sh(f"docker inspect tfps-{job}-{name}")[1]
+        if leaks(inspect):
+            found[f"docker inspect {name} on {host.name}"] = leaks(inspect)
+    attrs = json.loads(host2.sh(f"docker inspect {chief}")[1])[0]
+    assert "APPRISE_URLS_FILE=/run/secrets/notify_urls" in attrs["Config"]["Env"]
+    assert not [e for e in attrs["Config"]["Env"] if e.startswith("APPRISE_URLS=")]
+    mount = next(m for m in attrs["Mounts"] if m["Destination"] == "/run/secrets/notify_urls")
+    assert mount["Type"] == "bind" and mount["RW"] is False, mount
+    # The bind mount shows the container the host file itself: its owner, its mode.
+    assert host2.sh(f"stat -c '%a %u %g' {mount['Source']}")[1].split() == ["400", str(UID), str(UID)]
+    assert leaks(host2.sh(f"cat {mount['Source']}")[1]), "the chief's file holds the URL"
+    # ... as the container's user sees it, through the same read-only mount.
+    seen = host2.sh(f"docker run --rm --user {UID}:{UID} --entrypoint sh "
+                    f"--mount type=bind,source={mount['Source']},target=/run/secrets/notify_urls,readonly {IMAGE} "
+                    "-c 'stat -c \"%a %u\" /run/secrets/notify_urls; test -r /run/secrets/notify_urls && echo readable; "
+                    "echo x 2>/dev/null >> /run/secrets/notify_urls || echo read-only'")[1].split()
+    assert seen == ["400", str(UID), "readable", "read-only"], seen
+    assert found == {}, f"the password leaked: {found}"
+
+    # One image everywhere: host3's tag now names the archive's image, every task ran it.
+    assert host3.sh(f"docker image inspect {IMAGE} --format '{{{{.Id}}}}'")[1].strip() == image_id
+    for host, name in ((bare_metal["host1"], "ps0"), (host2, "worker0"), (host3, "worker1")):
+        assert host.sh(f"docker inspect tfps-{job}-{name} --format '{{{{.Image}}}}'")[1].strip() == image_id, name
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert results["status"] == "succeeded" and results["image"] == image_id
+    body = next(part.get_payload(decode=True).decode() for part in messages[0].walk()
+                if part.get_content_type() == "text/plain")
+    assert image_id in body, body

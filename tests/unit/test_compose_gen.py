@@ -4,6 +4,7 @@ are exactly the generator's output (so they never drift from it)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -60,14 +61,8 @@ def test_committed_header_says_how_to_regenerate_and_run():
     assert "#   docker compose -f docker-compose.gpu.yml up --exit-code-from worker-0 --attach worker-0" in gpu
 
 
-def test_env_example_holds_no_url_that_would_be_used():
-    lines = (COMPOSE_DIR / ".env.example").read_text().splitlines()
-    active = [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
-    assert active == ["APPRISE_URLS="]
-
-
-def test_env_file_is_ignored_by_git():
-    assert "compose/.env" in (REPO / ".gitignore").read_text().split()
+def test_url_file_is_ignored_by_git():
+    assert "compose/notify_urls" in (REPO / ".gitignore").read_text().split()
 
 
 # ----------------------------------------------------------------- the plan
@@ -206,17 +201,58 @@ def test_command_is_run_with_the_job_settings_and_model_dir_on_the_volume():
     assert ns.command == "run" and ns.train_steps == 500 and ns.sync_replicas is True and ns.restarts == 3
 
 
-def test_only_the_chief_reads_the_env_file():
-    services = tasks(load())
-    assert services["worker-0"]["env_file"] == [{"path": ".env", "required": False}]
+def url_file(tmp_path: Path, uid: int = compose.UID, mode: int = 0o400) -> Path:
+    path = tmp_path / "notify_urls"
+    path.write_text("mailto://user:hunter2222@example.com\n")
+    os.chown(path, uid, uid)   # the tests run as root, as CI does
+    path.chmod(mode)
+    return path
+
+
+def test_without_a_url_file_no_task_gets_urls():
+    data = load()
+    assert "secrets" not in data
+    services = tasks(data)
     assert "host.docker.internal:host-gateway" in services["worker-0"]["extra_hosts"]
+    for name, service in services.items():
+        assert "env_file" not in service and "secrets" not in service, name
+        assert set(service["environment"]) == {"TF_CONFIG", "XDG_CACHE_HOME", "MPLCONFIGDIR"}, name
+
+
+def test_url_file_is_a_secret_of_the_chief_only(tmp_path):
+    path = url_file(tmp_path)
+    text = render("--notify_urls_file", str(path), "-o", str(tmp_path / "docker-compose.yml"))
+    assert "hunter2222" not in text
+    data = yaml.safe_load(text)
+    assert data["secrets"] == {"notify_urls": {"file": "./notify_urls"}}
+    services = tasks(data)
+    assert services["worker-0"]["secrets"] == [{"source": "notify_urls", "target": "notify_urls"}]
+    assert services["worker-0"]["environment"]["APPRISE_URLS_FILE"] == "/run/secrets/notify_urls"
     for name in ("ps-0", "worker-1"):
-        assert "env_file" not in services[name]
-        assert set(services[name]["environment"]) == {"TF_CONFIG", "XDG_CACHE_HOME", "MPLCONFIGDIR"}
+        assert "secrets" not in services[name]
+        assert "APPRISE_URLS_FILE" not in services[name]["environment"]
+    assert "--notify_urls_file" in text.splitlines()[2]   # the header's regenerate command keeps it
+
+
+@pytest.mark.parametrize("uid, mode, says", [
+    (0, 0o400, "owned by uid 0 with mode 0400"),
+    (compose.UID, 0o440, "with mode 0440"),
+    (compose.UID, 0o600, "with mode 0600"),
+])
+def test_url_file_the_chief_cannot_read_or_others_can_is_refused(tmp_path, uid, mode, says):
+    path = url_file(tmp_path, uid, mode)
+    with pytest.raises(ConfigError, match=says) as err:
+        render("--notify_urls_file", str(path))
+    assert "chown 10001:10001" in str(err.value) and "chmod 0400" in str(err.value)
+
+
+def test_missing_url_file_is_refused_with_the_command_that_creates_it(tmp_path):
+    with pytest.raises(ConfigError, match="install -m 0400 -o 10001"):
+        render("--notify_urls_file", str(tmp_path / "absent"))
 
 
 def test_notification_urls_never_go_into_the_file():
-    with pytest.raises(ConfigError, match="APPRISE_URLS"):
+    with pytest.raises(ConfigError, match="--notify_urls_file"):
         render("--notify", "mailto://user:secret@example.com")
 
 

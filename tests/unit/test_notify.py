@@ -446,6 +446,28 @@ def test_apprise_urls_split_on_spaces_and_commas():
     assert collect_urls(["json://h/x, json://h/y"], {}) == ["json://h/x", "json://h/y"]
 
 
+def test_urls_file_named_by_apprise_urls_file_is_read_after_the_other_sources(webhook_server, tmp_path):
+    path = tmp_path / "notify_urls"
+    path.write_text("# the team's hook\njson://h/a\n" + webhook_server.url("/file") + ", json://h/b\n")
+    env = {"APPRISE_URLS": "json://h/a", "APPRISE_URLS_FILE": str(path)}
+    assert collect_urls(["json://h/cli"], env) == ["json://h/cli", "json://h/a", webhook_server.url("/file"),
+                                                   "json://h/b"]
+    # The file's URLs are used as any other: the test message reaches the webhook.
+    out = io.StringIO()
+    assert notify_test(None, None, out=out, environ={"APPRISE_URLS_FILE": str(path)}) == 1   # json://h/* fail
+    assert f"OK   {webhook_server.url('/file')}" in out.getvalue().splitlines()
+    assert webhook_server.bodies("/file")[0]["title"].startswith("[tfps] test message from ")
+
+
+def test_unreadable_urls_file_is_one_clear_error(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    missing = tmp_path / "absent"
+    assert notify_test(None, None, out=out, environ={"APPRISE_URLS_FILE": str(missing)}, err=err) == 2
+    assert err.getvalue() == (f"tfps: error: APPRISE_URLS_FILE: cannot read {missing} (No such file or directory); "
+                              "it must be a text file of apprise URLs that the task's user can read (in a container: "
+                              "owned by uid 10001, mode 0400)\n")
+
+
 def test_notify_test_prints_one_line_per_service_and_returns_the_outcome(webhook_server, tmp_path):
     out = io.StringIO()
     assert notify_test([webhook_server.url("/a"), webhook_server.url("/b")], None, out=out, environ={}) == 0
@@ -490,3 +512,9 @@ def test_format_message_with_only_job_and_status(event):
     assert "None" not in title + body
     assert ("✔" in title) == (event == "succeeded")
     assert ("FAILED" in title) == (event == "failed")
+
+
+def test_message_names_the_image_the_job_ran_in():
+    image = "sha256:" + "ab" * 32
+    _, body = format_message("succeeded", {"job": "demo", "status": "succeeded", "image": image})
+    assert any(line.split() == ["image", image] for line in body.splitlines()), body

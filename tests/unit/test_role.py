@@ -48,6 +48,25 @@ def test_every_task_whose_result_can_hold_the_chief_environment_does_not_log():
     assert leaking == []
 
 
+#: Task keywords that are not sent to the module, nor shown in its result.
+_KEYWORDS = {"name", "when", "register", "no_log", "changed_when", "failed_when", "run_once", "delegate_to",
+             "become", "tags", "loop_control", "diff", "block", "rescue", "always"}
+
+
+def test_every_task_that_handles_the_urls_does_not_log():
+    """A task whose arguments (or vars, environment) hold tfps_notify_urls shows them in its
+    result or at -vvv, unless it has no_log."""
+    handling, leaking = [], []
+    for path in sorted((ROLE / "tasks").glob("*.yml")):
+        for task in _tasks(yaml.safe_load(path.read_text())):
+            if re.search(r"\btfps_notify_urls\b", yaml.safe_dump({k: v for k, v in task.items() if k not in _KEYWORDS})):
+                handling.append(task["name"])
+                if task.get("no_log") is not True:
+                    leaking.append(f"{path.name}: {task['name']}")
+    assert "Write the notification URLs to the chief's host" in handling
+    assert leaking == []
+
+
 def _list_tasks(tmp_path, *args) -> str:
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible" / "ansible.cfg"), ANSIBLE_LOCAL_TEMP=str(tmp_path),
                ANSIBLE_NOCOLOR="1")
@@ -115,3 +134,39 @@ def test_bad_inventory_layout_names_host_and_variable(tmp_path):
     assert result.returncode != 0
     assert "tfps_gpus: GPU ids on a host without GPUs: host 'b' has tfps_gpu_count: 0" in out, out[-3000:]
     assert "UNREACHABLE" not in out
+
+
+def _documented_playbook_commands():
+    """Every ``ansible-playbook`` line of a sh block in README.md and docs/ansible.md, with
+    whether the block changed into ansible/ (or set ANSIBLE_CONFIG) before it."""
+    for doc in (REPO / "README.md", REPO / "docs" / "ansible.md"):
+        for block in re.findall(r"```sh\n(.*?)```", doc.read_text(), re.S):
+            in_ansible = False
+            for line in block.splitlines():
+                line = line.strip()
+                if re.match(r"cd ansible\b", line) or "ANSIBLE_CONFIG=ansible/ansible.cfg" in line:
+                    in_ansible = True
+                if "ansible-playbook " in line:
+                    yield doc.name, line, in_ansible
+
+
+def test_documented_commands_read_ansible_cfg(tmp_path):
+    """The documented commands run the playbooks where Ansible reads ansible/ansible.cfg
+    (its pinned collections, pipelining, SSH settings): from ansible/ itself."""
+    commands = list(_documented_playbook_commands())
+    assert len(commands) >= 3, commands
+    assert [c for c in commands if not c[2]] == []
+    for _, line, _ in commands:
+        playbook = re.search(r"ansible-playbook .*?(\S+\.yml)", line)
+        assert playbook and (REPO / "ansible" / playbook.group(1)).is_file(), line
+        inventory = re.search(r"-i (\S+)", line).group(1)
+        assert inventory.startswith("../"), f"{line}: the inventory is relative to ansible/"
+    # From there, Ansible does read the file (ansible-config names it as the source).
+    env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"}
+    env["ANSIBLE_LOCAL_TEMP"] = str(tmp_path)
+    dump = subprocess.run([str(BIN / "ansible-config"), "dump", "--only-changed", "--format", "display"],
+                          cwd=REPO / "ansible", env=env, text=True, capture_output=True)
+    assert dump.returncode == 0, dump.stderr
+    cfg = str(REPO / "ansible" / "ansible.cfg")
+    assert f"DEFAULT_FORKS({cfg}) = 20" in dump.stdout, dump.stdout
+    assert f"COLLECTIONS_PATHS({cfg}) = ['{REPO / 'ansible' / 'collections'}']" in dump.stdout, dump.stdout

@@ -29,8 +29,11 @@ What the file encodes, and why:
   dropped, ``no-new-privileges``, a read-only root filesystem with a tmpfs on /tmp
   (the plan's ``tmpfs``; XDG_CACHE_HOME and MPLCONFIGDIR point there), a pids limit,
   optional memory/CPU limits per role, and json-file logs that rotate.
-* Notification URLs are secrets: they never go into this file. Only the chief reads
-  ``.env`` (optional), where ``APPRISE_URLS`` lives.
+* Notification URLs are secrets: they never go into this file, nor into any task's
+  environment (``docker inspect`` shows it). ``--notify_urls_file FILE`` names a host file
+  of URLs, owned by the image's user with mode 0400; it becomes the compose secret
+  ``notify_urls``, mounted read-only into the chief only, which finds it through
+  ``APPRISE_URLS_FILE``.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from trainer.cluster.plan import DATA_MOUNT, DEFAULT_PIDS_LIMIT, USER_MODEL_MOUN
 from trainer.config import RunConfig, add_run_options, from_args, grace_period
 from trainer.errors import ConfigError
 from trainer.exitcodes import ExitCode
+from trainer.notify.urls import ENV_URLS_FILE, URLS_FILE_MOUNT
 
 #: Every task has its own network namespace, so all of them use TensorFlow's usual port.
 TASK_PORT = 2222
@@ -65,8 +69,10 @@ TASK_RESTARTS = 3
 NOTIFY_CONFIG_MOUNT = "/etc/tfps/notify.yml"
 #: The image's user (Dockerfile: useradd --uid 10001).
 USER = "10001:10001"
+UID = 10001
 TENSORBOARD_PORT = 6006
-ENV_FILE = ".env"
+#: The compose secret that holds the notification URLs (--notify_urls_file).
+SECRET = "notify_urls"
 #: json-file log rotation of every task: at most LOG_MAX_FILE files of LOG_MAX_SIZE each.
 DEFAULT_LOG_MAX_SIZE = "50m"
 DEFAULT_LOG_MAX_FILE = 5
@@ -190,6 +196,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--user_model_dir", metavar="DIR",
                    help=f"host directory of model modules, mounted read-only at {USER_MODEL_MOUNT} "
                         "(then --model module:function)")
+    g.add_argument("--notify_urls_file", metavar="FILE",
+                   help=f"host file of apprise URLs for the completion message, owned by uid {UID} with mode 0400: "
+                        f"the compose secret {SECRET}, read by the chief only (default: no message)")
     g.add_argument("--restart_policy", default=DEFAULT_RESTART,
                    help="restart policy of every task (default %(default)s: crashed tasks come back, at most 3 times)")
     g = parser.add_argument_group("container limits and logs")
@@ -216,10 +225,12 @@ _SIZE = re.compile(r"[0-9]+[bkmg]?", re.I)
 def _check(ns: argparse.Namespace, cfg: RunConfig) -> None:
     if cfg.notify:
         raise ConfigError(
-            "notification URLs hold passwords and tokens and do not belong in a compose file; put them in "
-            f"{ENV_FILE} next to it as APPRISE_URLS=... (see compose/.env.example)",
+            "notification URLs hold passwords and tokens and do not belong in a compose file; write them to a "
+            f"file owned by uid {UID} with mode 0400 and pass --notify_urls_file FILE (see docs/security.md)",
             "notify",
         )
+    if ns.notify_urls_file:
+        check_secret_file(ns.notify_urls_file)
     if not _RESTART.fullmatch(ns.restart_policy):
         raise ConfigError(f"{ns.restart_policy!r} is not a restart policy; use no, always, unless-stopped or "
                           "on-failure[:N]", "restart_policy")
@@ -241,6 +252,22 @@ def _check(ns: argparse.Namespace, cfg: RunConfig) -> None:
         if value and not (value == "/data" or value.startswith("/data/")):
             raise ConfigError(f"{value} is not on the {VOLUME} volume; use a path under /data "
                               f"(default {MODEL_DIR})", field)
+
+
+def check_secret_file(path: str) -> None:
+    """Refuse a URL file the chief could not read, or that others on the host can."""
+    fix = (f"create it with: sudo install -m 0400 -o {UID} -g {UID} /dev/stdin {shlex.quote(path)}  "
+           "(then type the URLs and Ctrl-D)")
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ConfigError(f"cannot read {path} ({e.strerror}); {fix}", "notify_urls_file") from None
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path} is not a file; {fix}", "notify_urls_file")
+    if st.st_uid != UID or st.st_mode & 0o777 != 0o400:
+        raise ConfigError(f"{path} is owned by uid {st.st_uid} with mode {st.st_mode & 0o777:04o}; the chief runs as "
+                          f"uid {UID} and compose mounts the file as it is, so make it {UID}'s and 0400: sudo chown "
+                          f"{UID}:{UID} {shlex.quote(path)} && sudo chmod 0400 {shlex.quote(path)}", "notify_urls_file")
 
 
 def _host_path(path: str, output: str, field: str) -> str:
@@ -271,7 +298,7 @@ def regenerate_args(ns: argparse.Namespace, cfg: RunConfig) -> list[str]:
             args += ["--workers", str(2 if ns.workers is None else ns.workers)]
     if ns.image:
         args += ["--image", ns.image]
-    for opt in ("data_dir", "user_model_dir"):
+    for opt in ("data_dir", "user_model_dir", "notify_urls_file"):
         if getattr(ns, opt):
             args += [f"--{opt}", getattr(ns, opt)]
     if ns.restart_policy != DEFAULT_RESTART:
@@ -335,6 +362,7 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
     grace = entries[plan.chief.name]["stop_timeout"]
     regen = shlex.join(["tfps", "compose", *regenerate_args(ns, cfg)])
     volumes = [f"{VOLUME}:/data"]
+    secret_source = _host_path(ns.notify_urls_file, output, "notify_urls_file") if ns.notify_urls_file else None
     if ns.data_dir:
         volumes.append(f"{_host_path(ns.data_dir, output, 'data_dir')}:{DATA_MOUNT}:ro")
     if ns.user_model_dir:
@@ -352,7 +380,9 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
         f"#   {up_command(plan, output)}",
         "# Other tasks' logs: docker compose logs -f.  Results: docker compose cp",
         f"#   {chief}:{cfg.model_dir} ./model   (checkpoints, export/, results.json, TensorBoard logs)",
-        f"# Notifications: APPRISE_URLS in {ENV_FILE} next to this file (see .env.example); only the chief reads it.",
+        (f"# Notifications: the secret {SECRET} (URLs in {secret_source}), read by the chief only."
+         if ns.notify_urls_file else
+         "# Notifications: none; regenerate with --notify_urls_file FILE (docs/security.md) for a message."),
         "",
         f"name: {_q(project_name(cfg))}",
         "",
@@ -401,11 +431,14 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
                 config = f"{_host_path(cfg.notify_config, output, 'notify_config')}:{NOTIFY_CONFIG_MOUNT}:ro"
                 L += ["    command:", *(f"      - {_q(a)}" for a in command + [f"--notify_config={NOTIFY_CONFIG_MOUNT}"])]
                 L += ["    volumes:", *(f"      - {_q(v)}" for v in volumes + [config])]
+            if ns.notify_urls_file:
+                L += [
+                    "    # The URLs of the completion message, as a read-only file: never in the environment.",
+                    "    secrets:",
+                    f"      - source: {SECRET}",
+                    f"        target: {SECRET}",
+                ]
             L += [
-                f"    # APPRISE_URLS (and any apprise settings) for the completion message; {ENV_FILE} is optional.",
-                "    env_file:",
-                f"      - path: {ENV_FILE}",
-                "        required: false",
                 "    # Lets a notification URL name a mail relay or webhook on this machine.",
                 "    extra_hosts:",
                 '      - "host.docker.internal:host-gateway"',
@@ -417,6 +450,8 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
             L += [f"    cpus: {cpus:g}"]
         L += ["    environment:"]
         L += [f"      {k}: {_q(v)}" for k, v in entry["env"].items() if k not in _PLAN_ONLY_ENV]
+        if task.is_chief and ns.notify_urls_file:
+            L += [f"      {ENV_URLS_FILE}: {_q(URLS_FILE_MOUNT)}"]
         if task.gpu is not None:
             L += [
                 "    deploy:",
@@ -449,6 +484,8 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
         "volumes:",
         f"  {VOLUME}:",
     ]
+    if ns.notify_urls_file:
+        L += ["", "secrets:", f"  {SECRET}:", f"    file: {_q(secret_source)}"]
     text = "\n".join(L) + "\n"
     _self_check(text, plan, command)
     return text

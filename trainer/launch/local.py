@@ -111,9 +111,10 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
     env = dict(os.environ)   # with TF_CPP_MIN_LOG_LEVEL as trainer.logs set it for this process
     env["PYTHONUNBUFFERED"] = "1"
     # URLs travel in the environment, never on a command line that `ps` shows.
-    from trainer.notify.urls import collect_urls
+    from trainer.notify.urls import ENV_URLS, ENV_URLS_FILE, collect_urls
     urls = collect_urls(cfg.notify, env)
-    env.pop("APPRISE_URLS", None)
+    env.pop(ENV_URLS, None)
+    env.pop(ENV_URLS_FILE, None)
     tasks: list[TaskProcess] = []
     for t in plan.tasks:
         ref = plan.task_ref(t)
@@ -123,7 +124,7 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
         else:
             argv = [python, "-m", "trainer", *(["-v"] if verbose else []), "run", *ref.to_flags(), *cfg.to_args()]
             if t.is_chief and urls:
-                task_env["APPRISE_URLS"] = " ".join(urls)
+                task_env[ENV_URLS] = " ".join(urls)
         tasks.append(TaskProcess(t.name, argv, task_env, out))
     chief = next(t for t, p in zip(tasks, plan.tasks) if p.is_chief)
     log.info("tfps local: %d ps + %d worker(s) on %s; model_dir %s", num_ps, num_workers,

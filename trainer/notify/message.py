@@ -173,6 +173,7 @@ def format_message(event: str, results: Mapping[str, Any]) -> tuple[str, str]:
         row("export", f"{r['export_dir']}{state}")
     row("model dir", r.get("model_dir"))
     row("hosts", _cluster(r.get("cluster")))
+    row("image", r.get("image"))
     where = " on ".join(str(x) for x in (r.get("task"), r.get("host")) if x)
     row("sent by", where)
 

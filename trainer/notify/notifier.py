@@ -23,7 +23,7 @@ from trainer.exitcodes import ExitCode
 from trainer.notify.message import format_message
 from trainer.notify.secrets import (SCRUBBER, URL_RE, apprise_held, hostless, install_scrubber, instantiate,
                                     known_scheme, misread, regex_mask, secrets_of, short)
-from trainer.notify.urls import ENV_URLS, collect_urls
+from trainer.notify.urls import ENV_URLS, ENV_URLS_FILE, collect_urls
 
 log = logging.getLogger("tfps.notify")
 
@@ -379,8 +379,8 @@ def notify_test(cli_urls: Sequence[str] | None, config_path: str | None, out: Te
         print(f"tfps: error: {e}", file=err)
         return ExitCode.BAD_CONFIG
     if not notifier.enabled:
-        print(f"tfps: error: no notification service configured: set {ENV_URLS}, pass --notify URL (repeatable) "
-              "or --notify_config FILE", file=err)
+        print(f"tfps: error: no notification service configured: set {ENV_URLS} or {ENV_URLS_FILE}, pass "
+              "--notify URL (repeatable) or --notify_config FILE", file=err)
         return ExitCode.BAD_CONFIG
     events = dict(notifier.routes())
     deliveries = notifier.test()

@@ -24,6 +24,11 @@ def host_name() -> str:
     return os.environ.get("TFPS_HOST") or socket.gethostname()
 
 
+def image_id() -> str | None:
+    """The id of the image the task runs in (``TFPS_IMAGE_ID`` set by the orchestrator), or None."""
+    return os.environ.get("TFPS_IMAGE_ID") or None
+
+
 def format_error(error: BaseException | None) -> dict | None:
     """An exception as results.json and the message show it: type, first line, traceback tail."""
     if error is None:
@@ -60,6 +65,7 @@ class Reporter:
             "train_data": self.setup.train_glob if self.setup else cfg.train_data,
             "eval_data": self.setup.eval_glob if self.setup else cfg.eval_data,
             "model_dir": os.path.abspath(cfg.model_dir), "started_at": self.started_iso,
+            **({"image": image_id()} if image_id() else {}),
         }
 
     def started(self) -> None:

@@ -11,6 +11,24 @@ def tfps_plan_row(task):
     return "%-9s %-18s %-22s %-6s %s" % (task["name"], task["host"], task["target"], gpu, role)
 
 
+def tfps_is_archive_image(images, archive_image):
+    """Whether the image a host has under the tag (docker_image_info's ``images``) is the
+    archive's image (the tfps_image_archive lookup's entry).
+
+    Its id is the archive's config digest (classic image store) or one of its manifest or
+    index digests (containerd image store). An archive without manifest digests (written by
+    a Docker before 25) cannot say what id a containerd store gives it: there the layers
+    (``RootFS.Layers``, the same on both stores) decide.
+    """
+    if not images:
+        return False
+    image = images[0]
+    if image.get("Id") in [archive_image["id"]] + list(archive_image.get("digests") or []):
+        return True
+    layers = list(archive_image.get("layers") or [])
+    return not archive_image.get("digests") and bool(layers) and (image.get("RootFS") or {}).get("Layers") == layers
+
+
 def tfps_status_row(result, job="?"):
     """One line of status.yml for a docker_container_info result of a task's container."""
     name = "tfps-%s-%s" % (job, result.get("item", {}).get("name", "?"))
@@ -37,4 +55,5 @@ def tfps_status_row(result, job="?"):
 
 class FilterModule:
     def filters(self):
-        return {"tfps_plan_row": tfps_plan_row, "tfps_status_row": tfps_status_row}
+        return {"tfps_plan_row": tfps_plan_row, "tfps_status_row": tfps_status_row,
+                "tfps_is_archive_image": tfps_is_archive_image}
