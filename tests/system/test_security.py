@@ -281,7 +281,7 @@ def test_ansible_firewall_admits_only_the_cluster_also_after_a_reboot(bare_metal
     job = f"fw{uuid.uuid4().hex[:6]}"
     steps = 3000
     inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
-        job, image_archive, tfps_train_steps=steps, tfps_checkpoint_steps=500)})
+        job, image_archive, tfps_train_steps=steps, tfps_checkpoint_steps=500, tfps_tensorboard=True)})
     plan = json.loads(subprocess.run([sys.executable, "-m", "trainer", "plan", "-i", str(inventory), "--format",
                                       "json"], check=True, capture_output=True, text=True, cwd=REPO).stdout)
     targets = {task["name"]: task["target"] for task in plan["tasks"]}
@@ -340,6 +340,26 @@ def test_ansible_firewall_admits_only_the_cluster_also_after_a_reboot(bare_metal
             saved = host.sh("cat /etc/iptables/rules.v4")[1]
             assert f'--comment "tfps {job} {name}" -j DROP' in saved, (host.name, saved)
         print(f"job started and probed: {time.monotonic() - t0:.0f} s")
+
+        # TensorBoard on the chief's host: published on that host's loopback only, reading
+        # the job's summaries; the play said how to reach it.
+        tensorboard = f"tfps-{job}-tensorboard"
+        bindings = json.loads(host2.sh(f"docker inspect -f '{{{{json .HostConfig.PortBindings}}}}' {tensorboard}")[1])
+        assert bindings == {"6006/tcp": [{"HostIp": "127.0.0.1", "HostPort": "6006"}]}, bindings
+        assert f"ssh -N -L 6006:127.0.0.1:6006 root@{host2.address}" in start.output, start.output[-3000:]
+        get = ("python3 -c \"import sys, urllib.request; "
+               "sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:6006' + sys.argv[1], timeout=5).read().decode())\"")
+        deadline = time.monotonic() + 120
+        while True:
+            code, runs = host2.sh(f"{get} /data/runs", check=False)
+            if code == 0 and json.loads(runs):
+                break
+            assert time.monotonic() < deadline, f"TensorBoard shows no run: {runs[-2000:]}"
+            time.sleep(2)
+        page = host2.sh(f"{get} /")[1]
+        assert "<title>TensorBoard</title>" in page, page[:2000]
+        tb_target = f"{host2.address}:6006"
+        assert probe(outsider, tb_target) == {tb_target: "refused"}
 
         # -- worker1's host reboots mid-job -----------------------------------------------
         worker1 = f"tfps-{job}-worker1"
