@@ -2,8 +2,8 @@
 # Build the local base images that no registry can provide here:
 #   debian:bookworm-slim  plain minbase bookworm made with debootstrap, configured like the
 #                         official image, so `FROM debian:bookworm-slim` builds unchanged;
-#   tfps-host:bookworm-2    a "bare-metal host" for system tests (sshd + its own dockerd +
-#                         python3 for Ansible), built on top of it.
+#   tfps-host:bookworm-3    a "bare-metal host" for system tests (sshd + its own dockerd +
+#                         python3 for Ansible + iptables-persistent), built on top of it.
 # An image whose tag already exists is left alone. Safe to run repeatedly and concurrently.
 set -euo pipefail
 
@@ -18,7 +18,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 have_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
-if have_image debian:bookworm-slim && have_image tfps-host:bookworm-2; then
+if have_image debian:bookworm-slim && have_image tfps-host:bookworm-3; then
     exit 0
 fi
 
@@ -108,21 +108,35 @@ CONF
     rootfs=
 fi
 
-if ! have_image tfps-host:bookworm-2; then
+if ! have_image tfps-host:bookworm-3; then
     # Built on the local base (shares its layer, no second debootstrap). Run it as described
     # in docs: --cap-add ALL --cap-drop SYS_RESOURCE, seccomp/apparmor unconfined, cgroup
     # bind mount and a volume on /var/lib/docker; the default command starts sshd + dockerd.
-    docker build -t tfps-host:bookworm-2 - <<'DOCKERFILE'
+    docker build -t tfps-host:bookworm-3 - <<'DOCKERFILE'
 FROM debian:bookworm-slim
-RUN apt-get update \
+RUN echo 'iptables-persistent iptables-persistent/autosave_v4 boolean false' | debconf-set-selections \
+ && echo 'iptables-persistent iptables-persistent/autosave_v6 boolean false' | debconf-set-selections \
+ && apt-get update \
  && apt-get install -y --no-install-recommends \
-      openssh-server docker.io iptables python3 python3-requests sudo procps iproute2 ca-certificates \
+      openssh-server docker.io iptables iptables-persistent python3 python3-requests sudo procps iproute2 \
+      ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && mkdir -p /run/sshd /root/.ssh && chmod 700 /root/.ssh
 EXPOSE 22
+# A restart of the host container is the host's reboot: a new network namespace, so no
+# firewall rule survives it, as none survives a real reboot. Its boot path is the one of a
+# Debian host: netfilter-persistent restores the saved rules (/etc/iptables/rules.v4)
+# before the network and the engine start (netfilter-persistent.service runs before
+# network-pre.target, docker.service after network-online.target). Unlike a real host's,
+# this one's nat table also holds the outer engine's DNS rules (127.0.0.11, new ports at
+# every start): they are put back after the restore, which would replace them with the
+# saved ones of the last boot; the inner engine makes its own nat rules again anyway.
 # The engine runs under a loop, as under systemd's Restart=: a test can restart a host's
 # engine mid-job (kill -TERM the dockerd) and its containers come back by restart policy.
 RUN printf '%s\n' '#!/bin/sh' \
+      'iptables-save -t nat >/run/outer-nat' \
+      '/usr/sbin/netfilter-persistent start >&2 || exit 1' \
+      'iptables-restore -T nat </run/outer-nat' \
       'mkdir -p /run/sshd && /usr/sbin/sshd || exit 1' \
       'trap '"'"'kill -TERM $pid 2>/dev/null; wait $pid; exit 0'"'"' TERM INT' \
       'while :; do dockerd & pid=$!; wait $pid; echo "host-init: dockerd exited ($?); starting it again" >&2; sleep 1; done' \

@@ -1,6 +1,6 @@
 """"Bare-metal hosts" for system tests: containers that run sshd and their own Docker engine.
 
-Each host is a container of ``tfps-host:bookworm-2`` on a user-defined Docker network, with
+Each host is a container of ``tfps-host:bookworm-3`` on a user-defined Docker network, with
 its own address, an sshd that accepts a key made for the test, and its own dockerd (Docker
 in Docker, started as ENVIRONMENT.md says: all capabilities but SYS_RESOURCE, no seccomp
 or AppArmor profile, the cgroup tree mounted, an anonymous volume on /var/lib/docker so
@@ -26,7 +26,7 @@ from pathlib import Path
 import docker
 import yaml
 
-HOST_IMAGE = "tfps-host:bookworm-2"
+HOST_IMAGE = "tfps-host:bookworm-3"
 #: How long a new host may take until sshd and its inner dockerd answer.
 START_TIMEOUT = 90
 
@@ -76,6 +76,14 @@ class Host:
         """Names of the inner engine's containers that carry ``label`` (any state)."""
         _, out = self.sh(f"docker ps -a --filter label={label} --format '{{{{.Names}}}}'")
         return sorted(line for line in out.split() if line)
+
+    def reboot(self, timeout: float = 30) -> None:
+        """Restart the host container: the host's reboot. It gets a new network namespace, so
+        no live firewall rule survives it; its boot (host-init) restores the saved ones
+        (netfilter-persistent) before it starts sshd and its engine, and the engine starts
+        the containers whose restart policy says so. Returns once sshd and the engine answer."""
+        self.container.restart(timeout=timeout)
+        _wait_ready(self, time.monotonic() + START_TIMEOUT)
 
     def exists(self, path: str) -> bool:
         return self.sh(f"test -e '{path}'", check=False)[0] == 0

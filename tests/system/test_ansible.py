@@ -276,6 +276,8 @@ def _bad_inventories(bare_metal, archive: Path, job: str, case: str, tmp_path: P
     if case == "port in use":
         return bare_metal.inventory(where, {"ps": ["host1"], "worker": {"host2": {}, "host3": {"tfps_base_port": 2299}}},
                                     gv)
+    if case == "no firewall that survives a reboot":
+        return bare_metal.inventory(where, LAYOUT, gv)
     raise AssertionError(case)
 
 
@@ -286,7 +288,11 @@ BAD = {
     "GPU ids on a host without GPUs": "host3: worker1 need GPU(s) 0, but its Docker engine has no nvidia runtime",
     "unreachable host": "cannot be reached over SSH",
     "port in use": "host3: port 2299 of worker1 is in use on 127.0.0.1",
+    "no firewall that survives a reboot": "host3: tfps_firewall is on, but nothing there keeps firewall rules across a "
+                                          "reboot (no iptables-persistent, no running firewalld or ufw)",
 }
+#: iptables-persistent's part of netfilter-persistent: without it, nothing restores iptables rules at boot.
+IPTABLES_PLUGIN = "/usr/share/netfilter-persistent/plugins.d/15-ip4tables"
 
 
 @pytest.mark.system
@@ -305,11 +311,16 @@ def test_bad_inventory_fails_in_the_check_phase(case, bare_metal, image_archive,
         while "2299" not in bare_metal["host3"].sh("ss -ltn", check=False)[1]:
             assert time.monotonic() < deadline
             time.sleep(0.2)
+    if case == "no firewall that survives a reboot":
+        # host3 has netfilter-persistent, but not iptables-persistent's plugin.
+        bare_metal["host3"].sh(f"mv {IPTABLES_PLUGIN} /root/15-ip4tables")
     try:
         result = run_playbook("deploy.yml", inventory, play_vars(tmp_path))
     finally:
         if listener is not None:
             bare_metal["host3"].sh("kill $(cat /tmp/listener.pid)", check=False)
+        if case == "no firewall that survives a reboot":
+            bare_metal["host3"].sh(f"mv /root/15-ip4tables {IPTABLES_PLUGIN}")
     assert result.returncode != 0, result.output[-3000:]
     assert BAD[case] in result.output, result.output[-4000:]
     if case not in ("no ps group", "duplicate ports"):

@@ -15,7 +15,9 @@
   chief on its host holds the password; the chief's file is 0400, uid 10001, read-only.
 * The Ansible firewall: while a job deployed by ansible/deploy.yml trains on the three
   hosts of conftest_ansible.py, a fourth machine on the same network (and this machine)
-  cannot open a TCP connection to any TF port, while the cluster's own hosts can.
+  cannot open a TCP connection to any TF port, while the cluster's own hosts can; a host
+  rebooted mid-job comes back with its rules (netfilter-persistent) before its task does,
+  and the job completes.
 """
 
 from __future__ import annotations
@@ -279,19 +281,24 @@ def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
     assert len(volume) > 5, sorted(volume)
 
 
-def test_ansible_firewall_admits_only_the_cluster(bare_metal, image_archive, run_playbook, tmp_path):
+def test_ansible_firewall_admits_only_the_cluster_also_after_a_reboot(bare_metal, image_archive, run_playbook,
+                                                                     tmp_path):
     """While a job deployed by deploy.yml trains, a fourth container on the hosts' network
     (and this machine, the network's gateway) cannot connect to any TF port; the cluster's
-    hosts can. cleanup.yml then ends the job and removes the rules."""
+    hosts can. The rules are saved for the next boot; worker1's host reboots mid-job: its
+    task comes back by restart policy, and its port is again closed to the outsider and
+    open to the cluster. The job completes; cleanup.yml removes the rules, live and saved."""
     job = f"fw{uuid.uuid4().hex[:6]}"
+    steps = 3000
     inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
-        job, image_archive, tfps_train_steps=10_000_000)})
+        job, image_archive, tfps_train_steps=steps, tfps_checkpoint_steps=500, tfps_tensorboard=True)})
     plan = json.loads(subprocess.run([sys.executable, "-m", "trainer", "plan", "-i", str(inventory), "--format",
                                       "json"], check=True, capture_output=True, text=True, cwd=REPO).stdout)
     targets = {task["name"]: task["target"] for task in plan["tasks"]}
-    ps_target = targets["ps0"]
+    ps_target, w1_target = targets["ps0"], targets["worker1"]
     host1, host2, host3 = bare_metal["host1"], bare_metal["host2"], bare_metal["host3"]
     assert ps_target == f"{host1.address}:{TASK_PORT}"
+    assert w1_target == f"{host3.address}:{TASK_PORT}"
 
     outsider = bare_metal.client.containers.run(
         HOST_IMAGE, entrypoint=["sleep", "infinity"], name=f"{bare_metal.prefix}-outsider-{job}",
@@ -303,7 +310,8 @@ def test_ansible_firewall_admits_only_the_cluster(bare_metal, image_archive, run
         assert outsider_address not in {h.address for h in bare_metal.hosts}
 
         t0 = time.monotonic()
-        start = run_playbook("deploy.yml", inventory, {**play_vars(tmp_path), "tfps_wait": False})
+        # Copying the image archive to three fresh hosts dominates: allow for a loaded machine.
+        start = run_playbook("deploy.yml", inventory, {**play_vars(tmp_path), "tfps_wait": False}, timeout=1500)
         assert_ok(start, "deploy.yml (start only)")
         print(f"deploy.yml (start only): {start.seconds:.0f} s")
         chief = f"tfps-{job}-worker0"
@@ -339,7 +347,67 @@ def test_ansible_firewall_admits_only_the_cluster(bare_metal, image_archive, run
         for host, name in ((host1, "ps0"), (host2, "worker0"), (host3, "worker1")):
             state = host.sh(f"docker inspect -f '{fmt}' tfps-{job}-{name}")[1].split()
             assert state == ["true", f"{UID}:{UID}", "false", "[]"], (name, state)
+            # Every host saved its rules for the next boot (iptables-persistent's file).
+            saved = host.sh("cat /etc/iptables/rules.v4")[1]
+            assert f'--comment "tfps {job} {name}" -j DROP' in saved, (host.name, saved)
         print(f"job started and probed: {time.monotonic() - t0:.0f} s")
+
+        # TensorBoard on the chief's host: published on that host's loopback only, reading
+        # the job's summaries; the play said how to reach it.
+        tensorboard = f"tfps-{job}-tensorboard"
+        bindings = json.loads(host2.sh(f"docker inspect -f '{{{{json .HostConfig.PortBindings}}}}' {tensorboard}")[1])
+        assert bindings == {"6006/tcp": [{"HostIp": "127.0.0.1", "HostPort": "6006"}]}, bindings
+        assert f"ssh -N -L 6006:127.0.0.1:6006 root@{host2.address}" in start.output, start.output[-3000:]
+        get = ("python3 -c \"import sys, urllib.request; "
+               "sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:6006' + sys.argv[1], timeout=5).read().decode())\"")
+        deadline = time.monotonic() + 120
+        while True:
+            code, runs = host2.sh(f"{get} /data/runs", check=False)
+            if code == 0 and json.loads(runs):
+                break
+            assert time.monotonic() < deadline, f"TensorBoard shows no run: {runs[-2000:]}"
+            time.sleep(2)
+        page = host2.sh(f"{get} /")[1]
+        assert "<title>TensorBoard</title>" in page, page[:2000]
+        tb_target = f"{host2.address}:6006"
+        assert probe(outsider, tb_target) == {tb_target: "refused"}
+
+        # -- worker1's host reboots mid-job -----------------------------------------------
+        worker1 = f"tfps-{job}-worker1"
+        started = host3.sh(f"docker inspect {worker1} --format '{{{{.State.StartedAt}}}}'")[1].strip()
+        t_reboot = time.monotonic()
+        host3.reboot()
+        host3.container.reload()
+        assert host3.container.attrs["NetworkSettings"]["Networks"][bare_metal.network.name]["IPAddress"] \
+            == host3.address
+        # Back by its restart policy, and its TF server answers the cluster again.
+        deadline = time.monotonic() + 180
+        while True:
+            code, out = host3.sh(f"docker inspect {worker1} --format '{{{{.State.StartedAt}}}} {{{{.State.Running}}}}'",
+                                 check=False)
+            if (code == 0 and out.split()[0] != started and out.split()[1] == "true"
+                    and probe(host2.container, w1_target) == {w1_target: "open"}):
+                break
+            assert time.monotonic() < deadline, f"{worker1} did not come back after the reboot: {out}"
+            time.sleep(1)
+        print(f"host3 rebooted, worker1 back: {time.monotonic() - t_reboot:.0f} s")
+        # The rules were restored at boot (no play ran since): the outsider is dropped
+        # (a timeout, not a refusal: the port listens), the members get through.
+        rules = host3.sh("iptables -S INPUT")[1]
+        assert f'--dport {TASK_PORT} -m comment --comment "tfps {job} worker1" -j DROP' in rules, rules
+        assert f"-A INPUT -s {host2.address}/32 -p tcp -m tcp --dport {TASK_PORT}" in rules, rules
+        ssh3 = f"{host3.address}:22"
+        assert probe(outsider, ssh3, w1_target) == {ssh3: "open", w1_target: "timeout"}
+        assert probe(host1.container, w1_target) == {w1_target: "open"}
+        restored = host3.container.logs().decode(errors="replace")
+        assert restored.count("15-ip4tables start") == 2, restored[-2000:]   # at each of the two boots
+
+        # -- the job completes ------------------------------------------------------------
+        done = run_playbook("deploy.yml", inventory, play_vars(tmp_path), args=["--tags", "wait,collect"],
+                            timeout=900)
+        assert_ok(done, "deploy.yml --tags wait,collect after the reboot")
+        results = json.loads((tmp_path / "results" / "results.json").read_text())
+        assert results["status"] == "succeeded" and results["global_step"] >= steps, results
     finally:
         outsider.remove(force=True)
         cleanup = run_playbook("cleanup.yml", inventory, {**play_vars(tmp_path), "tfps_cleanup_model_dir": True})
@@ -348,6 +416,7 @@ def test_ansible_firewall_admits_only_the_cluster(bare_metal, image_archive, run
     no_containers_anywhere(bare_metal, job)
     for host in bare_metal.hosts:
         assert f"tfps {job} " not in host.sh("iptables -S INPUT")[1], host.name
+        assert f"tfps {job} " not in host.sh("cat /etc/iptables/rules.v4")[1], host.name
 
 
 # A fresh cluster gets the image archive on all three hosts first (gigabytes over SSH).
