@@ -3,7 +3,7 @@
 ``tfps_data_src`` is a directory or a glob on the machine that runs the play. The play
 copies to each worker host only the files its workers read, decided here with the
 trainer's own rule (:func:`trainer.data.shard_files`), and writes on every worker host
-the job's list of training files (``TRAIN_LIST_PATH``): each worker then shards that global
+the job's list of training files (``TRAIN_LIST_PATH``); the role's ``tfps_data`` action calls :func:`assign`: each worker then shards that global
 list (``--train_data @/input/.tfps-train-files``), not the files that happen to be on its
 host. Files keep their path below the source directory, so ``tfps_eval_data`` (read by
 the chief) names them as it would in ``tfps_data_dir``.

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from trainer.cluster import datasrc
 from trainer.cluster.plan import LAYOUT_VARS, PS, WORKER, Plan, Task, plan_from_hosts
 from trainer.cluster.variables import DEFAULTS, JOB_VARS, check_names, launch_from_vars
 from trainer.errors import ConfigError
@@ -120,10 +119,6 @@ def plan_from_view(
     _, launch = launch_from_vars(job, where=f"host {chief_host!r}")
     data = plan.to_json(launch)
     data["hosts"] = {host: {k: v for k, v in values.items() if k in LAYOUT_VARS} for host, values in resolved.items()}
-    if job.get("tfps_data_src"):
-        workers = sorted((t for t in data["tasks"] if t["job"] == WORKER), key=lambda t: t["index"])
-        data["data"] = datasrc.assign(str(job["tfps_data_src"]), job.get("tfps_train_data") or None,
-                                      job.get("tfps_eval_data") or None, [t["host"] for t in workers])
     return data
 
 

@@ -6,8 +6,7 @@ every job host's variables (``hostvars``, so -e, group_vars beside the inventory
 the playbook, Vault and every precedence rule count) to tfps's planning code,
 ``trainer.cluster.inventory.plan_from_view``: the same function ``tfps plan -i``
 calls, so the two cannot disagree, and there is no Jinja copy of the task numbering.
-The plan becomes the fact ``tfps_plan`` of every host of the play. With ``tfps_data_src``
-it holds which files each worker host gets (``trainer.cluster.datasrc``), with their sha256.
+The plan becomes the fact ``tfps_plan`` of every host of the play.
 """
 
 from __future__ import annotations
@@ -46,10 +45,6 @@ class ActionModule(ActionBase):
 
         try:
             plan = plan_from_view(groups, raw, defaults, template)
-            if "data" in plan:   # tfps_data_src: what each worker host gets, with the files' sha256
-                from trainer.cluster import datasrc
-                plan["data"] = datasrc.with_checksums(plan["data"])
-                plan["data"]["list_text"] = datasrc.list_text(plan["data"])
         except ConfigError as exc:
             raise AnsibleActionFail(f"tfps plan: {exc}") from None
         result.update(changed=False, plan=plan,
