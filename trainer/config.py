@@ -160,7 +160,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("model and data")
     g.add_argument("--model", default=d.model,
                    help="built-in model (linear, mlp, cnn) or package.module:function (default %(default)s)")
-    g.add_argument("--train_data", help="glob of training files: .csv, .tfrecord, .npz, MNIST idx (default: demo data)")
+    g.add_argument("--train_data", help="glob of training files: .csv, .tfrecord, .npz, MNIST idx (default: demo data); "
+                   "or @FILE, a file listing them one a line (each worker needs only its own shard)")
     g.add_argument("--eval_data", help="glob of evaluation files, same format as train_data")
     g.add_argument("--label_column", default=d.label_column, help="label column or feature key (default %(default)s)")
     g.add_argument("--num_classes", type=int, help="0 for regression; inferred from the labels when not given")

@@ -60,13 +60,68 @@ def _format_of(path: str) -> str:
     raise ConfigError(f"{path}: unknown data format; use .csv, .tfrecord, .npz or MNIST idx files", "train_data")
 
 
-def find_files(pattern: str, field: str = "train_data") -> list[str]:
-    files = sorted(f for f in glob.glob(os.path.expanduser(pattern)) if os.path.isfile(f))
-    if os.path.isdir(pattern):
-        raise ConfigError(f"{pattern!r} is a directory; give a glob such as {os.path.join(pattern, '*.csv')!r}", field)
-    if not files:
-        raise ConfigError(f"no files match {pattern!r}; check the path (relative to {os.getcwd()}) and the glob", field)
+#: ``train_data`` of the form ``@FILE`` names a file that lists the job's training files,
+#: one path a line, in the order the workers shard them. Each worker then needs only its
+#: own shard on its host: the Ansible role (``tfps_data_src``) copies each worker host just
+#: the files its workers read and writes this list.
+LIST_PREFIX = "@"
+
+
+def shard_files(files, num_shards: int, shard_index: int) -> list[str]:
+    """The files one worker reads of the job's sorted ``files``: the one sharding rule.
+
+    With at least as many files as workers, worker i reads files i, i+n, i+2n...; with
+    fewer, every worker reads every file (and then every n-th record of them).
+    """
+    files = list(files)
+    return files[shard_index::num_shards] if len(files) >= num_shards else files
+
+
+def companion_files(files) -> list[str]:
+    """``files`` and what reading them also needs: the labels file of each MNIST images file."""
+    out = []
     for f in files:
+        out.append(f)
+        if _format_of(f) == "idx":
+            out.append(_idx_labels_path(f))
+    return out
+
+
+def _listed_files(list_file: str, field: str) -> list[str]:
+    try:
+        with open(list_file, encoding="utf-8") as fh:
+            files = [line.strip() for line in fh if line.strip() and not line.startswith("#")]
+    except OSError as e:
+        raise ConfigError(f"cannot read the list of training files {list_file} ({e.strerror}); "
+                          f"give {LIST_PREFIX}FILE with one data file a line", field) from None
+    if not files:
+        raise ConfigError(f"the list of training files {list_file} names no file", field)
+    return sorted(files)
+
+
+def find_files(pattern: str, field: str = "train_data", shard: tuple[int, int] | None = None) -> list[str]:
+    """The sorted data files of ``pattern`` (a glob, or ``@FILE``, see LIST_PREFIX), checked.
+
+    With a list and ``shard`` (num_shards, shard_index), only that worker's own files must
+    be on this host; the whole list is returned, since the worker shards it.
+    """
+    if pattern.startswith(LIST_PREFIX):
+        files = _listed_files(pattern[len(LIST_PREFIX):], field)
+        present = shard_files(files, *shard) if shard else files
+        for f in present:
+            if not os.path.isfile(f):
+                raise ConfigError(f"{f} is in the list {pattern[len(LIST_PREFIX):]} but not on this host; "
+                                  "copy it there (the Ansible role does with tfps_data_src)", field)
+    else:
+        files = sorted(f for f in glob.glob(os.path.expanduser(pattern)) if os.path.isfile(f))
+        if os.path.isdir(pattern):
+            raise ConfigError(f"{pattern!r} is a directory; give a glob such as {os.path.join(pattern, '*.csv')!r}",
+                              field)
+        if not files:
+            raise ConfigError(f"no files match {pattern!r}; check the path (relative to {os.getcwd()}) and the glob",
+                              field)
+        present = files
+    for f in present:
         if not os.access(f, os.R_OK):
             raise ConfigError(f"{f} is not readable by this user (uid {os.getuid()}); fix its permissions", field)
     if "idx" in {_format_of(f) for f in files}:
@@ -214,9 +269,14 @@ def _tfrecord_labels(files: list[str], label_column: str, kind: str, field: str)
 
 
 def infer_schema(pattern: str, label_column: str = "label", num_classes: int | None = None,
-                 field: str = "train_data") -> Schema:
-    """Validate the files behind ``pattern`` and infer their feature shape and classes."""
-    files = find_files(pattern, field)
+                 field: str = "train_data", shard: tuple[int, int] | None = None) -> Schema:
+    """Validate the files behind ``pattern`` and infer their feature shape and classes.
+
+    ``pattern`` ``@FILE`` with ``shard`` (num_shards, shard_index): the schema comes from
+    that worker's own files, the only ones on its host; ``Schema.files`` is the whole list.
+    """
+    every = find_files(pattern, field, shard)
+    files = shard_files(every, *shard) if shard and pattern.startswith(LIST_PREFIX) else every
     fmt = _format_of(files[0])
     keys: tuple[str, ...] = ()
     labels: list[np.ndarray] = []
@@ -253,7 +313,7 @@ def infer_schema(pattern: str, label_column: str = "label", num_classes: int | N
     classes = inferred if num_classes is None else num_classes
     if num_classes and inferred and inferred > num_classes:
         raise ConfigError(f"labels go up to {inferred - 1} but num_classes is {num_classes}", "num_classes")
-    return Schema(fmt, tuple(files), tuple(int(s) for s in shape), classes, keys, n or None,
+    return Schema(fmt, tuple(every), tuple(int(s) for s in shape), classes, keys, n or None,
                   kinds if fmt == "tfrecord" else ())
 
 
@@ -267,10 +327,8 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
     """
     import tensorflow as tf
 
-    files = list(schema.files)
-    by_file = len(files) >= num_shards
-    if by_file:
-        files = files[shard_index::num_shards]
+    by_file = len(schema.files) >= num_shards
+    files = shard_files(schema.files, num_shards, shard_index)
     label_dtype = tf.int64 if schema.num_classes else tf.float32
 
     if schema.fmt == "csv":

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from trainer.cluster.plan import DATA_MOUNT, USER_MODEL_MOUNT, Launch
+from trainer.data import LIST_PREFIX
 from trainer.config import RunConfig, grace_period
 from trainer.errors import ConfigError
 
@@ -32,6 +33,8 @@ ARGUMENT_SPECS = ROLE_DIR / "meta" / "argument_specs.yml"
 DEFAULTS = ROLE_DIR / "defaults" / "main.yml"
 #: Where the chief's container finds the notification config file (tfps_notify_config).
 NOTIFY_CONFIG_MOUNT = "/etc/tfps/notify.yml"
+#: The list of the job's training files the play writes with tfps_data_src (trainer.cluster.datasrc).
+TRAIN_LIST_PATH = f"{DATA_MOUNT}/.tfps-train-files"
 
 #: Job settings that become ``tfps run`` options: inventory variable -> RunConfig field.
 RUN_FIELDS = {
@@ -51,7 +54,7 @@ RUN_FIELDS = {
     "tfps_export_dir": "export_dir",
 }
 #: Other job settings that change how tasks start.
-LAUNCH_VARS = ("tfps_extra_args", "tfps_script", "tfps_script_args", "tfps_notify_config")
+LAUNCH_VARS = ("tfps_extra_args", "tfps_script", "tfps_script_args", "tfps_notify_config", "tfps_data_src")
 #: Every variable the plan reads from the chief's host: the job's settings.
 JOB_VARS = tuple(RUN_FIELDS) + LAUNCH_VARS
 
@@ -101,6 +104,9 @@ def launch_from_vars(variables: Mapping[str, Any], where: str = "the job") -> tu
         values[fieldname] = value
     if not _blank(variables.get("tfps_notify_config")):
         values["notify_config"] = NOTIFY_CONFIG_MOUNT
+    if not _blank(variables.get("tfps_data_src")):
+        # The play copies each worker host its shard and the job's list of training files.
+        values["train_data"] = LIST_PREFIX + TRAIN_LIST_PATH
     try:
         cfg = RunConfig(**values)
         _coerce(cfg)

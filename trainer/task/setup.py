@@ -19,14 +19,16 @@ from trainer.errors import ConfigError
 class JobSetup:
     """Data schema, model function and params, resolved and validated without a cluster."""
 
-    def __init__(self, cfg: RunConfig):
+    def __init__(self, cfg: RunConfig, shard: tuple[int, int] | None = None):
+        """``shard``: (workers, index) of the worker that builds it, which with a list of
+        training files (``--train_data @FILE``) needs only its own files on its host."""
         self.cfg = cfg
         train, evalg = cfg.train_data, cfg.eval_data
         if not train:
             train, evalg = demo.demo_globs(cfg.model)
             evalg = cfg.eval_data or evalg
         self.train_glob, self.eval_glob = train, evalg
-        self.schema = data_mod.infer_schema(train, cfg.label_column, cfg.num_classes, "train_data")
+        self.schema = data_mod.infer_schema(train, cfg.label_column, cfg.num_classes, "train_data", shard)
         self.eval_schema = None
         if evalg:
             self.eval_schema = data_mod.infer_schema(evalg, cfg.label_column, self.schema.num_classes, "eval_data")

@@ -18,6 +18,7 @@ leaves:
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 
@@ -85,6 +86,10 @@ class Worker:
                                                          cluster=cluster_spec(task))):
                 global_step = v1.train.get_or_create_global_step()
                 with v1.device(worker_device + "/cpu:0"):
+                    if cfg.train_data and cfg.train_data.startswith(data_mod.LIST_PREFIX):
+                        own = data_mod.shard_files(setup.schema.files, task.num_workers, task.index)
+                        log.info("%s: reads %d of the %d listed training files: %s", task.name, len(own),
+                                 len(setup.schema.files), " ".join(os.path.basename(f) for f in own))
                     ds = data_mod.make_dataset(setup.schema, cfg.label_column, cfg.batch_size,
                                                num_shards=task.num_workers, shard_index=task.index,
                                                train=True, seed=cfg.seed)
@@ -129,7 +134,7 @@ class Worker:
         try:
             # Bad input found here on the chief (data, model, a model_dir of another job)
             # must still end the whole job: the other tasks are already waiting for it.
-            setup = self.setup = JobSetup(cfg)
+            setup = self.setup = JobSetup(cfg, shard=(task.num_workers, task.index))
             self._prepare(setup)
             graph, ops = self.build(setup)
         except ConfigError as e:

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Filters of the tfps role: formatting only. The plan itself comes from `tfps plan`."""
+"""Filters of the tfps role: formatting, and the data check. The plan itself comes from `tfps plan`."""
 
 from __future__ import annotations
 
@@ -53,7 +53,30 @@ def tfps_status_row(result, job="?"):
     return "  %-28s %-10s %s" % (name, status, detail)
 
 
+def tfps_data_mismatch(hosts, hostvars, what):
+    """Problems of hand-placed training data: the worker ``hosts`` must hold the same files.
+
+    Reads each host's ``tfps_data_files`` (check.yml's find of tfps_train_data, whose first
+    result is the training data) and compares names (below the host's tfps_data_dir),
+    sizes and, when found, sha256 with ``trainer.cluster.datasrc.compare_hosts``.
+    """
+    import posixpath
+
+    from trainer.cluster.datasrc import compare_hosts
+
+    listings = {}
+    for host in hosts:
+        found = (hostvars[host].get("tfps_data_files") or {}).get("results") or []
+        if not found or "files" not in found[0]:
+            continue
+        base = str(hostvars[host].get("tfps_data_dir", "")).rstrip("/")
+        listings[host] = {posixpath.relpath(f["path"], base): {"size": f.get("size"), "sha256": f.get("checksum")}
+                          for f in found[0]["files"]}
+    return compare_hosts(listings, what)
+
+
 class FilterModule:
     def filters(self):
         return {"tfps_plan_row": tfps_plan_row, "tfps_status_row": tfps_status_row,
-                "tfps_is_archive_image": tfps_is_archive_image}
+                "tfps_is_archive_image": tfps_is_archive_image,
+                "tfps_data_mismatch": tfps_data_mismatch}

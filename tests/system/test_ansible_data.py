@@ -1,0 +1,142 @@
+"""Training data on the 3-host harness: copied from the controller (tfps_data_src), or
+placed by hand and checked to be the same on every worker host before anything starts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from test_ansible import assert_ok, job_vars, no_containers_anywhere, play_vars
+from trainer import demo
+
+#: ps0 on host1; worker0 (the chief) on host2; worker1 and worker2 on host3.
+LAYOUT = {"ps": ["host1"], "worker": {"host2": {}, "host3": {"tfps_workers": 2}}}
+
+
+def section(output: str, task: str) -> str:
+    """The lines of one task of the play's output."""
+    match = re.search(rf"^TASK \[tfps : {re.escape(task)}\].*?$(.*?)(?=^TASK \[|^PLAY RECAP)", output, re.M | re.S)
+    assert match, f"no task {task!r} in the output"
+    return match.group(1)
+
+
+def controller_data(directory: Path, parts: int) -> Path:
+    """The demo's blobs data (3 classes), its training rows split into ``parts`` CSV files."""
+    globs = demo.ensure_demo_data(str(directory / "demo"))
+    rows, header = [], None
+    for path in sorted(Path(globs["blobs_train"]).parent.glob("train-*.csv")):
+        lines = path.read_text().splitlines()
+        header = lines[0]
+        rows += lines[1:]
+    src = directory / "controller-data"
+    src.mkdir()
+    for i in range(parts):
+        (src / f"train-{i}.csv").write_text("\n".join([header, *rows[i::parts]]) + "\n")
+    (src / "eval.csv").write_text(Path(globs["blobs_eval"]).read_text())
+    (src / "notes.txt").write_text("not data: never copied\n")
+    return src
+
+
+@pytest.mark.system
+def test_data_only_on_the_controller_trains_and_is_not_copied_again(bare_metal, image_archive, run_playbook,
+                                                                      tmp_path):
+    """tfps_data_src: each worker host gets only its workers' files (the union for host3's
+    two workers), each worker reads exactly its shard, the job learns, and a second
+    deploy copies nothing."""
+    job = "datasrc"
+    src = controller_data(tmp_path, 5)
+    data_dir = f"/srv/tfps-data/{job}"
+    inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
+        job, image_archive, tfps_data_src=str(src), tfps_data_dir=data_dir, tfps_train_data="/input/train-*.csv",
+        tfps_eval_data="/input/eval.csv", tfps_batch_size=64, tfps_remove_containers=False)})
+    result = run_playbook("deploy.yml", inventory, play_vars(tmp_path), timeout=1500)
+    print(f"deploy with tfps_data_src (5 files to 2 worker hosts, job trained): {result.seconds:.0f} s")
+    assert_ok(result, "deploy.yml")
+
+    # worker0 reads train-0, train-3; worker1 train-1, train-4; worker2 train-2 (sorted(files)[i::3]).
+    def held(host):
+        code, out = bare_metal[host].sh(f"cd {data_dir} 2>/dev/null && ls -A", check=False)
+        return sorted(out.split()) if code == 0 else []
+    assert held("host2") == [".tfps-train-files", "eval.csv", "train-0.csv", "train-3.csv"]
+    assert held("host3") == [".tfps-train-files", "train-1.csv", "train-2.csv", "train-4.csv"]
+    assert held("host1") == []
+    for host, name in (("host2", "train-3.csv"), ("host3", "train-4.csv")):
+        assert bare_metal[host].sh(f"sha256sum {data_dir}/{name}")[1].split()[0] == \
+            hashlib.sha256((src / name).read_bytes()).hexdigest()
+
+    # Each worker read exactly its own files of the global list, as its log says.
+    logs = tmp_path / "results" / "logs"
+    expected = {"worker0": "train-0.csv train-3.csv", "worker1": "train-1.csv train-4.csv", "worker2": "train-2.csv"}
+    for task, files in expected.items():
+        line = f"{task}: reads {len(files.split())} of the 5 listed training files: {files}"
+        assert line in (logs / f"{task}.log").read_text(), task
+
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert results["status"] == "succeeded"
+    assert results["eval_metrics"]["accuracy"] > 0.8, results["eval_metrics"]   # 3 classes: chance is 0.33
+
+    # Again: the job has ended and is not started again, and no data file is copied.
+    again = run_playbook("deploy.yml", inventory, play_vars(tmp_path), timeout=1500)
+    assert_ok(again, "deploy.yml (again)")
+    copies = section(again.output, "Copy the data files that are missing or differ")
+    assert "changed:" not in copies and copies.count("skipping: [") == 6, copies
+    for task in ("Create the data directories on the worker host",
+                 "Write the job's list of training files, which every worker shards"):
+        assert "changed:" not in section(again.output, task), section(again.output, task)
+
+    for host in bare_metal.hosts:
+        for name in host.containers(f"tfps.job={job}"):
+            host.sh(f"docker rm -f {name}")
+        host.sh(f"rm -rf {data_dir} /srv/tfps/{job}")
+    no_containers_anywhere(bare_metal, job)
+
+
+BAD_DATA = {
+    "hand-placed data differs": "host3: its training data (/input/train-*.csv in tfps_data_dir) differs from "
+                                "host2's: lacks train-2.csv; train-1.csv differs from host2's (sha256)",
+    "no such source": "tfps_data_src: {src}/nowhere does not exist on the controller",
+    "source matches no file": "tfps_data_src: on the controller, no files match '{src}/*.tfrecord'",
+}
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("case", list(BAD_DATA))
+def test_bad_data_is_refused_before_anything_starts(case, bare_metal, image_archive, run_playbook, tmp_path):
+    """Hand-placed data that differs between worker hosts, or a tfps_data_src that names no
+    file, stops the check phase (--tags check: nothing trains) with one message."""
+    job = "baddata"
+    data_dir = f"/srv/tfps-data/{job}"
+    src = tmp_path / "src"
+    src.mkdir()
+    settings = {"tfps_data_dir": data_dir, "tfps_train_data": "/input/train-*.csv", "tfps_data_checksums": True}
+    if case == "hand-placed data differs":
+        for host in ("host2", "host3"):
+            bare_metal[host].sh(f"mkdir -p {data_dir}")
+            for i in range(3):
+                if host == "host3" and i == 2:
+                    continue
+                value = 9 if (host == "host3" and i == 1) else i    # same size, other content
+                bare_metal[host].sh(f"printf 'f0,label\\n{value},0\\n' > {data_dir}/train-{i}.csv")
+    elif case == "no such source":
+        settings.update(tfps_data_src=str(src / "nowhere"))
+    else:
+        settings.update(tfps_data_src=str(src / "*.tfrecord"), tfps_train_data="")
+    inventory = bare_metal.inventory(tmp_path / "inventory", {"ps": ["host1"], "worker": ["host2", "host3"]},
+                                     group_vars={"all": job_vars(job, image_archive, **settings)})
+    try:
+        result = run_playbook("deploy.yml", inventory, play_vars(tmp_path), args=["--tags", "check"])
+        assert result.returncode != 0, result.output[-3000:]
+        assert BAD_DATA[case].format(src=src) in result.output, result.output[-4000:]
+        if case == "hand-placed data differs":
+            assert "Nothing was started. Fix these problems and run the play again:" in result.output
+        assert "Copy the data files" not in result.output
+        for host in bare_metal.hosts:
+            assert not host.exists("/srv/tfps/" + job)
+        no_containers_anywhere(bare_metal, job)
+    finally:
+        for host in bare_metal.hosts:
+            host.sh(f"rm -rf {data_dir}")
