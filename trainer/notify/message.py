@@ -96,7 +96,7 @@ def _title(event: str, r: Mapping[str, Any]) -> str:
         return f"[tfps] job {job} progress: step{of}{pct}"
     if event == "stalled":
         names = ", ".join(str(s.get("task")) for s in r.get("stalled") or () if isinstance(s, Mapping))
-        return f"[tfps] ⚠ job {job} stalled" + (f": {names} made no progress" if names else "")
+        return f"[tfps] ⚠ job {job} stalled" + (f": {names}" if names else "")
     if event == "started":
         cluster = r.get("cluster") if isinstance(r.get("cluster"), Mapping) else {}
         sizes = ", ".join(f"{len(v)} {k}{'s' if len(v) != 1 and not k.endswith('s') else ''}"

@@ -66,14 +66,24 @@ def publish_hook(board: Board, job, extra_fetches: dict | None = None):
             self.signal = restart_signal()
             self.latest: dict = {}
 
+        def value(self) -> list:
+            return [self.local_steps, job.last_seen_step, job.started_wall, self.signal]
+
         def before_run(self, run_context):
             now = time.monotonic()
             if now < self.next_write:
                 return None
             self.next_write = now + PUBLISH_SECS
-            value = [self.local_steps, job.last_seen_step, job.started_wall, self.signal]
             return v1.train.SessionRunArgs({"publish": board.publish, **(extra_fetches or {})},
-                                           feed_dict={board.value: value})
+                                           feed_dict={board.value: self.value()})
+
+        def end(self, session):
+            # The last figures, for the chief's final report.
+            try:
+                session.run(board.publish, feed_dict={board.value: self.value()},
+                            options=v1.RunOptions(timeout_in_ms=5000))
+            except tf.errors.OpError:
+                pass
 
         def after_run(self, run_context, run_values):
             self.local_steps += 1

@@ -108,7 +108,7 @@ class Chief(Worker):
         error = None
         progress = None
         t_train = time.time()
-        watch = JobWatch(self, server, graph, ops["board"], reporter)
+        watch = JobWatch(self, server, graph, ops["board"], ops["global_step"], reporter)
         try:
             watch.start()
             progress = self._train(server, graph)

@@ -57,8 +57,9 @@ class _Worker:
 class JobWatch:
     """The chief's watch thread (see the module docstring)."""
 
-    def __init__(self, chief, server, graph, board, reporter):
+    def __init__(self, chief, server, graph, board, global_step, reporter):
         self.chief, self.server, self.graph, self.board = chief, server, graph, board
+        self.step_tensor = global_step
         self.reporter = reporter
         cfg = chief.cfg
         self.stall_timeout = cfg.stall_timeout
@@ -93,23 +94,41 @@ class JobWatch:
                             config=session_config(self.chief.task, self.chief.cfg)) as sess:
                 options = v1.RunOptions(timeout_in_ms=READ_TIMEOUT_MS)
                 while not self._stop.wait(POLL_SECS):
-                    boards = []
-                    for read in self.board.read:
-                        try:
-                            boards.append([float(x) for x in sess.run(read, options=options)])
-                        except tf.errors.OpError:
-                            boards.append(None)   # not written yet, or ps 0 away
-                    self.observe(boards, time.monotonic(), time.time())
+                    self.observe(self._read(sess, options), time.monotonic(), time.time(),
+                                 self._read_step(sess, options))
+                # The final figures: the boards as the workers' last steps left them.
+                self._update_all(self._read(sess, options), time.monotonic(), time.time())
         except Exception as e:  # noqa: BLE001 - the watch never ends the job
             log.warning("chief: the job watch stopped: %s: %s", type(e).__name__, e)
 
+    def _read(self, sess, options) -> list:
+        import tensorflow as tf
+        boards = []
+        for read in self.board.read:
+            try:
+                boards.append([float(x) for x in sess.run(read, options=options)])
+            except tf.errors.OpError:
+                boards.append(None)   # not written yet, or ps 0 away
+        return boards
+
+    def _read_step(self, sess, options) -> int:
+        import tensorflow as tf
+        try:
+            return int(sess.run(self.step_tensor, options=options))
+        except tf.errors.OpError:
+            return 0
+
     # ------------------------------------------------------------------ one look
-    def observe(self, boards: list, now: float, wall: float) -> None:
+    def _update_all(self, boards: list, now: float, wall: float) -> None:
         for w, b in zip(self.workers, boards):
             if b is not None:
                 self._update(w, b, now, wall)
-        step = max([self.chief.last_seen_step] + [w.global_step for w in self.workers])
-        if step != self.job_step:
+
+    def observe(self, boards: list, now: float, wall: float, global_step: int = 0) -> None:
+        self._update_all(boards, now, wall)
+        step = max([global_step, self.chief.last_seen_step] + [w.global_step for w in self.workers])
+        if step != self.job_step or not any(w.started is not None for w in self.workers):
+            # Before the first board the job is starting (--startup_timeout bounds that), not stalled.
             self.job_step, self.job_changed_at, self.job_changed_wall = step, now, wall
         self.samples = [x for x in self.samples if now - x[0] <= RATE_WINDOW_SECS][-100:] + [(now, step)]
         self._check_stalls(now, wall)
@@ -148,7 +167,7 @@ class JobWatch:
                 s["resumed_at"] = journal.iso(wall)
 
     def _check_stalls(self, now: float, wall: float) -> None:
-        if not self.stall_timeout or self.job_step >= self.train_steps:
+        if not self.stall_timeout or self.job_step >= self.train_steps or self.chief.stop.requested:
             return
         new = []
         for w in self.workers:
