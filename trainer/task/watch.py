@@ -139,13 +139,15 @@ class JobWatch:
     def _update(self, w: _Worker, b: list, now: float, wall: float) -> None:
         local_steps, global_step, started, sig = int(b[0]), int(b[1]), b[2], int(b[3])
         if w.started is not None and abs(started - w.started) > 1e-3:
-            # A new process of this worker: its predecessor failed and it came back.
+            # A new process of this worker: its predecessor failed and it came back (the
+            # chief's own restarts are in the journal: its first look finds its predecessor's board).
             w.steps_before += w.local_steps
             w.local_steps, w.rate_from = 0, None
-            cause = journal.signal_cause(sig) if sig else "restarted (cause unknown)"
-            log.warning("chief: %s was started again (%s); it rejoined at global step %d", w.name, cause,
-                        global_step)
-            self.chief.story.restart(w.name, cause, started, global_step, 0)
+            if w.name != self.chief.task.name:
+                cause = journal.signal_cause(sig) if sig else "restarted (cause unknown)"
+                log.warning("chief: %s was started again (%s); it rejoined at global step %d", w.name, cause,
+                            global_step)
+                self.chief.story.restart(w.name, cause, started, global_step, 0)
         w.started = started
         if local_steps != w.local_steps or w.rate_from is None:
             if w.rate_from is None:
