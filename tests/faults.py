@@ -145,6 +145,22 @@ def assert_redone_at_most(row: Row, interval: int) -> None:
         f"{row.redone} steps redone after the restart, more than one checkpoint interval ({interval})"
 
 
+def assert_story(results: dict, victim: str, row: Row, cause: str | None) -> None:
+    """results.json tells the failure: one restart of ``victim`` (``ps0``, ``worker0``,
+    ``worker1``), with ``cause`` when the supervisor saw it; a chief whose ps survived
+    joined the live variables and redid nothing."""
+    restarts = results["restarts"]
+    assert [r["task"] for r in restarts] == [victim], restarts
+    if victim == "ps0":
+        assert restarts[0]["cause"].startswith("lost peer"), restarts
+    elif cause is not None:
+        assert restarts[0]["cause"] == cause, restarts
+    if victim == "worker0":
+        assert row.redone == 0, f"the restarted chief redid {row.redone} steps although the ps survived"
+        assert restarts[0]["how"] == "joined" and restarts[0]["steps_redone"] == 0, restarts
+    assert results["started_at"] <= results["attempt_started_at"]
+
+
 def history(text: str) -> list[dict]:
     """Records of the chief's history.jsonl (lines that are not JSON objects are skipped)."""
     return [json.loads(line) for line in text.splitlines() if line.strip().startswith("{")]

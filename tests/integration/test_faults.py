@@ -196,6 +196,8 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
         assert res["mode"] == mode
         assert res["global_step"] >= TRAIN_STEPS, res["global_step"]
         assert res["export_complete"] is True
+        # The story: one failure, of the victim (restarted by hand, so the cause is not known).
+        faults.assert_story(res, victim, row, None)
 
         x, y = load_csv(demo.demo_globs("mlp", str(demo_dir))[1])
         out = load_and_predict(res["export_dir"], x)

@@ -58,8 +58,14 @@ def read(model_dir: str) -> list[dict]:
 
 def append(model_dir: str, record: dict) -> None:
     os.makedirs(model_dir, exist_ok=True)
-    with open(os.path.join(model_dir, JOURNAL), "a") as fh:
-        fh.write(json.dumps(record, sort_keys=True) + "\n")
+    path = os.path.join(model_dir, JOURNAL)
+    with open(path, "a+b") as fh:
+        # A line cut by a kill mid-write ends without a newline: start a fresh one after it.
+        cut = False
+        if fh.seek(0, os.SEEK_END) > 0:
+            fh.seek(-1, os.SEEK_END)
+            cut = fh.read(1) != b"\n"
+        fh.write((("\n" if cut else "") + json.dumps(record, sort_keys=True) + "\n").encode())
         fh.flush()
 
 
@@ -102,9 +108,12 @@ class Story:
         append(self.model_dir, {"event": "resumed", "task": self.task, "attempt": self.attempt, "step": int(step),
                                 "how": how, "time": round(time.time(), 3)})
 
-    def restart(self, task: str, cause: str, wall: float, resumed_from: int | None, redone: int | None) -> None:
+    def restart(self, task: str, cause: str, wall: float, resumed_from: int | None, redone: int | None,
+                how: str | None = None) -> None:
         """A failure of another task that the job recovered from (a ps, a worker)."""
         rec = {"event": "restart", "task": task, "cause": cause, "time": round(wall, 3)}
+        if how:
+            rec["how"] = how
         if resumed_from is not None:
             rec["resumed_from"] = int(resumed_from)
         if redone is not None:
@@ -138,6 +147,8 @@ class Story:
                 entry = {"task": r["task"], "time": iso(r["time"]), "cause": r.get("cause")}
                 if "resumed_from" in r:
                     entry["resumed_from"] = r["resumed_from"]
+                if "how" in r:
+                    entry["how"] = r["how"]
                 if "redone" in r:
                     entry["steps_redone"] = r["redone"]
                 out.append(entry)

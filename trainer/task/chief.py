@@ -96,7 +96,7 @@ class Chief(Worker):
             who = ", ".join(lost) or "a ps"
             log.warning("chief: %s lost its variables; training resumed from step %d", who, step)
             self.story.restart(who, "lost peer: the ps came back without its variables", time.time(), step,
-                               self.last_seen_step - step)
+                               self.last_seen_step - step, how)
 
     def _run_trained(self, setup: JobSetup, server, graph, ops) -> ExitCode:
         import tensorflow as tf
