@@ -38,7 +38,7 @@ import pytest
 import faults
 from faults import Row
 from integration_helpers import (Proc, checkpoint_step, Processes, assert_nothing_left, base_env, load_and_predict, load_csv,
-                                 read_results)
+                                 poll, read_results)
 
 pytestmark = pytest.mark.integration
 
@@ -68,22 +68,6 @@ fault_table = faults.table_fixture(
 def progress_steps(*procs: Proc, since: dict[str, int] | None = None) -> list[int]:
     """Global steps of the progress lines ("workerN: step S/M") in the processes' logs."""
     return [step for p in procs for step in faults.progress_steps(p.output()[(since or {}).get(p.name, 0):])]
-
-
-def poll(predicate, timeout: float, what: str, *watch: Proc, interval: float = 0.05):
-    """Wait for ``predicate()`` to return something truthy; fail if a watched process exits."""
-    end = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        for p in watch:
-            if p.returncode is not None:
-                pytest.fail(f"{p.name} exited with {p.returncode} while waiting for {what}:\n{p.tail()}")
-        if time.monotonic() > end:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}:\n" +
-                        "\n".join(f"--- {p.name}\n{p.tail(15)}" for p in watch))
-        time.sleep(interval)
 
 
 def exits(proc: Proc, timeout: float) -> int:

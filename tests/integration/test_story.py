@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from integration_helpers import Proc, Processes, _stat, assert_nothing_left, base_env, read_results, run_flags
+from integration_helpers import Proc, Processes, _stat, assert_nothing_left, base_env, poll, read_results, run_flags
 
 pytestmark = pytest.mark.integration
 
@@ -38,21 +38,6 @@ def start_cluster(procs: Processes, model_dir, *extra, steps: int, env: dict[str
     return tasks, [t.port for t in plan.tasks]
 
 
-def wait_until(predicate, timeout: float, what: str, *watch: Proc):
-    end = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        for p in watch:
-            if p.returncode is not None:
-                pytest.fail(f"{p.name} exited with {p.returncode} while waiting for {what}:\n{p.tail()}")
-        if time.monotonic() > end:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}:\n" +
-                        "\n".join(f"--- {p.name}\n{p.tail(20)}" for p in watch))
-        time.sleep(0.05)
-
-
 def task_child(supervisor: Proc) -> int | None:
     """The pid of the task process a ``tfps run --restarts`` supervisor runs now."""
     for pid in supervisor.alive_family():
@@ -63,7 +48,7 @@ def task_child(supervisor: Proc) -> int | None:
 
 
 def kill_task(supervisor: Proc) -> None:
-    pid = wait_until(lambda: task_child(supervisor), 30, f"the task process of {supervisor.name}", supervisor)
+    pid = poll(lambda: task_child(supervisor), 30, f"the task process of {supervisor.name}", supervisor)
     import os
     os.kill(pid, signal.SIGKILL)
 
@@ -82,20 +67,20 @@ def test_ps_then_chief_killed_the_story_tells_both(procs, tmp_path, webhook_serv
     everyone = list(tasks.values())
 
     # 1. The ps, once a checkpoint exists: the chief repopulates the restarted ps from it.
-    wait_until(lambda: (model_dir / "model.ckpt-100.index").exists(), 300, "the first checkpoint", *everyone)
+    poll(lambda: (model_dir / "model.ckpt-100.index").exists(), 300, "the first checkpoint", *everyone)
     kill_task(ps)
-    lost = wait_until(lambda: chief.lines(r"chief: ps0 lost its variables; training resumed from step (\d+)"), 300,
+    lost = poll(lambda: chief.lines(r"chief: ps0 lost its variables; training resumed from step (\d+)"), 300,
                       "the chief's recovery from the lost ps", *everyone)
     ps_resumed = int(lost[0].group(1))
     assert ps_resumed >= 100
 
     # 2. The chief, a few steps later: it joins the live variables of the surviving ps.
     at = len(chief.output())
-    wait_until(lambda: [s for s in progress(chief, at) if s >= ps_resumed + 20], 300, "progress after the ps came back",
+    poll(lambda: [s for s in progress(chief, at) if s >= ps_resumed + 20], 300, "progress after the ps came back",
                *everyone)
     killed_at = max(progress(chief))
     kill_task(chief)
-    joined = wait_until(lambda: chief.lines(r"joined the live variables on the ps at step (\d+)"), 300,
+    joined = poll(lambda: chief.lines(r"joined the live variables on the ps at step (\d+)"), 300,
                         "the restarted chief joining the ps", *everyone)
     assert int(joined[0].group(1)) >= killed_at   # nothing rolled back
 
@@ -146,14 +131,14 @@ def test_frozen_worker_gets_one_stalled_message(procs, tmp_path, webhook_server)
     def titles() -> list[str]:
         return [str(m.get("title")) for m in webhook_server.bodies()]
 
-    wait_until(lambda: progress(worker1), 300, "worker1's progress", *everyone)
-    wait_until(lambda: any("progress" in t for t in titles()), 120, "a progress message", *everyone)
+    poll(lambda: progress(worker1), 300, "worker1's progress", *everyone)
+    poll(lambda: any("progress" in t for t in titles()), 120, "a progress message", *everyone)
     worker1.signal(signal.SIGSTOP)
     try:
-        wait_until(lambda: any("stalled" in t for t in titles()), 120, "the stalled message", chief)
+        poll(lambda: any("stalled" in t for t in titles()), 120, "the stalled message", chief)
         n_stalled = len(titles())
         # Frozen for a while longer: still one stalled message.
-        wait_until(lambda: sum("progress" in t for t in titles()[n_stalled:]) >= 2, 60,
+        poll(lambda: sum("progress" in t for t in titles()[n_stalled:]) >= 2, 60,
                    "progress messages during the stall", chief)
     finally:
         worker1.signal(signal.SIGCONT)

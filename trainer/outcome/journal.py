@@ -41,19 +41,7 @@ def signal_cause(signum: int) -> str:
 
 
 def read(model_dir: str) -> list[dict]:
-    out = []
-    try:
-        with open(os.path.join(model_dir, JOURNAL)) as fh:
-            for line in fh:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue   # a line cut by a kill mid-write
-                if isinstance(rec, dict) and "event" in rec:
-                    out.append(rec)
-    except OSError:
-        pass
-    return out
+    return [r for r in results.read_jsonl(os.path.join(model_dir, JOURNAL)) if isinstance(r, dict) and "event" in r]
 
 
 def append(model_dir: str, record: dict) -> None:
