@@ -123,7 +123,8 @@ def training_restores(chief_log: str) -> list[int]:
     """Steps the chief's sessions took training up from in ``chief_log``: the ``restored
     checkpoint of step N`` and ``joined the live variables on the ps at step N`` lines
     before its last progress line."""
-    last_progress = max((m.end() for m in PROGRESS.finditer(chief_log)), default=0)
+    # (A chief that joined the live ps after the others trained the last step logs no progress.)
+    last_progress = max((m.end() for m in PROGRESS.finditer(chief_log)), default=len(chief_log))
     return [int(m.group(1) or m.group(2)) for m in TOOK_UP.finditer(chief_log, 0, last_progress)]
 
 
