@@ -67,6 +67,8 @@ class Reporter:
         }
 
     def started(self) -> None:
+        if self.story is not None and self.story.attempt > 0:
+            return   # a restarted chief: the job started once, and said so then
         if self.cfg.notify_started and self.notifier is not None and self.notifier.enabled:
             self.notifier.send("started", {**self.base(), "status": "started"})
 

@@ -4,9 +4,12 @@ The end of the job is the point of this module (README, "The end of a job"): the
 chief's last checkpoint is written by ``CheckpointSaverHook.end``; the SavedModel is
 exported afterwards from the newest checkpoint in a fresh graph (trainer.task.export),
 then results.json and the one completion message (trainer.outcome.report), and only
-then the "done" tokens that let the ps exit. The chief restores the newest checkpoint
-of its model_dir when it starts and logs ``restored checkpoint of step N``
-(trainer.task.hooks).
+then the "done" tokens that let the ps exit. When it starts, the chief joins the live
+variables of the ps if every ps still holds them (a restarted chief: ``joined the live
+variables on the ps at step N``), else restores the newest checkpoint of its model_dir
+(``restored checkpoint of step N``; trainer.task.rejoin). It keeps the job's story across
+its restarts (trainer.outcome.journal) and watches the workers' progress while they train
+(trainer.task.watch).
 """
 
 from __future__ import annotations
