@@ -7,9 +7,11 @@ mode, and add one row per case to a table: fault, mode, recovered, seconds to re
 step at the kill, the checkpoint training resumed from, the steps redone (at most one
 checkpoint interval).
 
-Where training resumed is read from tfps's own chief line ``restored checkpoint of step N
+Where training resumed is read from tfps's own chief lines ``restored checkpoint of step N
 from PATH`` (trainer/task/hooks.py, logged each time the chief's session is created from a
-checkpoint, including when it recovers from a lost ps), never from TensorFlow's INFO text.
+checkpoint, including when it recovers from a lost ps) and ``joined the live variables on
+the ps at step N`` (trainer/task/rejoin.py: a restarted chief whose ps kept the variables
+restores nothing, so nothing is redone), never from TensorFlow's INFO text.
 
 tests/ is on sys.path (pytest inserts the directory of tests/conftest.py), so every suite
 imports this module as ``faults``.
@@ -31,6 +33,10 @@ import pytest
 PROGRESS = re.compile(r"\b(worker\d+): step (\d+)/(\d+)\b")
 #: tfps's chief line after its session restored a checkpoint.
 RESTORED = re.compile(r"restored checkpoint of step (\d+)")
+#: tfps's chief line after it joined the live variables of the ps (a restarted chief, the ps survived).
+JOINED = re.compile(r"joined the live variables on the ps at step (\d+)")
+#: Either: where the chief's session took training up.
+TOOK_UP = re.compile(rf"{RESTORED.pattern}|{JOINED.pattern}")
 
 
 @dataclasses.dataclass
@@ -114,10 +120,12 @@ def progress_steps(text: str) -> list[int]:
 
 
 def training_restores(chief_log: str) -> list[int]:
-    """Steps of the checkpoints the chief restored to train on in ``chief_log``: the
-    ``restored checkpoint of step N`` lines before its last progress line."""
-    last_progress = max((m.end() for m in PROGRESS.finditer(chief_log)), default=0)
-    return [int(m.group(1)) for m in RESTORED.finditer(chief_log, 0, last_progress)]
+    """Steps the chief's sessions took training up from in ``chief_log``: the ``restored
+    checkpoint of step N`` and ``joined the live variables on the ps at step N`` lines
+    before its last progress line."""
+    # (A chief that joined the live ps after the others trained the last step logs no progress.)
+    last_progress = max((m.end() for m in PROGRESS.finditer(chief_log)), default=len(chief_log))
+    return [int(m.group(1) or m.group(2)) for m in TOOK_UP.finditer(chief_log, 0, last_progress)]
 
 
 def resumed_from(chief_log: str, lost_non_chief: bool, kill_step: int, what: str) -> int:
@@ -128,7 +136,7 @@ def resumed_from(chief_log: str, lost_non_chief: bool, kill_step: int, what: str
     if lost_non_chief:
         assert not restored, f"losing a non-chief worker rolled the model back to {restored}"
         return kill_step
-    assert restored, f"the chief restored no checkpoint after {what} was killed:\n{chief_log[-3000:]}"
+    assert restored, f"the chief neither restored nor joined after {what} was killed:\n{chief_log[-3000:]}"
     return restored[0]
 
 
@@ -136,6 +144,22 @@ def assert_redone_at_most(row: Row, interval: int) -> None:
     """At most one checkpoint interval of steps was trained again."""
     assert row.redone is not None and row.redone <= interval, \
         f"{row.redone} steps redone after the restart, more than one checkpoint interval ({interval})"
+
+
+def assert_story(results: dict, victim: str, row: Row, cause: str | None) -> None:
+    """results.json tells the failure: one restart of ``victim`` (``ps0``, ``worker0``,
+    ``worker1``), with ``cause`` when the supervisor saw it; a chief whose ps survived
+    joined the live variables and redid nothing."""
+    restarts = results["restarts"]
+    assert [r["task"] for r in restarts] == [victim], restarts
+    if victim == "ps0":
+        assert restarts[0]["cause"].startswith("lost peer"), restarts
+    elif cause is not None:
+        assert restarts[0]["cause"] == cause, restarts
+    if victim == "worker0":
+        assert row.redone == 0, f"the restarted chief redid {row.redone} steps although the ps survived"
+        assert restarts[0]["how"] == "joined" and restarts[0]["steps_redone"] == 0, restarts
+    assert results["started_at"] <= results["attempt_started_at"]
 
 
 def history(text: str) -> list[dict]:

@@ -63,6 +63,8 @@ class RunConfig:
     notify: list[str] = dataclasses.field(default_factory=list)
     notify_config: str | None = None
     notify_started: bool = False
+    notify_every: float = 0.0
+    stall_timeout: float = 900.0
 
     # ------------------------------------------------------------------ derived
     @property
@@ -103,6 +105,10 @@ class RunConfig:
         positive("sync_timeout", self.sync_timeout, float)
         positive("startup_timeout", self.startup_timeout, float)
         positive("tf_threads", self.tf_threads)
+        for field in ("notify_every", "stall_timeout"):
+            value = getattr(self, field)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"must be a number of seconds, 0 to turn it off; got {value!r}", field)
         if self.num_classes is not None and self.num_classes < 0:
             raise ConfigError("must be 0 (regression) or the number of classes (>= 2)", "num_classes")
         if self.num_classes == 1:
@@ -204,6 +210,12 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                         "command lines are visible to every user of the machine")
     g.add_argument("--notify_config", metavar="FILE", help="apprise YAML/text config file (tags route events)")
     g.add_argument("--notify_started", action="store_true", help="also send a message when training starts")
+    g.add_argument("--notify_every", type=float, default=d.notify_every, metavar="SECONDS",
+                   help="send a progress message (step, loss, metrics, examples/s, ETA; tag progress) at most "
+                        "every SECONDS; 0 sends none (default %(default)g)")
+    g.add_argument("--stall_timeout", type=float, default=d.stall_timeout, metavar="SECONDS",
+                   help="send one \"stalled\" message (tag stalled) when a worker, or the whole job, makes no "
+                        "progress for SECONDS; it never fails the job; 0 turns it off (default %(default)g)")
 
 
 def from_args(ns: argparse.Namespace) -> RunConfig:

@@ -308,3 +308,19 @@ def checkpoint_step(model_dir: Path) -> int:
         return 0
     m = re.search(r'^model_checkpoint_path: ".*-(\d+)"', text, re.M)
     return int(m.group(1)) if m else 0
+
+
+def poll(predicate, timeout: float, what: str, *watch: "Proc", interval: float = 0.05):
+    """Wait for ``predicate()`` to return something truthy; fail if a watched process exits."""
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        for p in watch:
+            if p.returncode is not None:
+                pytest.fail(f"{p.name} exited with {p.returncode} while waiting for {what}:\n{p.tail()}")
+        if time.monotonic() > end:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}:\n" +
+                        "\n".join(f"--- {p.name}\n{p.tail(15)}" for p in watch))
+        time.sleep(interval)

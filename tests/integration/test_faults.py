@@ -20,7 +20,7 @@ environment, the way a container restart policy would. Then:
 Each case adds a row (recovered, seconds from the kill to the first progress line after
 the restart, steps redone) to a table that the end of the module writes to
 ``tests/integration/.faults-table.txt`` and to the terminal. In async mode worker1 trains
-on while the chief is away; its note says how far, since the chief's restore discards it.
+on while the chief is away; its note says how far, and where the restarted chief joined.
 The table, the restore parsing and the checks are shared with the compose and Ansible
 matrices (tests/faults.py).
 """
@@ -38,7 +38,7 @@ import pytest
 import faults
 from faults import Row
 from integration_helpers import (Proc, checkpoint_step, Processes, assert_nothing_left, base_env, load_and_predict, load_csv,
-                                 read_results)
+                                 poll, read_results)
 
 pytestmark = pytest.mark.integration
 
@@ -68,22 +68,6 @@ fault_table = faults.table_fixture(
 def progress_steps(*procs: Proc, since: dict[str, int] | None = None) -> list[int]:
     """Global steps of the progress lines ("workerN: step S/M") in the processes' logs."""
     return [step for p in procs for step in faults.progress_steps(p.output()[(since or {}).get(p.name, 0):])]
-
-
-def poll(predicate, timeout: float, what: str, *watch: Proc, interval: float = 0.05):
-    """Wait for ``predicate()`` to return something truthy; fail if a watched process exits."""
-    end = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        for p in watch:
-            if p.returncode is not None:
-                pytest.fail(f"{p.name} exited with {p.returncode} while waiting for {what}:\n{p.tail()}")
-        if time.monotonic() > end:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}:\n" +
-                        "\n".join(f"--- {p.name}\n{p.tail(15)}" for p in watch))
-        time.sleep(interval)
 
 
 def exits(proc: Proc, timeout: float) -> int:
@@ -152,16 +136,23 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
                  ([again] if victim != "worker0" else [])
 
         # Recovery: the first progress line after the restart, of the restarted worker (a
-        # worker was killed) or of the chief (the ps was killed and repopulated).
+        # worker was killed) or of the chief (the ps was killed and repopulated); for the
+        # chief, its line "joined the live variables on the ps at step N".
         watched, since = (again, None) if victim != "ps0" else (chief, chief_log_at_restart)
         if victim == "worker0":
-            # Async: worker1 trains on while the chief is away, and the restore takes that back.
-            poll(lambda: faults.RESTORED.search(again.output()), 240, "the restarted chief's restore", again)
+            # Async: worker1 trains on while the chief is away; the restarted chief joins the
+            # live variables of the surviving ps, so nothing of that is lost.
+            joined = poll(lambda: faults.JOINED.search(again.output()), 240, "the restarted chief joining the ps",
+                          again)
             peak = max(progress_steps(tasks["worker1"]), default=0)
             if peak > row.kill_step + 2 * LOG_STEPS:
-                row.note = f"worker1 reached step {peak} meanwhile; the restore discarded it"
-        first = poll(lambda: progress_steps(watched, since=since), 240, f"progress of {watched.name} after the restart",
-                     watched, chief)[0]
+                row.note = f"worker1 reached step {peak} meanwhile; the chief joined at {joined.group(1)}"
+            # Recovered once it joined: worker1 may have trained the rest meanwhile, and then
+            # the chief has no step left to log.
+            first = int(joined.group(1))
+        else:
+            first = poll(lambda: progress_steps(watched, since=since), 240,
+                         f"progress of {watched.name} after the restart", watched, chief)[0]
         row.recover_s = round(time.monotonic() - t_kill, 1)
 
         # The rest of the job, every task ending by itself.
@@ -175,13 +166,17 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
         row.resumed_from = faults.resumed_from(chief_after_kill, victim == "worker1", row.kill_step, VICTIMS[victim])
         if victim == "worker1":
             assert first >= row.kill_step - 2 * LOG_STEPS, (first, row.kill_step)
+        elif victim == "worker0":
+            # The ps survived: the restarted chief took up the live variables, at or past the kill.
+            assert row.resumed_from >= row.kill_step, f"the chief rolled the model back to {row.resumed_from}"
+            assert not faults.RESTORED.search(chief.output()), "the chief restored a checkpoint over the live ps"
+            assert chief.lines(r"resuming from the newest checkpoint"), chief.tail()
+            assert row.redone == 0
         else:
             assert row.resumed_from == ckpt_at_kill, "restored an older checkpoint than the newest one"
             # The step fetched with the train op is read before the update lands (in sync mode, before
             # the chief's aggregation), so the first line after a restore can repeat the restored step.
             assert first >= row.resumed_from, f"training restarted instead of resuming: {first} < {row.resumed_from}"
-            if victim == "worker0":
-                assert chief.lines(r"resuming from the newest checkpoint"), chief.tail()
         # kill_step >= ckpt_at_kill == resumed_from, so nothing negative is clamped away here.
         faults.assert_redone_at_most(row, CHECKPOINT_STEPS)
 
@@ -190,6 +185,8 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
         assert res["mode"] == mode
         assert res["global_step"] >= TRAIN_STEPS, res["global_step"]
         assert res["export_complete"] is True
+        # The story: one failure, of the victim (restarted by hand, so the cause is not known).
+        faults.assert_story(res, victim, row, None)
 
         x, y = load_csv(demo.demo_globs("mlp", str(demo_dir))[1])
         out = load_and_predict(res["export_dir"], x)

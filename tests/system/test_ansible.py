@@ -481,6 +481,8 @@ def test_killed_task_on_a_host_comes_back_and_the_job_completes(victim, mode, ba
                      faults.resumed_from(after, victim == "worker1", kill_step, victim))
     ansible_fault_table.append(row)
     faults.assert_redone_at_most(row, FAULT_CHECKPOINT)
+    # Docker's restart policy started the container again: nobody saw how the task died.
+    faults.assert_story(results, victim, row, None)
 
     # The SavedModel on the chief's host loads and predicts (a fresh container of the image).
     script = faults.predict_script("/m/export")

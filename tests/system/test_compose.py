@@ -383,6 +383,7 @@ def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, t
     row = Row(victim, mode, "yes", recover_s, kill_step, faults.resumed_from(chief_log, victim == "worker-1", kill_step, victim))
     fault_table.append(row)
     faults.assert_redone_at_most(row, FAULT_CHECKPOINT)
+    faults.assert_story(results, victim.replace("-", ""), row, "killed by SIGKILL")
 
     # The SavedModel loads and predicts, in a fresh container of the image, from the job's volume.
     volume = f"{job.project}_tfps-data"

@@ -50,6 +50,8 @@ RUN_FIELDS = {
     "tfps_replicas_to_aggregate": "replicas_to_aggregate",
     "tfps_checkpoint_steps": "checkpoint_steps",
     "tfps_final_save_timeout": "final_save_timeout",
+    "tfps_notify_every": "notify_every",
+    "tfps_stall_timeout": "stall_timeout",
     "tfps_model_dir": "model_dir",
     "tfps_export_dir": "export_dir",
 }

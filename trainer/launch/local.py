@@ -210,6 +210,10 @@ def _summary(cfg: RunConfig, code, launched: float, urls: list[str]) -> None:
         f"  export     {res.get('export_dir')} (complete: {res.get('export_complete')})",
         f"  results    {os.path.join(os.path.abspath(cfg.model_dir), results.RESULTS)}",
     ]
+    restarts = res.get("restarts") or []
+    if restarts:
+        lines.append(f"  recovered from {len(restarts)} failure(s): " +
+                     "; ".join(f"{r.get('task')} ({r.get('cause')})" for r in restarts))
     if res.get("error"):
         lines.append(f"  error      {res['error']['type']}: {res['error']['message']}")
     print("\n".join(lines), flush=True)

@@ -89,6 +89,14 @@ def _title(event: str, r: Mapping[str, Any]) -> str:
         return f"[tfps] ✘ job {job} FAILED{at}" + (f": {why}" if why else "")
     if event == "stopped":
         return f"[tfps] job {job} stopped{at}"
+    if event == "progress":
+        total = r.get("train_steps")
+        of = f" {step}/{total}" if step is not None and total else at.replace(" at step", "")
+        pct = f" ({100 * step / total:.0f}%)" if isinstance(step, int) and isinstance(total, int) and total else ""
+        return f"[tfps] job {job} progress: step{of}{pct}"
+    if event == "stalled":
+        names = ", ".join(str(s.get("task")) for s in r.get("stalled") or () if isinstance(s, Mapping))
+        return f"[tfps] ⚠ job {job} stalled" + (f": {names}" if names else "")
     if event == "started":
         cluster = r.get("cluster") if isinstance(r.get("cluster"), Mapping) else {}
         sizes = ", ".join(f"{len(v)} {k}{'s' if len(v) != 1 and not k.endswith('s') else ''}"
@@ -104,7 +112,46 @@ _SUMMARY = {
     "failed": "Training failed.",
     "stopped": "Training was stopped before its last step.",
     "started": "Training started.",
+    "progress": "Training is running.",
+    "stalled": "Part of the job makes no progress (the job goes on; a stall never fails it).",
 }
+
+
+def _restart(x: Mapping[str, Any]) -> str:
+    """One failure the job recovered from, on one line."""
+    parts = [str(x.get("task") or "?")]
+    if x.get("cause"):
+        parts.append(str(x["cause"]))
+    if x.get("time"):
+        parts.append(f"at {_time(x['time'])}")
+    line = ", ".join(parts)
+    if x.get("resumed_from") is not None:
+        how = {"joined": " (the live state on the ps)", "restored": " (a checkpoint)"}.get(x.get("how"), "")
+        line += f"; resumed from step {x['resumed_from']}{how}"
+    if x.get("steps_redone") is not None:
+        line += f", {x['steps_redone']} step(s) redone"
+    return line
+
+
+def _story(event: str, r: Mapping[str, Any]) -> list[str]:
+    """The lines about stalls, resumptions and restarts (none for a clean run)."""
+    lines: list[str] = []
+    stalled = [s for s in r.get("stalled") or () if isinstance(s, Mapping)]
+    if stalled:
+        limit = r.get("stall_timeout")
+        lines.append("No progress" + (f" for {_seconds(limit)}" if limit else "") + ":")
+        lines += [f"  - {s.get('task')}: last at global step {s.get('last_step')}, since {_time(s.get('since'))}"
+                  for s in stalled]
+    resumed = [str(x) for x in r.get("resumed") or ()]
+    if resumed:
+        lines.append("Progress resumed:")
+        lines += [f"  - {x}" for x in resumed]
+    restarts = [x for x in r.get("restarts") or () if isinstance(x, Mapping)]
+    if restarts:
+        n = len(restarts)
+        lines.append(f"Recovered from {n} failure{'s' if n != 1 else ''}:")
+        lines += [f"  - {_restart(x)}" for x in restarts]
+    return lines
 
 
 def format_message(event: str, results: Mapping[str, Any]) -> tuple[str, str]:
@@ -114,7 +161,10 @@ def format_message(event: str, results: Mapping[str, Any]) -> tuple[str, str]:
     values are left out rather than shown as None. Keys used: job, status, exit_code,
     model, mode, started_at, ended_at, duration_s, global_step, train_steps, final_loss,
     metrics, eval_metrics, times, checkpoint, export_dir, export_complete, model_dir,
-    cluster, task, host, error {type, message, traceback_tail}.
+    cluster, task, host, error {type, message, traceback_tail}; during the job loss,
+    examples_per_sec, eta_s, workers {name: {steps, examples_per_sec}}, stalled [{task,
+    last_step, since}], stall_timeout, resumed [lines]; restarts [{task, time, cause,
+    resumed_from, how, steps_redone}].
     """
     r = results if isinstance(results, Mapping) else {}
     title = _title(event, r)
@@ -165,6 +215,9 @@ def format_message(event: str, results: Mapping[str, Any]) -> tuple[str, str]:
     elif total:
         row("train steps", total)
     row("final loss", _num(r["final_loss"]) if r.get("final_loss") is not None else None)
+    row("loss", _num(r["loss"]) if r.get("loss") is not None else None)
+    row("examples/s", _num(r["examples_per_sec"]) if r.get("examples_per_sec") is not None else None)
+    row("ETA", _seconds(r["eta_s"]) if r.get("eta_s") is not None else None)
     row("metrics", _pairs(r.get("metrics")))
     row("eval", _pairs(r.get("eval_metrics")))
     row("checkpoint", r.get("checkpoint"))
@@ -172,13 +225,22 @@ def format_message(event: str, results: Mapping[str, Any]) -> tuple[str, str]:
         state = {True: " (complete)", False: " (INCOMPLETE: no completion marker)"}.get(r.get("export_complete"), "")
         row("export", f"{r['export_dir']}{state}")
     row("model dir", r.get("model_dir"))
+    workers = r.get("workers") if isinstance(r.get("workers"), Mapping) else {}
+    row("workers", "; ".join(f"{name} {w.get('steps')} steps, {_num(w.get('examples_per_sec'))} examples/s"
+                             for name, w in workers.items() if isinstance(w, Mapping)))
     row("hosts", _cluster(r.get("cluster")))
     row("image", r.get("image"))
     where = " on ".join(str(x) for x in (r.get("task"), r.get("host")) if x)
     row("sent by", where)
 
     width = max(len(label) for label, _ in rows) + 2 if rows else 0
+    story = _story(event, r)
+    if r.get("restarts") and event in ("succeeded", "stopped"):
+        n = len(r["restarts"])
+        summary += f" The job recovered from {n} failure{'s' if n != 1 else ''}."
     lines = [summary, ""] + [f"{label.ljust(width)}{value}" for label, value in rows]
+    if story:
+        lines += [""] + story
     tail = str(error.get("traceback_tail") or "").rstrip() if error else ""
     if tail:
         tail_lines = tail.splitlines()[-TRACEBACK_LINES:]

@@ -27,8 +27,9 @@ from trainer.notify.urls import ENV_URLS, ENV_URLS_FILE, collect_urls
 
 log = logging.getLogger("tfps.notify")
 
-#: The events a job can report. ``started`` is sent only when asked for.
-EVENTS = ("started", "succeeded", "failed", "stopped")
+#: The events a job can report. ``started`` and ``progress`` are sent only when asked for
+#: (``--notify_started``, ``--notify_every``); ``stalled`` when ``--stall_timeout`` passes without progress.
+EVENTS = ("started", "progress", "stalled", "succeeded", "failed", "stopped")
 #: A service tagged ``always`` receives every event (apprise's own name for this tag).
 ALWAYS = apprise.common.MATCH_ALWAYS_TAG
 DEFAULT_TIMEOUT = 15.0
@@ -39,6 +40,8 @@ MAX_ATTEMPTS = 2
 
 NOTIFY_TYPES = {
     "started": apprise.NotifyType.INFO,
+    "progress": apprise.NotifyType.INFO,
+    "stalled": apprise.NotifyType.WARNING,
     "succeeded": apprise.NotifyType.SUCCESS,
     "failed": apprise.NotifyType.FAILURE,
     "stopped": apprise.NotifyType.WARNING,

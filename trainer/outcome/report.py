@@ -14,7 +14,7 @@ import socket
 import time
 import traceback
 
-from trainer.outcome import results
+from trainer.outcome import journal, results
 
 log = logging.getLogger("tfps")
 
@@ -51,9 +51,13 @@ def _notifier(cfg):
 class Reporter:
     """The chief's report of one job: the "started" message, then results.json and the end message."""
 
-    def __init__(self, cfg, task, setup, started_iso: str, started_wall: float):
+    def __init__(self, cfg, task, setup, started_iso: str, started_wall: float, story=None):
         self.cfg, self.task, self.setup = cfg, task, setup
         self.started_iso, self.started_wall = started_iso, started_wall
+        self.story = story   # trainer.outcome.journal.Story: the job's first start and its restarts
+        if story is not None:
+            self.started_wall = story.first_start()
+            self.started_iso = journal.iso(self.started_wall)
         self.notifier = _notifier(cfg)
 
     def base(self) -> dict:
@@ -69,6 +73,8 @@ class Reporter:
         }
 
     def started(self) -> None:
+        if self.story is not None and self.story.attempt > 0:
+            return   # a restarted chief: the job started once, and said so then
         if self.cfg.notify_started and self.notifier is not None and self.notifier.enabled:
             self.notifier.send("started", {**self.base(), "status": "started"})
 
@@ -80,8 +86,17 @@ class Reporter:
         if self.notifier is not None and self.notifier.enabled:
             self.notifier.send(status, res)
 
+    def send_event(self, event: str, res: dict) -> None:
+        """A message during the job (progress, stalled): from the chief's watch thread."""
+        if self.notifier is not None and self.notifier.enabled:
+            self.notifier.send(event, res)
+
+    def send_budget(self) -> float:
+        """Seconds one message may take at most (the Notifier's bound), plus a margin."""
+        return (self.notifier.timeout if self.notifier is not None else 0.0) + 5.0
+
     def finished(self, *, status, exit_code, step, checkpoint, export_dir, train_summary, eval_metrics,
-                 error, times) -> dict:
+                 error, times, watched: dict | None = None) -> dict:
         ended = time.time()
         res = self.base()
         final_loss = train_summary.pop("loss", None) if train_summary else None
@@ -92,11 +107,17 @@ class Reporter:
             "times": times, "checkpoint": checkpoint, "export_dir": export_dir,
             "export_complete": bool(export_dir and results.export_complete(export_dir)),
         })
+        if self.story is not None:
+            res["restarts"] = self.story.restarts()
+            res["attempt_started_at"] = journal.iso(self.story.started_wall)
+        res.update(watched or {})
         err = format_error(error)
         if err:
             res["error"] = err
         path = os.path.join(self.cfg.model_dir, results.RESULTS)
         results.write_json_atomic(path, res)
+        if self.story is not None:
+            self.story.end(status)   # the next run in this model_dir tells a story of its own
         log.info("chief: job %s %s at step %d; results in %s", res["job"], status, step, path)
         self.notify(res)
         return res

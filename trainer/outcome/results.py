@@ -45,10 +45,11 @@ def append_history(model_dir: str, record: dict) -> None:
         fh.write(json.dumps(record) + "\n")
 
 
-def read_history(model_dir: str) -> list[dict]:
+def read_jsonl(path: str) -> list:
+    """The records of a JSON-lines file; a line cut short by a kill is skipped."""
     out = []
     try:
-        with open(os.path.join(model_dir, HISTORY)) as fh:
+        with open(path) as fh:
             for line in fh:
                 try:
                     out.append(json.loads(line))
@@ -57,6 +58,10 @@ def read_history(model_dir: str) -> list[dict]:
     except OSError:
         pass
     return out
+
+
+def read_history(model_dir: str) -> list[dict]:
+    return read_jsonl(os.path.join(model_dir, HISTORY))
 
 
 def check_model_dir(model_dir: str, identity: dict) -> bool | None:

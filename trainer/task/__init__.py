@@ -4,7 +4,9 @@
 (worker 0) also checkpoints, exports and reports. ``lifecycle`` holds what they share
 (signals, the "done" queues, session settings), ``setup`` what a job trains, ``hooks``
 the MonitoredSession hooks, ``watchdog`` the startup bound, ``export`` the final
-SavedModel, ``supervise`` the ``--restarts`` supervisor. Only ``run_task`` and the
+SavedModel, ``supervise`` the ``--restarts`` supervisor, ``board`` each worker's progress
+on ps 0, ``watch`` the chief's stall and progress watch, ``rejoin`` the chief's session
+creator that joins the live ps. Only ``run_task`` and the
 modules it loads import TensorFlow.
 """
 

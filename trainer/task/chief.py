@@ -4,14 +4,18 @@ The end of the job is the point of this module (README, "The end of a job"): the
 chief's last checkpoint is written by ``CheckpointSaverHook.end``; the SavedModel is
 exported afterwards from the newest checkpoint in a fresh graph (trainer.task.export),
 then results.json and the one completion message (trainer.outcome.report), and only
-then the "done" tokens that let the ps exit. The chief restores the newest checkpoint
-of its model_dir when it starts and logs ``restored checkpoint of step N``
-(trainer.task.hooks).
+then the "done" tokens that let the ps exit. When it starts, the chief joins the live
+variables of the ps if every ps still holds them (a restarted chief: ``joined the live
+variables on the ps at step N``), else restores the newest checkpoint of its model_dir
+(``restored checkpoint of step N``; trainer.task.rejoin). It keeps the job's story across
+its restarts (trainer.outcome.journal) and watches the workers' progress while they train
+(trainer.task.watch).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 
@@ -19,9 +23,10 @@ from trainer import data as data_mod
 from trainer import timeouts
 from trainer.cluster.spec import split_target
 from trainer.exitcodes import ExitCode
-from trainer.outcome import report, results
+from trainer.outcome import journal, report, results
 from trainer.task.lifecycle import session_config
 from trainer.task.setup import JobSetup
+from trainer.task.watch import JobWatch
 from trainer.task.worker import Worker
 
 log = logging.getLogger("tfps")
@@ -30,12 +35,17 @@ log = logging.getLogger("tfps")
 class Chief(Worker):
     """Worker 0 from start to exit code: it alone writes to model_dir and sends messages."""
 
+    story: journal.Story | None = None   # the job's story (trainer.outcome.journal), once model_dir is claimed
+    publisher = None                      # this chief's board hook (trainer.task.board), with the latest loss
+    sessions = 0                          # sessions created so far (MonitoredSession recreates them)
+
     def report_untrained_failure(self, error: Exception, code: ExitCode, write_results: bool) -> None:
         """The chief's "failed" report for a job that never trained (bad input, a task that
         never started): results.json from the newest checkpoint and the message, or, when
         model_dir may not be written (another job's, or not claimed yet), the message only."""
         import tensorflow as tf
-        reporter = report.Reporter(self.cfg, self.task, self.setup, self.started_iso, self.started_wall)
+        reporter = report.Reporter(self.cfg, self.task, self.setup, self.started_iso, self.started_wall,
+                                   story=self.story)
         if not write_results:
             reporter.notify_only("failed", int(code), error)
             return
@@ -50,12 +60,16 @@ class Chief(Worker):
         cfg = self.cfg
         resuming = results.claim_model_dir(cfg.model_dir, setup.identity())
         self.claimed = True
+        self.story = journal.Story(cfg.model_dir, self.task.name).begin(
+            self.started_wall, os.environ.get(journal.RESTART_CAUSE_ENV))
         if resuming:
             log.info("resuming from the newest checkpoint in %s", cfg.model_dir)
 
     def _role_hooks(self, server, scaffold) -> tuple[list, object]:
         import tensorflow as tf
-        from trainer.task.hooks import ReleaseSyncTokensHook, RestoreLoggingChiefSessionCreator
+        from trainer.task.board import publish_hook
+        from trainer.task.hooks import ReleaseSyncTokensHook
+        from trainer.task.rejoin import LiveJoiningChiefSessionCreator
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
         hooks = [
@@ -66,21 +80,40 @@ class Chief(Worker):
         ]
         if self.ops["release_tokens"] is not None:
             hooks.append(ReleaseSyncTokensHook(self.ops["release_tokens"]))
-        creator = RestoreLoggingChiefSessionCreator(scaffold=scaffold, master=server.target,
-                                                    config=session_config(task, cfg), checkpoint_dir=cfg.model_dir)
+        self.publisher = publish_hook(self.ops["board"], self, {"loss": self.ops["loss"], **self.ops["metrics"]})
+        hooks.append(self.publisher)
+        creator = LiveJoiningChiefSessionCreator(scaffold=scaffold, master=server.target,
+                                                 config=session_config(task, cfg), checkpoint_dir=cfg.model_dir,
+                                                 global_step=self.ops["global_step"],
+                                                 token_queue=self.ops["token_queue"], on_session=self._on_session)
         return hooks, creator
+
+    def _on_session(self, how: str, step: int, lost: list[str]) -> None:
+        """A session of this chief was created: the job's story learns where training resumed."""
+        self.sessions += 1
+        if self.sessions == 1:
+            if self.story.attempt > 0:
+                self.story.resumed(step, how)
+        elif how != "joined":
+            # MonitoredSession recreated the session: a ps was lost, and it lost the variables.
+            who = ", ".join(lost) or "a ps"
+            log.warning("chief: %s lost its variables; training resumed from step %d", who, step)
+            self.story.restart(who, "lost peer: the ps came back without its variables", time.time(), step,
+                               self.last_seen_step - step, how)
 
     def _run_trained(self, setup: JobSetup, server, graph, ops) -> ExitCode:
         import tensorflow as tf
         from trainer.task import export
         self.ops = ops
         cfg, task = self.cfg, self.task
-        reporter = report.Reporter(cfg, task, setup, self.started_iso, self.started_wall)
+        reporter = report.Reporter(cfg, task, setup, self.started_iso, self.started_wall, story=self.story)
         reporter.started()
         error = None
         progress = None
         t_train = time.time()
+        watch = JobWatch(self, server, graph, ops["board"], ops["global_step"], reporter)
         try:
+            watch.start()
             progress = self._train(server, graph)
             status = "stopped" if self.stop.requested else "succeeded"
         except Exception as e:  # noqa: BLE001 - every failure must be reported
@@ -88,6 +121,8 @@ class Chief(Worker):
             status = "failed"
             log.error("chief: training failed: %s: %s", type(e).__name__, e)
             self._end_rpc(server, graph, ops["raise_flag"], "ask the other workers to stop")
+        # No progress or stall message may follow the final one.
+        watch.stop(reporter.send_budget())
         t_save = time.time()
         ckpt = tf.train.latest_checkpoint(cfg.model_dir)
         ckpt_step = int(ckpt.rsplit("-", 1)[1]) if ckpt else 0
@@ -117,7 +152,7 @@ class Chief(Worker):
         code = {"succeeded": ExitCode.OK, "stopped": ExitCode.STOPPED}.get(status, ExitCode.TRAINING_FAILED)
         reporter.finished(status=status, exit_code=int(code), step=step, checkpoint=ckpt, export_dir=export_dir,
                           train_summary=progress.summary() if progress else {}, eval_metrics=eval_metrics,
-                          error=error, times={
+                          error=error, watched=watch.summary(), times={
                               "startup_s": round((self.first_step_at or t_train) - self.started_wall, 3),
                               "training_s": round(t_save - (self.first_step_at or t_train), 3),
                               "final_save_s": round(t_end - t_save, 3)})

@@ -17,6 +17,7 @@ import time
 
 from trainer import timeouts
 from trainer.exitcodes import ExitCode
+from trainer.outcome.journal import RESTART_CAUSE_ENV, RESTART_SIGNAL_ENV, signal_cause
 
 log = logging.getLogger("tfps")
 
@@ -69,6 +70,9 @@ def supervise(argv: list[str], restarts: int, name: str) -> ExitCode | int:
                           f"{restarts} restart(s) used")
             return _exit_code(rc)
         attempt += 1
+        # The next process tells the job's story (trainer.outcome.journal): why this one ended.
+        env[RESTART_CAUSE_ENV] = signal_cause(-rc)
+        env[RESTART_SIGNAL_ENV] = str(-rc)
         log.warning("%s: the task process was killed by %s; starting it again (%d/%d)", name,
                     signal.Signals(-rc).name, attempt, restarts)
         time.sleep(timeouts.RESTART_DELAY_SECS)

@@ -28,6 +28,7 @@ from trainer.config import RunConfig
 from trainer.errors import ConfigError
 from trainer.exitcodes import ExitCode
 from trainer.outcome import results
+from trainer.task.board import Board, publish_hook
 from trainer.task.lifecycle import StopSignal, cluster_spec, done_queue, session_config, stop_flag, write_health
 from trainer.task.setup import JobSetup
 from trainer.task.watchdog import StartupWatchdog
@@ -66,7 +67,7 @@ class Worker:
     def _role_hooks(self, server, scaffold) -> tuple[list, object]:
         """(extra hooks, session creator) of this task's MonitoredSession."""
         from trainer.task.hooks import FastWorkerSessionCreator
-        return [], FastWorkerSessionCreator(scaffold=scaffold, master=server.target,
+        return [publish_hook(self.ops["board"], self)], FastWorkerSessionCreator(scaffold=scaffold, master=server.target,
                                             config=session_config(self.task, self.cfg))
 
     def _run_trained(self, setup: JobSetup, server, graph, ops) -> ExitCode:
@@ -106,9 +107,11 @@ class Worker:
                 with v1.control_dependencies(spec.update_ops):   # e.g. BatchNormalization's moving statistics
                     train_op = opt.minimize(spec.loss, global_step=global_step)
                 ops["release_tokens"] = opt.get_init_tokens_op(task.num_workers) if cfg.sync_replicas else None
+                ops["token_queue"] = getattr(opt, "_sync_token_queue", None) if cfg.sync_replicas else None
                 ops["sync_hook"] = opt.make_session_run_hook(task.is_chief) if cfg.sync_replicas else None
             flag = stop_flag()
             ops["flag"], ops["raise_flag"] = flag, flag.assign(True)
+            ops["board"] = Board(task.num_workers, task.index)
             v1.summary.scalar("loss", spec.loss)
             for k, t in spec.metrics.items():
                 v1.summary.scalar(k, t)

@@ -1,0 +1,168 @@
+"""The job's whole story: restarts in results.json and the message, stall alerts, progress messages.
+
+Real local clusters (``python -m trainer run`` per task, the classic flags of
+``trainer.cluster.local_plan``) and a real webhook (tests/servers.py):
+
+* the ps and then the chief of a sync job are SIGKILLed under ``tfps run --restarts``: the
+  job succeeds; results.json and the one final message tell both failures, the job's first
+  start and its whole duration; the restarted chief joined the ps's live variables and
+  redid no step;
+* one worker of an async job is frozen (SIGSTOP) past ``--stall_timeout``: exactly one
+  "stalled" message names it, progress messages come before and after, the next message
+  says it resumed, and exactly one final message ends the job.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+import time
+
+import pytest
+
+from integration_helpers import Proc, Processes, _stat, assert_nothing_left, base_env, poll, read_results, run_flags
+
+pytestmark = pytest.mark.integration
+
+PACED_MODEL = "tests.fixtures.paced_model:model_fn"
+
+
+def start_cluster(procs: Processes, model_dir, *extra, steps: int, env: dict[str, dict[str, str]]):
+    from trainer.cluster import local_plan
+    plan = local_plan(1, 2)
+    tasks: dict[str, Proc] = {}
+    for t in plan.tasks:
+        tasks[t.name] = procs.tfps(t.name, "run", *plan.task_ref(t).to_flags(),
+                                   *run_flags(model_dir, "--log_steps", 10, *extra, steps=steps),
+                                   env=base_env(**env.get(t.name, {})))
+    return tasks, [t.port for t in plan.tasks]
+
+
+def task_child(supervisor: Proc) -> int | None:
+    """The pid of the task process a ``tfps run --restarts`` supervisor runs now."""
+    for pid in supervisor.alive_family():
+        st = _stat(pid)
+        if pid != supervisor.pid and st and st[1] == supervisor.pid:
+            return pid
+    return None
+
+
+def kill_task(supervisor: Proc) -> None:
+    pid = poll(lambda: task_child(supervisor), 30, f"the task process of {supervisor.name}", supervisor)
+    import os
+    os.kill(pid, signal.SIGKILL)
+
+
+def progress(proc: Proc, since: int = 0) -> list[int]:
+    import faults
+    return faults.progress_steps(proc.output()[since:])
+
+
+def test_ps_then_chief_killed_the_story_tells_both(procs, tmp_path, webhook_server):
+    model_dir = tmp_path / "model"
+    tasks, ports = start_cluster(procs, model_dir, "--restarts", 2, "--sync_replicas", "--checkpoint_steps", 100,
+                                 "--sync_timeout", 300, steps=700,
+                                 env={"worker0": {"APPRISE_URLS": webhook_server.url()}})
+    chief, ps = tasks["worker0"], tasks["ps0"]
+    everyone = list(tasks.values())
+
+    # 1. The ps, once a checkpoint exists: the chief repopulates the restarted ps from it.
+    poll(lambda: (model_dir / "model.ckpt-100.index").exists(), 300, "the first checkpoint", *everyone)
+    kill_task(ps)
+    lost = poll(lambda: chief.lines(r"chief: ps0 lost its variables; training resumed from step (\d+)"), 300,
+                      "the chief's recovery from the lost ps", *everyone)
+    ps_resumed = int(lost[0].group(1))
+    assert ps_resumed >= 100
+
+    # 2. The chief, a few steps later: it joins the live variables of the surviving ps.
+    at = len(chief.output())
+    poll(lambda: [s for s in progress(chief, at) if s >= ps_resumed + 20], 300, "progress after the ps came back",
+               *everyone)
+    killed_at = max(progress(chief))
+    kill_task(chief)
+    joined = poll(lambda: chief.lines(r"joined the live variables on the ps at step (\d+)"), 300,
+                        "the restarted chief joining the ps", *everyone)
+    assert int(joined[0].group(1)) >= killed_at   # nothing rolled back
+
+    for p in everyone:
+        assert p.wait(300) == 0, f"{p.name}:\n{p.tail()}"
+    assert chief.lines(r"the task process was killed by SIGKILL; starting it again \(1/2\)")
+
+    res = read_results(model_dir)
+    assert res["status"] == "succeeded", res.get("error")
+    assert res["export_complete"] is True and res["global_step"] >= 700
+    restarts = res["restarts"]
+    assert [r["task"] for r in restarts] == ["ps0", "worker0"], restarts
+    assert restarts[0]["resumed_from"] == ps_resumed and "lost peer" in restarts[0]["cause"]
+    assert restarts[1]["cause"] == "killed by SIGKILL"
+    assert restarts[1]["how"] == "joined" and restarts[1]["steps_redone"] == 0, restarts[1]
+    assert restarts[1]["resumed_from"] >= killed_at
+    # The whole job: from the first chief's start, not the last attempt's.
+    started = dt.datetime.fromisoformat(res["started_at"])
+    attempt = dt.datetime.fromisoformat(res["attempt_started_at"])
+    ended = dt.datetime.fromisoformat(res["ended_at"])
+    assert started < attempt, (res["started_at"], res["attempt_started_at"])
+    assert abs(res["duration_s"] - (ended - started).total_seconds()) <= 1.5, res["duration_s"]
+    assert set(res["workers"]) == {"worker0", "worker1"}
+    assert all(w["steps"] > 0 for w in res["workers"].values()), res["workers"]
+
+    # One message, and it tells the story.
+    messages = webhook_server.bodies()
+    assert len(messages) == 1, [m.get("title") for m in messages]
+    title, body = messages[0]["title"], messages[0]["message"]
+    assert "succeeded" in title, title
+    assert "Recovered from 2 failures:" in body, body
+    assert "- ps0, lost peer" in body and "- worker0, killed by SIGKILL" in body, body
+    assert "0 step(s) redone" in body, body
+    assert_nothing_left(ports, *everyone)
+
+
+def test_frozen_worker_gets_one_stalled_message(procs, tmp_path, webhook_server):
+    model_dir = tmp_path / "model"
+    # The chief's steps are paced so that the job outlasts the freeze (worker1 trains at full speed
+    # until it is frozen, then the chief alone goes on).
+    tasks, ports = start_cluster(procs, model_dir, "--model", PACED_MODEL, "--stall_timeout", 8,
+                                 "--notify_every", 3, steps=2500,
+                                 env={"worker0": {"APPRISE_URLS": webhook_server.url(),
+                                                  "TFPS_TEST_STEP_SECS": "0.08"}})
+    chief, worker1 = tasks["worker0"], tasks["worker1"]
+    everyone = list(tasks.values())
+
+    def titles() -> list[str]:
+        return [str(m.get("title")) for m in webhook_server.bodies()]
+
+    poll(lambda: progress(worker1), 300, "worker1's progress", *everyone)
+    poll(lambda: any("progress" in t for t in titles()), 120, "a progress message", *everyone)
+    worker1.signal(signal.SIGSTOP)
+    try:
+        poll(lambda: any("stalled" in t for t in titles()), 120, "the stalled message", chief)
+        n_stalled = len(titles())
+        # Frozen for a while longer: still one stalled message.
+        poll(lambda: sum("progress" in t for t in titles()[n_stalled:]) >= 2, 60,
+                   "progress messages during the stall", chief)
+    finally:
+        worker1.signal(signal.SIGCONT)
+    for p in everyone:
+        assert p.wait(300) == 0, f"{p.name}:\n{p.tail()}"
+
+    messages = webhook_server.bodies()
+    kinds = [("stalled" if "stalled" in m["title"] else "progress" if "progress" in m["title"] else
+              "final" if "succeeded" in m["title"] else m["title"]) for m in messages]
+    assert kinds.count("stalled") == 1, kinds
+    assert kinds.count("final") == 1 and kinds[-1] == "final", kinds
+    i = kinds.index("stalled")
+    assert "progress" in kinds[:i] and "progress" in kinds[i + 1:], kinds
+    stalled = messages[i]
+    assert "worker1" in stalled["title"] and "worker0" not in stalled["title"], stalled["title"]
+    assert "- worker1: last at global step" in stalled["message"], stalled["message"]
+    # The first message after worker1 trained again says so.
+    after = [m for m in messages[i + 1:] if "Progress resumed:" in m["message"]]
+    assert after and "worker1 resumed at step" in after[0]["message"], [m["message"] for m in messages[i + 1:]]
+    progress_bodies = [m["message"] for m, k in zip(messages, kinds) if k == "progress"]
+    assert all("ETA" in b or "examples/s" in b for b in progress_bodies), progress_bodies[:1]
+
+    res = read_results(model_dir)
+    assert res["status"] == "succeeded" and res["restarts"] == []
+    assert [s["task"] for s in res["stalls"]] == ["worker1"], res["stalls"]
+    assert res["stalls"][0].get("resumed_at"), res["stalls"]
+    assert_nothing_left(ports, *everyone)

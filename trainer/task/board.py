@@ -1,0 +1,93 @@
+"""The progress board: each worker's own progress, published on ps 0 for the chief to watch.
+
+The global step says that the job advances, not that every worker does: in async mode a
+frozen worker goes unnoticed while the others train on. So each worker writes a small
+vector, its board, into a variable of its own on ps 0 (shared by name, like the stop
+flag) about once a second, as part of a training step it runs anyway:
+
+    [steps this process trained, the global step, when this process started, the signal
+     that ended its predecessor (0: unknown or none)]
+
+The chief reads every board from a thread of its own (trainer.task.watch): stalls, restarts
+of workers, per-worker figures. The variables are in no collection: never checkpointed,
+never initialised by anyone but their writer (assigning initialises them), so a worker that
+joins never resets another's board; a board nobody wrote yet cannot be read.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from trainer.outcome.journal import RESTART_SIGNAL_ENV
+
+#: Seconds between two writes of a worker's board.
+PUBLISH_SECS = 1.0
+FIELDS = ("local_steps", "global_step", "started", "restart_signal")
+
+
+class Board:
+    """The board variables of every worker and the ops to write this worker's, read anyone's."""
+
+    def __init__(self, num_workers: int, index: int):
+        import tensorflow as tf
+        v1 = tf.compat.v1
+        self.index = index
+        with v1.device("/job:ps/task:0"):
+            self.vars = [v1.get_variable(f"tfps_board_worker{i}", shape=[len(FIELDS)], dtype=tf.float64,
+                                         initializer=v1.zeros_initializer(), trainable=False, collections=[])
+                         for i in range(num_workers)]
+            self.value = v1.placeholder(tf.float64, shape=[len(FIELDS)], name="tfps_board_value")
+            self.publish = self.vars[index].assign(self.value).op
+        self.read = [v.read_value() if hasattr(v, "read_value") else v.value() for v in self.vars]
+
+
+def restart_signal() -> int:
+    """The signal that killed this task's predecessor, when a supervisor said so (else 0)."""
+    try:
+        return int(os.environ.get(RESTART_SIGNAL_ENV, "0"))
+    except ValueError:
+        return 0
+
+
+def publish_hook(board: Board, job, extra_fetches: dict | None = None):
+    """A SessionRunHook that writes this worker's board at most every PUBLISH_SECS.
+
+    ``extra_fetches`` (the chief's loss and metrics) are fetched with the same steps, for
+    the chief's progress messages: one step a second, never a step of its own.
+    """
+    import tensorflow as tf
+    v1 = tf.compat.v1
+
+    class BoardPublishHook(v1.train.SessionRunHook):
+        def __init__(self):
+            self.local_steps = 0
+            self.next_write = 0.0
+            self.signal = restart_signal()
+            self.latest: dict = {}
+
+        def value(self) -> list:
+            return [self.local_steps, job.last_seen_step, job.started_wall, self.signal]
+
+        def before_run(self, run_context):
+            now = time.monotonic()
+            if now < self.next_write:
+                return None
+            self.next_write = now + PUBLISH_SECS
+            return v1.train.SessionRunArgs({"publish": board.publish, **(extra_fetches or {})},
+                                           feed_dict={board.value: self.value()})
+
+        def end(self, session):
+            # The last figures, for the chief's final report.
+            try:
+                session.run(board.publish, feed_dict={board.value: self.value()},
+                            options=v1.RunOptions(timeout_in_ms=5000))
+            except tf.errors.OpError:
+                pass
+
+        def after_run(self, run_context, run_values):
+            self.local_steps += 1
+            if run_values.results:
+                self.latest = {k: v for k, v in run_values.results.items() if k != "publish"}
+
+    return BoardPublishHook()
