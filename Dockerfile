@@ -43,9 +43,25 @@ RUN --mount=type=secret,id=pip_cert,required=false \
     if [ -f /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi \
  && python3 -c 'import tomllib; print("\n".join(tomllib.load(open("/src/pyproject.toml", "rb"))["project"]["dependencies"]))' >/tmp/requirements.txt \
  && /opt/tfps/bin/pip install -r /tmp/requirements.txt \
- && rm /tmp/requirements.txt \
- # C/C++ headers are only for compiling custom ops against TensorFlow.
- && rm -rf /opt/tfps/lib/python3*/site-packages/tensorflow/include
+ && rm /tmp/requirements.txt
+# What a trainer never needs at run time (docs/benchmarks.md, "Image size"):
+# * C/C++ headers (tensorflow/include) and libclang (a build-time dependency of
+#   TensorFlow's own code generators), the packages' test suites, pip's caches;
+# * the symbol tables of TensorFlow's shared libraries (strip --strip-unneeded keeps the
+#   dynamic symbols that loading needs: 788 MB -> 583 MB for libtensorflow_cc). Not the
+#   libraries auditwheel patched (numpy.libs and the like): stripping breaks those;
+# * the byte code of modules a task never imports: every __pycache__ is dropped, then
+#   the imports of a training task are run once so that exactly their byte code is back
+#   (the image runs as a user who cannot write /opt/tfps, so a missing .pyc would be
+#   compiled again at every start).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends binutils \
+ && site=$(echo /opt/tfps/lib/python3*/site-packages) \
+ && rm -rf "$site"/tensorflow/include "$site"/clang "$site"/libclang-* /root/.cache \
+ && find /opt/tfps -depth -type d \( -name tests -o -name __pycache__ \) -exec rm -rf {} + \
+ && find "$site"/tensorflow -name '*.so*' -type f -exec strip --strip-unneeded {} + \
+ && TF_CPP_MIN_LOG_LEVEL=3 /opt/tfps/bin/python -c 'import tensorflow as tf, tf_keras, numpy, yaml, apprise, matplotlib.pyplot; v1 = tf.compat.v1; v1.disable_eager_execution(); v1.train.MonitoredSession, v1.saved_model.Builder, tf.data.Dataset, tf.distribute.Server' \
+ && rm -rf /var/lib/apt/lists/*
 
 # ---- the project itself, as a wheel (a code change rebuilds only this and one tiny layer) -
 FROM venv AS wheel

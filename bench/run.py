@@ -164,41 +164,71 @@ def run_ps_first(kind: str, steps: int) -> dict[str, float]:
     return first
 
 
+# ------------------------------------------------------------------------------ repeats
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def spread(xs, fmt="{:.2f}") -> str:
+    """The median of the runs, with their range: ``1.23 (1.10-1.40)``."""
+    return fmt.format(median(xs)) + (f" ({fmt.format(min(xs))}-{fmt.format(max(xs))})" if len(xs) > 1 else "")
+
+
+def stats(xs) -> dict:
+    return {"median": median(xs), "min": min(xs), "max": max(xs), "runs": list(xs)}
+
+
 # ------------------------------------------------------------------------------ benches
-def bench_startup(rows, quick):
+def bench_startup(rows, quick, repeat):
+    """Each scenario ``repeat`` times, tfps and classic alternating (same load for both)."""
     steps = 300 if quick else 600
-    t = run_tfps(steps, 64)
-    c = run_classic(steps, 64)
-    rows.append(("start-up: launch -> all workers training (s)", f"{max(t['first'].values()):.2f}",
-                 f"{max(c['first'].values()):.2f}",
-                 f"{max(c['first'].values()) / max(t['first'].values()):.1f}x sooner", ""))
-    # The non-chief's join, with the ps already serving when the workers start: the classic
-    # non-chief then finds the model not yet initialised and sleeps MonitoredTrainingSession's
-    # 30 s; started all at once (above), both wait for the ps and the poll may not show.
-    tp, cp = run_ps_first("tfps", steps), run_ps_first("classic", steps)
-    tj = tp["worker1"] - tp["worker0"]
-    cj = cp["worker1"] - cp["worker0"]
-    rows.append(("start-up, ps serving: non-chief joins after the chief (s)", f"{tj:.2f}", f"{cj:.2f}",
-                 f"{cj / max(tj, 0.05):.1f}x sooner", "within 2 s, >= 10x"))
-    rows.append(("start-up, ps serving: launch -> all workers training (s)", f"{max(tp.values()):.2f}",
-                 f"{max(cp.values()):.2f}", f"{max(cp.values()) / max(tp.values()):.1f}x sooner", ""))
-    return {"all_at_once": {"tfps": t["first"], "classic": c["first"]},
-            "ps_serving": {"tfps": tp, "classic": cp}}
+    t, c, tp, cp = [], [], [], []
+    for _ in range(repeat):
+        t.append(max(run_tfps(steps, 64)["first"].values()))
+        c.append(max(run_classic(steps, 64)["first"].values()))
+        # The non-chief's join, with the ps already serving when the workers start: the classic
+        # non-chief then finds the model not yet initialised and sleeps MonitoredTrainingSession's
+        # 30 s; started all at once (above), both wait for the ps and the poll may not show.
+        tp.append(run_ps_first("tfps", steps))
+        cp.append(run_ps_first("classic", steps))
+    tj = [r["worker1"] - r["worker0"] for r in tp]
+    cj = [r["worker1"] - r["worker0"] for r in cp]
+    ratios = [b / a for a, b in zip(t, c)]
+    rows.append(("start-up, all at once: launch -> all workers training (s)", spread(t), spread(c),
+                 spread(ratios) + "x sooner", ">= 1.0x"))
+    rows.append(("start-up, ps serving: non-chief joins after the chief (s)", spread(tj), spread(cj),
+                 spread([b / max(a, 0.05) for a, b in zip(tj, cj)], "{:.1f}") + "x sooner", "within 2 s, >= 10x"))
+    tpm, cpm = [max(r.values()) for r in tp], [max(r.values()) for r in cp]
+    rows.append(("start-up, ps serving: launch -> all workers training (s)", spread(tpm), spread(cpm),
+                 spread([b / a for a, b in zip(tpm, cpm)]) + "x sooner", ">= 1.0x"))
+    return {"all_at_once": {"tfps": stats(t), "classic": stats(c)},
+            "ps_serving": {"tfps": stats(tpm), "classic": stats(cpm)},
+            "ps_serving_join": {"tfps": stats(tj), "classic": stats(cj)}}
 
 
-def bench_throughput(rows, quick):
+def bench_throughput(rows, quick, repeat):
+    """examples/s of tfps, the classic loop and one process, ``repeat`` times each, interleaved."""
     out = {}
     for model, steps in (("mlp", 1500 if quick else 4000), ("cnn", 300 if quick else 800)):
-        single = run_single(steps, 64, model)["examples_s"]
         for sync in (False, True):
             mode = "sync" if sync else "async"
-            t = run_tfps(steps, 64, model, sync)["examples_s"]
-            c = run_classic(steps, 64, model, sync)["examples_s"]
-            out[f"{model}-{mode}"] = {"tfps": t, "classic": c, "single": single}
-            rows.append((f"throughput {model} {mode} (examples/s)", f"{t:.0f}", f"{c:.0f}",
-                         f"{t / c:.2f}x classic, {t / single:.2f}x one process", ">= 1.3x classic"))
-        rows.append((f"throughput {model}: sync/async (tfps)",
-                     f"{out[f'{model}-sync']['tfps'] / out[f'{model}-async']['tfps']:.2f}", "", "", ""))
+            runs = {"tfps": [], "classic": [], "single": []}
+            for _ in range(repeat):
+                runs["single"].append(run_single(steps, 64, model)["examples_s"])
+                runs["tfps"].append(run_tfps(steps, 64, model, sync)["examples_s"])
+                runs["classic"].append(run_classic(steps, 64, model, sync)["examples_s"])
+            out[f"{model}-{mode}"] = {who: stats(xs) for who, xs in runs.items()}
+            vs_classic = [a / b for a, b in zip(runs["tfps"], runs["classic"])]
+            vs_single = [a / b for a, b in zip(runs["tfps"], runs["single"])]
+            rows.append((f"throughput {model} {mode} (examples/s)", spread(runs["tfps"], "{:.0f}"),
+                         spread(runs["classic"], "{:.0f}"),
+                         f"{spread(vs_classic)}x classic, {spread(vs_single)}x one process",
+                         ">= 1.3x classic, >= 0.6x one process" if mode == "async" else ""))
+        rows.append((f"throughput {model}: sync/async (tfps, medians)",
+                     f"{out[f'{model}-sync']['tfps']['median'] / out[f'{model}-async']['tfps']['median']:.2f}",
+                     "", "", ""))
     return out
 
 
@@ -216,14 +246,14 @@ def bench_final_save(rows, quick):
     return out
 
 
-def bench_image(rows):
-    p = sh(["docker", "image", "inspect", "tfps-trainer:latest", "--format", "{{.Size}}"])
+def bench_image(rows, image):
+    p = sh(["docker", "image", "inspect", image, "--format", "{{.Size}}"])
     if p.returncode != 0:
-        rows.append(("image size (GB)", "n/a (no tfps-trainer:latest)", "", "", ""))
+        rows.append(("image size (GB)", f"n/a (no {image})", "", "", ""))
         return None
     gb = int(p.stdout.strip()) / 1e9
-    rows.append(("CPU image size (GB)", f"{gb:.2f}", f"{OFFICIAL_CPU_IMAGE_GB:.2f} (official)",
-                 f"{gb / OFFICIAL_CPU_IMAGE_GB:.2f}x", "well below official"))
+    rows.append((f"CPU image size (GB, {image})", f"{gb:.2f}", f"{OFFICIAL_CPU_IMAGE_GB:.2f} (official)",
+                 f"{gb / OFFICIAL_CPU_IMAGE_GB:.2f}x", "<= 1.2 GB"))
     return gb
 
 
@@ -245,30 +275,32 @@ def bench_deploy(rows):
 
 
 def chart(data, path):
+    """Bars at the medians, whiskers over the range of the runs."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    def bars(ax, groups, who_offsets, width):
+        for off, who in who_offsets:
+            st = [g[who] for g in groups.values()]
+            med = [x["median"] for x in st]
+            err = [[m - x["min"] for m, x in zip(med, st)], [x["max"] - m for m, x in zip(med, st)]]
+            ax.bar([i + off for i in range(len(st))], med, width=width, yerr=err, capsize=3, label=who)
+        ax.set_xticks(list(range(len(groups))), list(groups), fontsize=8)
+        ax.legend(fontsize=8)
+
     tp = data.get("throughput") or {}
+    su = data.get("startup") or {}
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     if tp:
-        keys = list(tp)
-        xs = range(len(keys))
-        for off, who in ((-0.27, "tfps"), (0, "classic"), (0.27, "single")):
-            axes[0].bar([x + off for x in xs], [tp[k][who] for k in keys], width=0.27, label=who)
-        axes[0].set_xticks(list(xs), keys, fontsize=8)
-        axes[0].set_ylabel("examples/s")
+        bars(axes[0], tp, ((-0.27, "tfps"), (0, "classic"), (0.27, "single")), 0.27)
+        axes[0].set_ylabel("examples/s (median, range)")
         axes[0].set_title("training throughput (1 ps + 2 workers)")
-        axes[0].legend(fontsize=8)
-    su = data.get("startup") or {}
     if su:
-        bars = [(scenario, n) for scenario in ("all_at_once", "ps_serving") for n in ("worker0", "worker1")]
-        for off, who in ((-0.2, "tfps"), (0.2, "classic")):
-            axes[1].bar([i + off for i in range(len(bars))], [su[sc][who][n] for sc, n in bars], width=0.4,
-                        label=who)
-        axes[1].set_xticks(list(range(len(bars))), [f"{n}\n{sc.replace('_', ' ')}" for sc, n in bars], fontsize=7)
-        axes[1].set_ylabel("s from launch to first step")
-        axes[1].set_title("start-up")
-        axes[1].legend(fontsize=8)
+        groups = {k.replace("_", " "): v for k, v in su.items() if k in ("all_at_once", "ps_serving")}
+        bars(axes[1], groups, ((-0.2, "tfps"), (0.2, "classic")), 0.4)
+        axes[1].set_ylabel("s, launch -> all workers training")
+        axes[1].set_title("start-up (median, range)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
 
@@ -289,26 +321,37 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer steps, skip the 1 GB save")
     ap.add_argument("--skip", default="", help="comma-separated: startup,throughput,final_save,image,deploy")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs per figure; each figure is their median, with their range (default 3)")
+    ap.add_argument("--image", default="tfps-trainer:latest", help="the image whose size is reported")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs"))
     a = ap.parse_args()
+    if a.repeat < 1:
+        ap.error("--repeat must be at least 1")
     skip = set(filter(None, a.skip.split(",")))
     rows: list[tuple] = []
     data = {}
-    for name, fn in (("startup", lambda: bench_startup(rows, a.quick)),
-                     ("throughput", lambda: bench_throughput(rows, a.quick)),
+    loads = [os.getloadavg()]
+    for name, fn in (("startup", lambda: bench_startup(rows, a.quick, a.repeat)),
+                     ("throughput", lambda: bench_throughput(rows, a.quick, a.repeat)),
                      ("final_save", lambda: bench_final_save(rows, a.quick)),
-                     ("image", lambda: bench_image(rows)), ("deploy", lambda: bench_deploy(rows))):
+                     ("image", lambda: bench_image(rows, a.image)), ("deploy", lambda: bench_deploy(rows))):
         if name in skip:
             continue
         print(f"running {name} ...", file=sys.stderr, flush=True)
         data[name] = fn()
+        loads.append(os.getloadavg())
+    data["load_average_1_5_15"] = loads
     header = ("benchmark", "tfps", "baseline", "ratio", "target")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(5)]
     table = "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in [header, *rows])
     print(table)
     os.makedirs(a.out, exist_ok=True)
     chart(data, os.path.join(a.out, "benchmarks.png"))
-    md = [f"Measured {time.strftime('%Y-%m-%d')} with `make bench` on {machine()}.", "",
+    load = max(l[0] for l in loads)
+    md = [f"Measured {time.strftime('%Y-%m-%d')} with `bench/run.py {' '.join(sys.argv[1:])}` on {machine()}; "
+          f"load average (1 min) between the benches up to {load:.1f}. Each figure is the median of "
+          f"{a.repeat} run(s), the range in brackets.", "",
           "| " + " | ".join(header) + " |", "|" + "---|" * 5]
     md += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     md += ["", "![benchmarks](benchmarks.png)", "", "Raw figures:", "", "```json",

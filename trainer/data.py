@@ -27,6 +27,9 @@ from trainer.errors import ConfigError
 
 #: Rows scanned per CSV file to validate it and to infer the label type.
 CSV_SCAN_ROWS = 200_000
+#: Training data whose files (this worker's shard of them) take at most this much space is
+#: decoded once and kept in memory; larger data is read and parsed again every epoch.
+CACHE_MAX_BYTES = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,8 +349,12 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
         ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
         if not by_file:
             ds = ds.shard(num_shards, shard_index)
+        if train and _fits_in_memory(files, num_shards, by_file):
+            # Decoded once, in batches of lines, then kept: later epochs parse nothing.
+            ds = ds.batch(1024).map(parse, num_parallel_calls=tf.data.AUTOTUNE).unbatch().cache()
+            return _shuffle_batch(ds, batch_size, train, seed + shard_index).prefetch(tf.data.AUTOTUNE)
         ds = _shuffle_batch(ds, batch_size, train, seed + shard_index)
-        return ds.map(parse, num_parallel_calls=2).prefetch(2)
+        return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
     elif schema.fmt == "tfrecord":
         # Parse every key with the type it was written with (int64_list or float_list), then cast.
         kinds = schema.tfrecord_kinds or ("float",) * (len(schema.feature_keys) + 1)
@@ -362,7 +369,9 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
         ds = tf.data.TFRecordDataset(files)
         if not by_file:
             ds = ds.shard(num_shards, shard_index)
-        ds = ds.map(parse, num_parallel_calls=2)
+        ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+        if train and _fits_in_memory(files, num_shards, by_file):
+            ds = ds.cache()
     else:
         xs, ys = [], []
         for f in files:
@@ -373,7 +382,17 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
         if not by_file:
             x, y = x[shard_index::num_shards], y[shard_index::num_shards]
         ds = tf.data.Dataset.from_tensor_slices((x.astype(np.float32), y.astype(label_dtype.as_numpy_dtype)))
-    return _shuffle_batch(ds, batch_size, train, seed + shard_index).prefetch(2)
+    return _shuffle_batch(ds, batch_size, train, seed + shard_index).prefetch(tf.data.AUTOTUNE)
+
+
+def _fits_in_memory(files: list[str], num_shards: int, by_file: bool) -> bool:
+    """Whether this shard's decoded examples may be kept in memory (``Dataset.cache()``).
+
+    The size on disk bounds the decoded size from above for CSV (text is longer than
+    float32) and roughly for TFRecord; a shard of records reads every file.
+    """
+    size = sum(os.path.getsize(f) for f in files)
+    return (size if by_file else size / num_shards) <= CACHE_MAX_BYTES
 
 
 def _shuffle_batch(ds, batch_size: int, train: bool, seed: int):

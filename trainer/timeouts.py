@@ -62,6 +62,9 @@ JOIN_POLL_SECS = 0.5
 CHIEF_WAIT_SECS = 7200
 #: A worker reads the chief's stop flag (on ps 0) at most this often.
 FLAG_READ_SECS = 0.25
+#: An async worker runs as many steps per session.run as take about this long (at most
+#: --log_steps): a stop is still honoured within about this time (trainer.task.steps).
+STEPS_PER_RUN_SECS = 0.25
 #: Bound on sending tokens / flags at the end; the ps may already be gone.
 END_RPC_TIMEOUT_MS = 10_000
 #: After its done token the chief waits at most this long for the ps tasks to exit (well

@@ -61,13 +61,12 @@ def publish_hook(board: Board, job, extra_fetches: dict | None = None):
 
     class BoardPublishHook(v1.train.SessionRunHook):
         def __init__(self):
-            self.local_steps = 0
             self.next_write = 0.0
             self.signal = restart_signal()
             self.latest: dict = {}
 
         def value(self) -> list:
-            return [self.local_steps, job.last_seen_step, job.started_wall, self.signal]
+            return [job.local_steps, job.last_seen_step, job.started_wall, self.signal]
 
         def before_run(self, run_context):
             now = time.monotonic()
@@ -86,7 +85,8 @@ def publish_hook(board: Board, job, extra_fetches: dict | None = None):
                 pass
 
         def after_run(self, run_context, run_values):
-            self.local_steps += 1
+            # The steps themselves are counted by ProgressHook (job.local_steps): an async
+            # run is several steps (trainer.task.steps).
             if run_values.results:
                 self.latest = {k: v for k, v in run_values.results.items() if k != "publish"}
 

@@ -37,37 +37,41 @@ class ProgressHook(v1.train.SessionRunHook):
         self.local_steps = 0
         self.t_last = None
         self.step_last = None
+        self.local_last = 0
         self.recent: list[dict] = []
 
     def before_run(self, run_context):
         return v1.train.SessionRunArgs(self.fetches)
 
     def after_run(self, run_context, run_values):
-        out = run_values.results
-        self.local_steps += 1
+        out = dict(run_values.results)
+        steps = int(out.pop("steps", 1))   # an async run is several steps (trainer.task.steps)
+        if steps == 0:
+            return
+        before, self.local_steps = self.local_steps, self.local_steps + steps
         now = time.monotonic()
-        if self.local_steps == 1:
+        if before == 0:
             self.job.first_step_at = time.time()
             self.job.watchdog.disarm()
             log.info("%s: first training step done %.2f s after start", self.name,
                      self.job.first_step_at - self.job.started_wall)
-            self.t_last, self.step_last = now, int(out["global_step"])
+            self.t_last, self.step_last, self.local_last = now, int(out["global_step"]), self.local_steps
         rec = {k: float(np.asarray(v)) for k, v in out.items() if k != "global_step"}
         rec["step"] = int(out["global_step"])
         self.recent = (self.recent + [rec])[-20:]
-        self.job.last_seen_step = rec["step"]
+        self.job.last_seen_step, self.job.local_steps = rec["step"], self.local_steps
         if not np.isfinite(rec["loss"]):
             raise FloatingPointError(f"loss is {rec['loss']} at global step {rec['step']}: training "
                                      "diverged; lower --learning_rate")
-        if self.local_steps % self.every == 0:
+        if self.local_steps // self.every > before // self.every:
             dt_ = max(now - self.t_last, 1e-6)
-            ex_s = self.every * self.batch_size / dt_
+            ex_s = (self.local_steps - self.local_last) * self.batch_size / dt_
             gs_s = (rec["step"] - self.step_last) / dt_
             eta = (self.last_step - rec["step"]) / gs_s if gs_s > 0 else float("nan")
             metrics = " ".join(f"{k} {v:.4f}" for k, v in rec.items() if k not in ("step",))
             log.info("%s: step %d/%d %s | %.0f examples/s | %.1f steps/s | ETA %.0f s", self.name,
                      rec["step"], self.last_step, metrics, ex_s, gs_s, max(eta, 0))
-            self.t_last, self.step_last = now, rec["step"]
+            self.t_last, self.step_last, self.local_last = now, rec["step"], self.local_steps
             if self.is_chief:
                 results.append_history(self.model_dir, {**rec, "time": round(time.time(), 3),
                                                         "examples_per_sec": round(ex_s, 1)})

@@ -53,6 +53,7 @@ class Worker:
         self.started_iso = results.now_iso()
         self.first_step_at: float | None = None
         self.last_seen_step = 0
+        self.local_steps = 0                  # steps this process trained (ProgressHook counts them)
         self.setup: JobSetup | None = None
         self.claimed = False   # this chief owns model_dir (results.json may be written there)
         self.watchdog = StartupWatchdog(self)
@@ -76,6 +77,7 @@ class Worker:
     # ------------------------------------------------------------------ graph
     def build(self, setup: JobSetup):
         import tensorflow as tf
+        from trainer.task import steps as steps_mod
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
         g = tf.Graph()
@@ -94,29 +96,39 @@ class Worker:
                     ds = data_mod.make_dataset(setup.schema, cfg.label_column, cfg.batch_size,
                                                num_shards=task.num_workers, shard_index=task.index,
                                                train=True, seed=cfg.seed)
-                    features, labels = v1.data.make_one_shot_iterator(ds).get_next()
-                spec = setup.model_fn(features, labels, "train", setup.params)
-                if spec.loss is None:
-                    raise ConfigError(f"{cfg.model} returned no loss in train mode", "model")
+                    batches = v1.data.make_one_shot_iterator(ds)
                 log.info("%s: %s", task.name, setup.optimizer_note)
                 opt = _optimizer(setup)
                 if cfg.sync_replicas:
                     opt = v1.train.SyncReplicasOptimizer(
                         opt, replicas_to_aggregate=cfg.replicas_to_aggregate or task.num_workers,
                         total_num_replicas=task.num_workers)
-                with v1.control_dependencies(spec.update_ops):   # e.g. BatchNormalization's moving statistics
-                    train_op = opt.minimize(spec.loss, global_step=global_step)
+
+                def step():
+                    with v1.device(worker_device + "/cpu:0"):
+                        features, labels = batches.get_next()
+                    spec = setup.model_fn(features, labels, "train", setup.params)
+                    if spec.loss is None:
+                        raise ConfigError(f"{cfg.model} returned no loss in train mode", "model")
+                    with v1.control_dependencies(spec.update_ops):   # e.g. BatchNormalization's moving statistics
+                        return opt.minimize(spec.loss, global_step=global_step), spec.loss, spec.metrics
+                if cfg.sync_replicas:
+                    train_op, loss, metrics = step()
+                    ops["steps"] = ops["steps_per_run"] = None
+                else:   # several steps per session.run (trainer.task.steps)
+                    train_op, ops["steps"], loss, metrics, ops["steps_per_run"] = steps_mod.step_loop(
+                        step, global_step, cfg.train_steps)
                 ops["release_tokens"] = opt.get_init_tokens_op(task.num_workers) if cfg.sync_replicas else None
                 ops["token_queue"] = getattr(opt, "_sync_token_queue", None) if cfg.sync_replicas else None
                 ops["sync_hook"] = opt.make_session_run_hook(task.is_chief) if cfg.sync_replicas else None
             flag = stop_flag()
             ops["flag"], ops["raise_flag"] = flag, flag.assign(True)
             ops["board"] = Board(task.num_workers, task.index)
-            v1.summary.scalar("loss", spec.loss)
-            for k, t in spec.metrics.items():
+            v1.summary.scalar("loss", loss)
+            for k, t in metrics.items():
                 v1.summary.scalar(k, t)
             ops["done"] = [done_queue(j, task.num_workers).enqueue(task.index) for j in range(task.num_ps)]
-            ops.update(train_op=train_op, global_step=global_step, loss=spec.loss, metrics=spec.metrics)
+            ops.update(train_op=train_op, global_step=global_step, loss=loss, metrics=metrics)
         return g, ops
 
     # -------------------------------------------------------------- run
@@ -150,16 +162,20 @@ class Worker:
 
     def _session(self, server, graph, hooks):
         import tensorflow as tf
+        from trainer.task import steps as steps_mod
         from trainer.task.hooks import ProgressHook, StopFlagHook
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
         scaffold = v1.train.Scaffold(saver=v1.train.Saver(sharded=False, max_to_keep=5, save_relative_paths=True))
+        steps = {} if self.ops["steps"] is None else {"steps": self.ops["steps"]}
         progress = ProgressHook(self, {"global_step": self.ops["global_step"], "loss": self.ops["loss"],
-                                       **self.ops["metrics"]},
+                                       **self.ops["metrics"], **steps},
                                 cfg.log_steps, cfg.batch_size, cfg.train_steps, task.is_chief, cfg.model_dir, task.name)
         all_hooks = [v1.train.StopAtStepHook(last_step=cfg.train_steps),
                      StopFlagHook(self.ops["flag"], self.ops["raise_flag"], self.stop, task.is_chief),
                      progress] + hooks
+        if self.ops["steps_per_run"] is not None:
+            all_hooks.append(steps_mod.StepsPerRunHook(self.ops["steps_per_run"], cfg.log_steps))
         if self.ops["sync_hook"] is not None:
             all_hooks.append(self.ops["sync_hook"])
         role_hooks, creator = self._role_hooks(server, scaffold)

@@ -1,0 +1,79 @@
+"""Several training steps per ``session.run`` (async training), as TPU iterations_per_loop.
+
+In a ps cluster every ``session.run`` costs more than the step itself: the Python hooks,
+the master's call to each partition (this worker and every ps), the fetches. An async
+worker therefore runs a ``tf.while_loop`` of up to K steps per call: each iteration takes
+the next batch, computes the gradients and applies them on the ps exactly as a single
+step does, so the training is the same, step for step.
+
+K is fed to the loop at every call (``StepsPerRunHook``): the first run is one step (the
+"first training step" that start-up is measured by), then K doubles until a run takes
+about ``timeouts.STEPS_PER_RUN_SECS``, never more than ``--log_steps``. Between two runs
+the hooks do what they did between two steps, so a stop signal or the chief's stop flag
+is honoured within one run (about as often as the flag is read anyway), and the loop ends
+at the last step itself: it never overshoots ``--train_steps``.
+
+Sync training (SyncReplicasOptimizer, whose token queue and hook work per step) keeps one
+step per run.
+"""
+
+from __future__ import annotations
+
+import time
+
+import tensorflow as tf
+
+from trainer import timeouts
+
+v1 = tf.compat.v1
+
+
+def step_loop(step_fn, global_step, last_step: int):
+    """Build the loop. ``step_fn()`` builds one step and returns (train_op, loss, metrics).
+
+    Returns (train_op, steps, loss, metrics, bound): ``train_op`` runs ``bound`` steps (at
+    most; fewer at ``last_step``), ``steps`` is how many it ran, ``loss`` and ``metrics``
+    are those of its last step, ``bound`` the placeholder (default 1) that sets K.
+    """
+    bound = v1.placeholder_with_default(tf.constant(1, tf.int32), [], name="steps_per_run")
+    keys: list[str] = []
+
+    def cond(i, _values):
+        return tf.logical_and(i < bound, global_step.read_value() < last_step)
+
+    def body(i, _values):
+        train_op, loss, metrics = step_fn()
+        keys.extend(metrics)
+        with v1.control_dependencies([train_op]):
+            # Loss and metrics leave the loop as one float32 vector (their count is only
+            # known once the model is built, inside the loop).
+            values = tf.stack([tf.cast(loss, tf.float32)] + [tf.cast(metrics[k], tf.float32) for k in keys])
+            return i + 1, values
+
+    steps, values = v1.while_loop(cond, body, [tf.constant(0), tf.zeros([0], tf.float32)],
+                                  shape_invariants=[tf.TensorShape([]), tf.TensorShape([None])],
+                                  parallel_iterations=1, back_prop=False, name="train_steps")
+    # A run that starts at the last step (another worker took it) runs no step and has no
+    # loss: zeros, which ProgressHook skips (it sees ``steps`` 0).
+    values = tf.cond(steps > 0, lambda: values, lambda: tf.zeros([len(keys) + 1], tf.float32))
+    values.set_shape([len(keys) + 1])
+    loss = values[0]
+    metrics = {k: values[j + 1] for j, k in enumerate(keys)}
+    return steps.op, steps, loss, metrics, bound
+
+
+class StepsPerRunHook(v1.train.SessionRunHook):
+    """Feeds K, the steps of the next run: 1, then doubling up to about ``target_secs`` a run."""
+
+    def __init__(self, bound, max_steps: int, target_secs: float = timeouts.STEPS_PER_RUN_SECS):
+        self.bound, self.max_steps, self.target_secs = bound, max(1, max_steps), target_secs
+        self.k = 1
+        self.t0 = 0.0
+
+    def before_run(self, run_context):
+        self.t0 = time.monotonic()
+        return v1.train.SessionRunArgs(None, feed_dict={self.bound: self.k})
+
+    def after_run(self, run_context, run_values):
+        per_step = max(time.monotonic() - self.t0, 1e-6) / self.k
+        self.k = int(max(1, min(self.max_steps, 2 * self.k, self.target_secs / per_step)))
