@@ -455,7 +455,7 @@ def test_ansible_vault_urls_reach_the_chief_as_a_file_and_leak_nowhere(bare_meta
                         str(vault)], check=True, capture_output=True, text=True)
         assert vault.read_text().startswith("$ANSIBLE_VAULT;") and leaks(vault.read_text()) == []
 
-        result = run_playbook("deploy.yml", inventory, play_vars(tmp_path),
+        result = run_playbook("deploy.yml", inventory, play_vars(tmp_path), timeout=1500,
                               args=["-vvv", "--vault-password-file", str(password_file)])
         print(f"deploy.yml -vvv with a vaulted URL: {result.seconds:.0f} s")
         assert_ok(result, "deploy.yml -vvv")
