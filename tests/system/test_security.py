@@ -281,6 +281,9 @@ def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
     assert len(volume) > 5, sorted(volume)
 
 
+# A deploy, a job of 3000 steps with a host's reboot in it, a wait and a cleanup: longer
+# than the suite's 900 s per test on a busy 2-core machine.
+@pytest.mark.timeout(1800)
 def test_ansible_firewall_admits_only_the_cluster_also_after_a_reboot(bare_metal, image_archive, run_playbook,
                                                                      tmp_path):
     """While a job deployed by deploy.yml trains, a fourth container on the hosts' network
