@@ -75,8 +75,14 @@ def tfps_data_mismatch(hosts, hostvars, what):
     return compare_hosts(listings, what)
 
 
+def tfps_data_to_copy(results, files):
+    """The data files of a stat loop (relative paths) whose sha256 on the host is not the
+    controller's (``files``: relative path -> {"sha256", ...}): what the copy sends."""
+    return [r["item"] for r in results if (r.get("stat") or {}).get("checksum") != files[r["item"]]["sha256"]]
+
+
 class FilterModule:
     def filters(self):
         return {"tfps_plan_row": tfps_plan_row, "tfps_status_row": tfps_status_row,
                 "tfps_is_archive_image": tfps_is_archive_image,
-                "tfps_data_mismatch": tfps_data_mismatch}
+                "tfps_data_mismatch": tfps_data_mismatch, "tfps_data_to_copy": tfps_data_to_copy}
