@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -223,7 +224,10 @@ def test_committed_file_runs_to_completion(compose_job, trainer_image, tmp_path)
     directory.mkdir()
     text = (COMPOSE_DIR / "docker-compose.yml").read_text()
     if trainer_image != "tfps-trainer:latest":
-        text = text.replace("image: tfps-trainer:latest", f"image: {trainer_image}")
+        # The committed file quotes the image name: replace it quoted or not, and check
+        # that the job really runs the image under test.
+        text = re.sub(r'image: "?tfps-trainer:latest"?', f'image: "{trainer_image}"', text)
+        assert "tfps-trainer:latest" not in text
     (directory / "docker-compose.yml").write_text(text)
     job = compose_job(directory)
 
