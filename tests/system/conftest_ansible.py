@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,15 +109,33 @@ def run_playbook(ansible_collections, tmp_path_factory):
         start = time.monotonic()
         lines = []
         # The log gets each line with the seconds since the start: where the time goes.
-        with open(log, "w") as fh, subprocess.Popen(cmd, env=env, cwd=ANSIBLE_DIR, text=True, stdout=subprocess.PIPE,
-                                                     stderr=subprocess.STDOUT) as proc:
-            fh.write(" ".join(cmd) + "\n\n")
-            for line in proc.stdout:
-                lines.append(line)
-                fh.write(f"{time.monotonic() - start:7.1f} {line}")
-                if time.monotonic() - start > timeout:
-                    proc.kill()
+        # The play runs in a session of its own: a timer kills its whole group at `timeout`
+        # (even when it prints nothing), and so does any exception here (pytest-timeout's
+        # included), so a stuck play never outlives its test.
+        proc = subprocess.Popen(cmd, env=env, cwd=ANSIBLE_DIR, text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+        def kill() -> None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        try:
+            with open(log, "w") as fh:
+                fh.write(" ".join(cmd) + "\n\n")
+                for line in proc.stdout:
+                    lines.append(line)
+                    fh.write(f"{time.monotonic() - start:7.1f} {line}")
             returncode = proc.wait()
+        finally:
+            timer.cancel()
+            if proc.poll() is None:
+                kill()
+                proc.wait()
+            proc.stdout.close()
         seconds = time.monotonic() - start
         return PlayResult(returncode, "".join(lines), seconds, log)
 
