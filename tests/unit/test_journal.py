@@ -39,10 +39,20 @@ def test_a_chief_started_again_is_a_restart_with_its_cause_and_the_steps_redone(
 def test_a_restart_nobody_saw_die_says_so(tmp_path):
     journal.Story(str(tmp_path)).begin(1000.0)
     again = journal.Story(str(tmp_path)).begin(1100.0)   # a container restarted by its policy
-    again.resumed(600, "joined")
+    again.resumed(600, "restored")
     (entry,) = again.restarts()
     assert entry["cause"] == "ended without a report (exit unknown)"
-    assert entry["how"] == "joined" and "steps_redone" not in entry   # no history: unknown, not 0
+    assert entry["how"] == "restored" and "steps_redone" not in entry   # no history: unknown, not 0
+
+
+def test_a_chief_that_joined_the_live_ps_redid_nothing_even_without_history(tmp_path):
+    # Killed before its first progress record (the other worker did the early steps): it
+    # took the live variables up as they were, so no step was lost.
+    journal.Story(str(tmp_path)).begin(1000.0)
+    again = journal.Story(str(tmp_path)).begin(1100.0)
+    again.resumed(600, "joined")
+    (entry,) = again.restarts()
+    assert (entry["how"], entry["resumed_from"], entry["steps_redone"]) == ("joined", 600, 0)
 
 
 def test_an_ended_job_leaves_a_new_run_a_story_of_its_own(tmp_path):

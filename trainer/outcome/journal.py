@@ -128,7 +128,11 @@ class Story:
                 if took_up is not None:
                     entry["resumed_from"] = took_up["step"]
                     entry["how"] = took_up["how"]
-                    if "last_step" in r:
+                    if took_up["how"] == "joined":
+                        # It took up the live variables: no step was lost, whatever the
+                        # predecessor had logged before it died.
+                        entry["steps_redone"] = 0
+                    elif "last_step" in r:
                         entry["steps_redone"] = max(r["last_step"] - took_up["step"], 0)
                 out.append(entry)
             elif r["event"] == "restart":
