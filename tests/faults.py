@@ -124,8 +124,11 @@ def training_restores(chief_log: str) -> list[int]:
     checkpoint of step N`` and ``joined the live variables on the ps at step N`` lines
     before its last progress line."""
     # (A chief that joined the live ps after the others trained the last step logs no progress.)
+    # (A log that also holds the killed process's lines, as a container's does, has progress
+    # lines before the kill only: the join after them is then the one to count.)
     last_progress = max((m.end() for m in PROGRESS.finditer(chief_log)), default=len(chief_log))
-    return [int(m.group(1) or m.group(2)) for m in TOOK_UP.finditer(chief_log, 0, last_progress)]
+    took_up = [int(m.group(1) or m.group(2)) for m in TOOK_UP.finditer(chief_log, 0, last_progress)]
+    return took_up or [int(m.group(1) or m.group(2)) for m in TOOK_UP.finditer(chief_log)]
 
 
 def resumed_from(chief_log: str, lost_non_chief: bool, kill_step: int, what: str) -> int:
