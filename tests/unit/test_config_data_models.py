@@ -330,3 +330,15 @@ def test_example_user_model_builds_in_every_mode(repo_on_path):
             assert set(spec.predictions) == {"probabilities", "classes"}
             names.append(sorted(v.name for v in tf.compat.v1.global_variables()))
     assert names[0] == names[1] == names[2]      # the export restores them by name
+
+
+def test_only_the_chief_needs_the_evaluation_data(tmp_path):
+    """A non-chief worker never evaluates: its host need not hold --eval_data (with
+    tfps_data_src only the chief's host gets it), while the chief refuses a missing one."""
+    from trainer.task.setup import JobSetup
+    train = write(tmp_path / "train.csv", "a,b,label\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(20)))
+    cfg = RunConfig(model="mlp", train_data=str(train), eval_data=str(tmp_path / "eval-*.csv"))
+    with pytest.raises(ConfigError, match="eval_data: no files match"):
+        JobSetup(cfg, shard=(2, 0), evaluates=True)
+    setup = JobSetup(cfg, shard=(2, 1), evaluates=False)
+    assert setup.eval_schema is None and setup.schema.feature_shape == (2,)

@@ -19,9 +19,11 @@ from trainer.errors import ConfigError
 class JobSetup:
     """Data schema, model function and params, resolved and validated without a cluster."""
 
-    def __init__(self, cfg: RunConfig, shard: tuple[int, int] | None = None):
+    def __init__(self, cfg: RunConfig, shard: tuple[int, int] | None = None, evaluates: bool = True):
         """``shard``: (workers, index) of the worker that builds it, which with a list of
-        training files (``--train_data @FILE``) needs only its own files on its host."""
+        training files (``--train_data @FILE``) needs only its own files on its host.
+        ``evaluates``: False for a non-chief worker, which never reads the evaluation data
+        (only the chief evaluates), so its host need not hold it."""
         self.cfg = cfg
         train, evalg = cfg.train_data, cfg.eval_data
         if not train:
@@ -30,7 +32,7 @@ class JobSetup:
         self.train_glob, self.eval_glob = train, evalg
         self.schema = data_mod.infer_schema(train, cfg.label_column, cfg.num_classes, "train_data", shard)
         self.eval_schema = None
-        if evalg:
+        if evalg and evaluates:
             self.eval_schema = data_mod.infer_schema(evalg, cfg.label_column, self.schema.num_classes, "eval_data")
             if self.eval_schema.feature_shape != self.schema.feature_shape:
                 raise ConfigError(f"eval examples have shape {list(self.eval_schema.feature_shape)}, training "
