@@ -44,13 +44,22 @@ def controller_data(directory: Path, parts: int) -> Path:
 @pytest.mark.system
 @pytest.mark.timeout(1800)   # a full deploy (archive to 3 hosts, training, a second deploy)
 def test_data_only_on_the_controller_trains_and_is_not_copied_again(bare_metal, image_archive, run_playbook,
-                                                                      tmp_path):
+                                                                      tmp_path, request):
     """tfps_data_src: each worker host gets only its workers' files (the union for host3's
     two workers), each worker reads exactly its shard, the job learns, and a second
     deploy copies nothing."""
     job = "datasrc"
     src = controller_data(tmp_path, 5)
     data_dir = f"/srv/tfps-data/{job}"
+
+    def remove_job() -> None:
+        # Also when an assertion failed: a job left running would take the TF ports of the
+        # next test's job on the shared hosts.
+        for host in bare_metal.hosts:
+            for name in host.containers(f"tfps.job={job}"):
+                host.sh(f"docker rm -f {name}")
+            host.sh(f"rm -rf {data_dir} /srv/tfps/{job}")
+    request.addfinalizer(remove_job)
     inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
         job, image_archive, tfps_data_src=str(src), tfps_data_dir=data_dir, tfps_train_data="/input/train-*.csv",
         tfps_eval_data="/input/eval.csv", tfps_batch_size=64, tfps_remove_containers=False)})
@@ -91,10 +100,7 @@ def test_data_only_on_the_controller_trains_and_is_not_copied_again(bare_metal, 
                  "Write the job's list of training files, which every worker shards"):
         assert "changed:" not in section(again.output, task), section(again.output, task)
 
-    for host in bare_metal.hosts:
-        for name in host.containers(f"tfps.job={job}"):
-            host.sh(f"docker rm -f {name}")
-        host.sh(f"rm -rf {data_dir} /srv/tfps/{job}")
+    remove_job()
     no_containers_anywhere(bare_metal, job)
 
 
