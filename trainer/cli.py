@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import os
 import sys
 import time
@@ -164,6 +165,12 @@ def cmd_run(ns) -> ExitCode:
     # "killed by SIGTERM" (143).
     import signal
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    from trainer.task.lifecycle import rpc_abandoned
+    if rpc_abandoned():   # a thread still waits in TensorFlow for a ps that has gone
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(code))
     return code
 
 

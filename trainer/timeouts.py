@@ -67,6 +67,9 @@ FLAG_READ_SECS = 0.25
 STEPS_PER_RUN_SECS = 0.25
 #: Bound on sending tokens / flags at the end; the ps may already be gone.
 END_RPC_TIMEOUT_MS = 10_000
+#: The whole end RPC, session creation included: TensorFlow waits for a ps that has gone
+#: without a bound ("CreateSession still waiting"), so the call is abandoned after this.
+END_RPC_BOUND_SECS = 20.0
 #: After its done token the chief waits at most this long for the ps tasks to exit (well
 #: inside the grace that follows a stop request).
 PS_EXIT_WAIT_SECS = 20.0

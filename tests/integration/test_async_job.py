@@ -7,6 +7,7 @@ each test checks one promise about its outcome.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -102,3 +103,28 @@ def test_non_chief_joins_within_seconds(job):
 
 def test_nothing_left_running(job):
     assert_nothing_left(job.ports, job.proc)
+
+
+# What `tfps local` may print without -v: its tasks' tfps lines ("[worker0] 19:44:03 I ..."),
+# its own ("19:43:52 I tfps local: ..."), and the summary at the end.
+TFPS_LINE = re.compile(r"^(\[(ps|worker)\d+\] )?\d\d:\d\d:\d\d [DIWE] \S")
+SUMMARY_LINE = re.compile(r"^(job \S+ (SUCCEEDED|STOPPED|FAILED) at global step |  (final loss|start-up|checkpoint|"
+                          r"export|results) )")
+
+
+def test_console_shows_only_tfps_lines(job):
+    lines = job.proc.output().splitlines()
+    assert any(line.startswith("[worker0] ") for line in lines), lines
+    foreign = [line for line in lines if not (TFPS_LINE.match(line) or SUMMARY_LINE.match(line))]
+    assert foreign == [], "\n".join(foreign[:20])
+
+
+def test_verbose_brings_tensorflows_lines_back(procs, tmp_path):
+    proc = procs.tfps("tfps-local-verbose", "local", "-v", *run_flags(tmp_path / "model", steps=20))
+    assert proc.wait(300) == 0, proc.tail()
+    lines = proc.output().splitlines()
+    foreign = [line for line in lines if not (TFPS_LINE.match(line) or SUMMARY_LINE.match(line))]
+    # TensorFlow's C++ start-up lines and its Python logger's warnings, from every task.
+    assert any("absl::InitializeLog" in line for line in foreign), "\n".join(lines[:40])
+    for task in ("ps0", "worker0", "worker1"):
+        assert any(line.startswith(f"[{task}] ") for line in foreign), (task, "\n".join(foreign[:40]))

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from integration_helpers import assert_nothing_left
+from integration_helpers import assert_nothing_left, run_flags
 from test_restarts import start_cluster
 
 pytestmark = pytest.mark.integration
@@ -39,3 +39,26 @@ def test_chief_refusing_model_dir_ends_every_task(procs, tmp_path):
     assert json.loads((model_dir / "tfps_run.json").read_text()) == other
     assert not (model_dir / "checkpoint").exists()
     assert_nothing_left(ports, *tasks.values())
+
+
+def test_chief_whose_ps_has_gone_still_exits(procs, tmp_path):
+    """The chief's last RPCs (raise the stop flag, its done token) go to a ps that is gone.
+
+    TensorFlow waits without a bound for a session's tasks when it creates the session, so
+    a chief whose ps exited (or was told "done" by a stray worker) used to hang after its
+    report. Each end RPC is bounded as a whole; after the first finds no ps, the next is
+    not tried; the process exits with the job's code."""
+    from trainer import timeouts
+    from trainer.cluster import local_plan
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "tfps_run.json").write_text(json.dumps({"run_name": "someone-else", "model": "mlp"}))
+    plan = local_plan(1, 1)
+    chief = next(t for t in plan.tasks if t.name == "worker0")   # its ps is never started
+    proc = procs.tfps("worker0", "run", *plan.task_ref(chief).to_flags(), *run_flags(model_dir, steps=50))
+    assert proc.wait(timeouts.END_RPC_BOUND_SECS + 90) == 2, proc.tail()
+    out = proc.output()
+    assert "belongs to another job" in out
+    assert f"could not ask the other workers to stop: no ps answered within {timeouts.END_RPC_BOUND_SECS:.0f} s" \
+        in out, out[-3000:]
+    assert "did not tell the ps it is done: no ps answered before" in out, out[-3000:]

@@ -41,11 +41,18 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
+def _tf_noise(line: str) -> bool:
+    """TensorFlow's C++ lines printed whatever TF_CPP_MIN_LOG_LEVEL says: the oneDNN banner,
+    and absl's notice that it logs to stderr before being initialised (twice per process)."""
+    return ((line.startswith("I0000 ") and "port.cc" in line)
+            or line.startswith("WARNING: All log messages before absl::InitializeLog()"))
+
+
 class TaskProcess:
     """One task of the plan running as a child process, its output prefixed with its name."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], out=sys.stdout):
-        self.name, self.argv, self.env, self.out = name, argv, env, out
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], out=sys.stdout, verbose: bool = False):
+        self.name, self.argv, self.env, self.out, self.verbose = name, argv, env, out, verbose
         self.proc: subprocess.Popen | None = None
         self.code: int | None = None
         self._reader: threading.Thread | None = None
@@ -60,8 +67,8 @@ class TaskProcess:
     def _pump(self) -> None:
         assert self.proc and self.proc.stdout
         for line in self.proc.stdout:
-            if line.startswith("I0000 ") and "port.cc" in line:
-                continue   # TensorFlow's oneDNN banner, printed whatever TF_CPP_MIN_LOG_LEVEL says
+            if not self.verbose and _tf_noise(line):
+                continue
             self.out.write(f"[{self.name}] {line}" if line.endswith("\n") else f"[{self.name}] {line}\n")
             self.out.flush()
 
@@ -125,7 +132,7 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
             argv = [python, "-m", "trainer", *(["-v"] if verbose else []), "run", *ref.to_flags(), *cfg.to_args()]
             if t.is_chief and urls:
                 task_env[ENV_URLS] = " ".join(urls)
-        tasks.append(TaskProcess(t.name, argv, task_env, out))
+        tasks.append(TaskProcess(t.name, argv, task_env, out, verbose))
     chief = next(t for t, p in zip(tasks, plan.tasks) if p.is_chief)
     log.info("tfps local: %d ps + %d worker(s) on %s; model_dir %s", num_ps, num_workers,
              ", ".join(p.target for p in plan.tasks), os.path.abspath(cfg.model_dir))

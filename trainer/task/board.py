@@ -65,8 +65,19 @@ def publish_hook(board: Board, job, extra_fetches: dict | None = None):
             self.signal = restart_signal()
             self.latest: dict = {}
 
-        def value(self) -> list:
-            return [job.local_steps, job.last_seen_step, job.started_wall, self.signal]
+        def value(self, global_step: int = 0) -> list:
+            return [job.local_steps, max(job.last_seen_step, global_step), job.started_wall, self.signal]
+
+        def after_create_session(self, session, coord):
+            # At once, not only with the first step: a worker restarted near the job's end
+            # may train none, and the chief still learns of its restart.
+            try:
+                options = v1.RunOptions(timeout_in_ms=5000)
+                step = int(session.run(job.ops["global_step"], options=options))
+                session.run(board.publish, feed_dict={board.value: self.value(step)}, options=options)
+                self.next_write = time.monotonic() + PUBLISH_SECS
+            except tf.errors.OpError:
+                pass
 
         def before_run(self, run_context):
             now = time.monotonic()

@@ -25,6 +25,21 @@ log = logging.getLogger("tfps")
 DONE_QUEUE_CAPACITY = 1024
 
 
+_abandoned_rpc = False
+
+
+def abandon_rpc() -> None:
+    """A thread is left blocked in TensorFlow (an end RPC to a ps that has gone)."""
+    global _abandoned_rpc
+    _abandoned_rpc = True
+
+
+def rpc_abandoned() -> bool:
+    """True when the process must end without the interpreter's shutdown, which could wait
+    on (or tear TensorFlow down under) the abandoned thread."""
+    return _abandoned_rpc
+
+
 class StopSignal:
     """SIGTERM/SIGINT become a stop request instead of killing the process mid-save."""
 

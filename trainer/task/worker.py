@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 
 from trainer import data as data_mod
@@ -29,7 +30,8 @@ from trainer.errors import ConfigError
 from trainer.exitcodes import ExitCode
 from trainer.outcome import results
 from trainer.task.board import Board, publish_hook
-from trainer.task.lifecycle import StopSignal, cluster_spec, done_queue, session_config, stop_flag, write_health
+from trainer.task.lifecycle import (StopSignal, abandon_rpc, cluster_spec, done_queue, rpc_abandoned, session_config,
+                                    stop_flag, write_health)
 from trainer.task.setup import JobSetup
 from trainer.task.watchdog import StartupWatchdog
 
@@ -196,15 +198,40 @@ class Worker:
             self.watchdog.disarm()
 
     def _end_rpc(self, server, graph, fetches, what: str) -> bool:
+        """One last RPC to the ps (a done token, the stop flag), bounded as a whole.
+
+        The ps may be gone already. The run has its own timeout, but TensorFlow waits for
+        the session's tasks without a bound when the session is created, so the call runs
+        in a thread that is abandoned after END_RPC_BOUND_SECS; the process then ends
+        without waiting for it (lifecycle.abandon_rpc).
+        """
+        if rpc_abandoned():   # an earlier one found no ps: do not wait again
+            log.warning("%s: did not %s: no ps answered before", self.task.name, what)
+            return False
         import tensorflow as tf
         v1 = tf.compat.v1
-        try:
-            with v1.Session(server.target, graph=graph, config=session_config(self.task, self.cfg)) as s:
-                s.run(fetches, options=v1.RunOptions(timeout_in_ms=timeouts.END_RPC_TIMEOUT_MS))
-            return True
-        except tf.errors.OpError as e:
-            log.warning("%s: could not %s: %s", self.task.name, what, e.message.splitlines()[0])
+        outcome: list = []
+
+        def call():
+            try:
+                with v1.Session(server.target, graph=graph, config=session_config(self.task, self.cfg)) as s:
+                    s.run(fetches, options=v1.RunOptions(timeout_in_ms=timeouts.END_RPC_TIMEOUT_MS))
+                outcome.append(None)
+            except tf.errors.OpError as e:
+                outcome.append(e.message.splitlines()[0] if e.message else type(e).__name__)
+
+        thread = threading.Thread(target=call, name="tfps-end-rpc", daemon=True)
+        thread.start()
+        thread.join(timeouts.END_RPC_BOUND_SECS)
+        if not outcome:
+            abandon_rpc()
+            log.warning("%s: could not %s: no ps answered within %.0f s", self.task.name, what,
+                        timeouts.END_RPC_BOUND_SECS)
             return False
+        if outcome[0] is not None:
+            log.warning("%s: could not %s: %s", self.task.name, what, outcome[0])
+            return False
+        return True
 
     def _send_done(self, server, graph) -> None:
         if self._end_rpc(server, graph, self.ops["done"], "tell the ps it is done"):
