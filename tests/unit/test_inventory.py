@@ -645,3 +645,30 @@ def test_syntax_error_in_a_second_source_is_refused(env, tmp_path):
     broken = write(tmp_path / "more.yml", "all:\n  children:\n    worker: [x\n")
     line = tfps_fails(env, [INVENTORIES / "ini/hosts.ini", broken])
     assert "more.yml" in line
+
+
+def test_the_plays_own_vars_and_vars_files_count_in_its_plan(env, tmp_path):
+    """Variables set in the playbook (vars:, vars_files:) are above the inventory in Ansible's
+    precedence; the play's plan uses them as the rest of the role does."""
+    pb = tmp_path / "pb"
+    pb.mkdir()
+    write(pb / "steps.yml", "tfps_train_steps: 55\n")
+    text = (FIXTURES / "show_plan.yml").read_text().replace(
+        "  gather_facts: false\n",
+        "  gather_facts: false\n  vars:\n    tfps_workers: 3\n  vars_files:\n    - steps.yml\n")
+    assert "vars_files" in text
+    (pb / "show_plan.yml").write_text(text)
+    out = tmp_path / "play_plan.json"
+    source = INVENTORIES / "ini_group_vars/hosts.ini"
+    proc = run(env, ANSIBLE_PLAYBOOK, "-i", source, pb / "show_plan.yml", "-e", f"show_plan_file={out}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    play = json.loads(out.read_text())
+    # Play vars win over the inventory's tfps_workers (4 on w1) on every worker host.
+    assert workers_per_host(play) == {"w1": 3, "w2": 3}
+    for task in play["tasks"]:
+        assert "--train_steps=55" in task["argv"], task
+    # -e still wins over the play's vars.
+    proc = run(env, ANSIBLE_PLAYBOOK, "-i", source, pb / "show_plan.yml", "-e", f"show_plan_file={out}",
+               "-e", "tfps_workers=2")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert workers_per_host(json.loads(out.read_text())) == {"w1": 2, "w2": 2}

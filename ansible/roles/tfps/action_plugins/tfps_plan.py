@@ -7,6 +7,10 @@ the playbook, Vault and every precedence rule count) to tfps's planning code,
 ``trainer.cluster.inventory.plan_from_view``: the same function ``tfps plan -i``
 calls, so the two cannot disagree, and there is no Jinja copy of the task numbering.
 The plan becomes the fact ``tfps_plan`` of every host of the play.
+
+Each host's variables are resolved as this task sees them on that host: inventory, -e,
+and also the play's ``vars:``/``vars_files:`` and the role's vars and parameters, which
+``hostvars`` alone leaves out (ansible-core resolves ``hostvars[h]`` without a play).
 """
 
 from __future__ import annotations
@@ -23,6 +27,19 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
 
+    def _host_vars(self, hostvars, host: str) -> dict:
+        """``host``'s variables in this play and task, untemplated (as ``hostvars.raw_get``)."""
+        manager = getattr(hostvars, "_variable_manager", None)
+        inventory = getattr(hostvars, "_inventory", None)
+        play = self._task.get_play() if hasattr(self._task, "get_play") else None
+        if manager is None or inventory is None or play is None or inventory.get_host(host) is None:
+            return hostvars.raw_get(host)
+        found = manager.get_vars(play=play, host=inventory.get_host(host), task=self._task, include_hostvars=False)
+        # The role's own vars/main.yml holds values derived from the plan, not settings.
+        role = self._task._role
+        derived = role.get_vars(include_params=False) if role is not None else {}
+        return {k: v for k, v in found.items() if k not in derived}
+
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         try:
@@ -36,7 +53,7 @@ class ActionModule(ActionBase):
         groups = task_vars["groups"]
         hostvars = task_vars["hostvars"]
         hosts = list(dict.fromkeys(list(groups.get("ps", [])) + list(groups.get("worker", []))))
-        raw = {host: hostvars.raw_get(host) for host in hosts}
+        raw = {host: self._host_vars(hostvars, host) for host in hosts}
         role = self._task._role
         defaults = role.get_default_vars() if role is not None else {}
 
