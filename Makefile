@@ -42,7 +42,7 @@ compose-demo: image
 collections: install
 	bash .ci/ansible-collections.sh
 
-unit: install
+unit: install collections
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
 # Exit status 5 (no test collected) is a failure here, never a silent pass; so is a test

@@ -5,10 +5,12 @@ a task (``trainer.task.*`` below ``run_task``, ``trainer.models``, ``trainer.dat
 dataset pipeline) import it, and they do so lazily, after the CLI has checked that
 TensorFlow is installed.
 
-Layout: ``cli`` (the ``tfps`` command), ``config`` (run options), ``cluster`` (the plan),
-``task/`` (one ps, worker or chief task), ``outcome/`` (results, report, plot),
-``notify/`` (the completion message), ``local`` and ``compose`` (launchers),
-``logs`` (the one logging setup), ``timeouts`` (every timeout of a job).
+Layout: ``cli`` (the ``tfps`` command), ``config`` (run options), ``cluster/`` (the plan),
+``task/`` (one ps, worker or chief task), ``outcome/`` (results, journal, report, plot),
+``notify/`` (the completion message), ``launch/`` (``tfps local`` and ``tfps compose``),
+``data``, ``models``, ``keras_model`` and ``modelspec`` (what a job trains on and trains),
+``demo`` (the demo datasets), ``logs`` (the one logging setup), ``timeouts`` (every
+timeout of a job), ``errors`` and ``exitcodes``.
 """
 
 __version__ = "0.1.0"

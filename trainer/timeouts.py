@@ -20,8 +20,8 @@ def grace_period(final_save_timeout: float) -> int:
 
     Used for compose ``stop_grace_period`` and docker ``stop_timeout`` (trainer/launch/compose.py)
     and for the ps's wait after SIGTERM (trainer/task/ps.py): the ps holds the variables
-    that the chief's final save reads. The Ansible role computes the same sum
-    (``tfps_grace_period`` in ansible/roles/tfps/vars/main.yml).
+    that the chief's final save reads. The Ansible role takes it from the plan (each task's
+    ``stop_timeout``, trainer/cluster/plan.py).
     """
     return int(final_save_timeout) + GRACE_MARGIN
 
@@ -78,8 +78,11 @@ PS_DONE_POLL_SECS = 0.5
 #: The startup watchdog's probe of another task's port (connect and first answer).
 PROBE_TIMEOUT_SECS = 2.0
 
-#: ``tfps local``: after the chief exits 0, how long the other tasks get to exit on their own.
-SETTLE_SECS = 30.0
+#: After the chief exits 0, how long the other tasks get to exit on their own before they
+#: are stopped: ``tfps local``, and the Ansible role's default ``tfps_settle_timeout``
+#: (ansible/roles/tfps/defaults/main.yml; a unit test keeps the two equal). They normally
+#: exit within seconds; a sync worker may first have to time out a step.
+SETTLE_SECS = 120.0
 #: ``tfps local``: how long tasks get to exit after a failed chief, or after being told to stop.
 LOCAL_STOP_WAIT_SECS = 10.0
 

@@ -65,7 +65,9 @@ def predict_in_fresh_process(export_dir: str, inputs: dict[str, np.ndarray]) -> 
         "import json, sys, numpy as np, tensorflow as tf\n"
         "m = tf.saved_model.load(sys.argv[1]); fn = m.signatures['serving_default']\n"
         "z = np.load(sys.argv[2]); out = fn(**{k: tf.constant(z[k]) for k in z.files})\n"
+        "again = fn(**{k: tf.constant(z[k]) for k in z.files})\n"
         "print(json.dumps({'inputs': sorted(fn.structured_input_signature[1]),"
+        " 'same': all(np.array_equal(out[k].numpy(), again[k].numpy()) for k in out),"
         " 'outputs': {k: v.numpy().tolist() for k, v in out.items()}}))\n")
     env = base_env()
     env.pop("PYTHONPATH", None)    # the client knows nothing about tfps
@@ -121,6 +123,8 @@ def assert_moving_statistics_trained(export_dir: str) -> None:
 def assert_held_back_accuracy(job: FinishedJob, data: dict, at_least: float) -> float:
     out = predict_in_fresh_process(job.results["export_dir"], {"measurements": data["held_x"]})
     assert out["inputs"] == ["measurements"]
+    # Served with training=False: Dropout is off, so the same input gives the same output.
+    assert out["same"] is True
     probs = np.asarray(out["outputs"]["probabilities"])
     classes = np.asarray(out["outputs"]["classes"])
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-4)
@@ -159,6 +163,29 @@ def test_async_keras_export_serves_held_back_data_by_input_name(async_job, blob_
     marker = json.loads(Path(async_job.results["export_dir"], "tfps_export.json").read_text())
     assert marker["inputs"] == {"measurements": [None, 8]}
     assert b"/job:ps" not in Path(async_job.results["export_dir"], "saved_model.pb").read_bytes()
+
+
+def test_keras_model_resumes_from_its_checkpoint_with_its_moving_statistics(async_job, blob_data, procs, tmp_path):
+    """A job launched again on the model_dir of a finished Keras job (a new cluster: its ps
+    holds nothing) restores the checkpoint, BatchNormalization's moving statistics included,
+    and trains on from its step: two more steps leave the statistics almost as they were
+    (a model initialised afresh would have them near 0 and 1)."""
+    import shutil
+    assert_succeeded(async_job, 300)
+    model_dir = tmp_path / "model"
+    shutil.copytree(async_job.model_dir, model_dir)
+    before = export_variables(async_job.results["export_dir"])
+    done = async_job.results["global_step"]
+    job = run_job(procs, "keras-resume", model_dir, "--model", f"{FIX}:bn_dropout", "--train_data",
+                  blob_data["train"], "--eval_data", blob_data["eval"], "--batch_size", 32, steps=done + 2)
+    res = assert_succeeded(job, done + 2)
+    restored = [int(m.group(1)) for m in job.proc.lines(r"\[worker0\].*restored checkpoint of step (\d+)")]
+    assert restored == [done], (restored, done, job.proc.tail())
+    assert done + 2 <= res["global_step"] <= done + 12, res["global_step"]   # continued, not started again
+    after = export_variables(res["export_dir"])
+    for name in ("batch_normalization/moving_mean", "batch_normalization/moving_variance"):
+        np.testing.assert_allclose(after[name], before[name], rtol=0.3, atol=0.05, err_msg=name)
+    assert_held_back_accuracy(job, blob_data, 0.8)
 
 
 # ----------------------------------------------------------------------------- sync

@@ -185,3 +185,10 @@ def test_documented_commands_read_ansible_cfg(tmp_path):
     cfg = str(REPO / "ansible" / "ansible.cfg")
     assert f"DEFAULT_FORKS({cfg}) = 20" in dump.stdout, dump.stdout
     assert f"COLLECTIONS_PATHS({cfg}) = ['{REPO / 'ansible' / 'collections'}']" in dump.stdout, dump.stdout
+
+
+def test_the_roles_settle_timeout_is_tfps_locals():
+    """One fact, two homes that cannot hold Python: the role's default and tfps local's."""
+    from trainer import timeouts
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert defaults["tfps_settle_timeout"] == timeouts.SETTLE_SECS

@@ -5,6 +5,8 @@
     local.py      every task on this machine, on free ports (tfps local, compose, tests)
     variables.py  the tfps_* variables (the role's argument_specs) and the job settings
     inventory.py  the plan from Ansible's own view of an inventory (needs ansible-core)
+    datasrc.py    data on the controller: which files each worker's host gets (tfps_data_src)
+    gpu.py        judging a host's GPU smoke run (nvidia-smi) against the image's CUDA
 """
 
 from trainer.cluster.local import free_ports, local_plan

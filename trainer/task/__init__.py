@@ -6,7 +6,7 @@
 the MonitoredSession hooks, ``watchdog`` the startup bound, ``export`` the final
 SavedModel, ``supervise`` the ``--restarts`` supervisor, ``board`` each worker's progress
 on ps 0, ``watch`` the chief's stall and progress watch, ``rejoin`` the chief's session
-creator that joins the live ps. Only ``run_task`` and the
+creator that joins the live ps, ``steps`` an async worker's several steps per run. Only ``run_task`` and the
 modules it loads import TensorFlow.
 """
 
