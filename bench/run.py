@@ -34,7 +34,7 @@ from trainer.cluster import local_plan  # noqa: E402
 
 PY = sys.executable
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
-FIRST_RE = re.compile(r"\[(worker\d+)\].*first training step done ([\d.]+) s after start")
+FIRST_RE = re.compile(r"\[(worker\d+)\].*first training step done")
 #: The official tensorflow/tensorflow:latest (CPU) image size (Docker Hub, 2.x, uncompressed
 #: as `docker images` shows it); see tensorflow/tensorflow PR #59682: 2.07 GB -> 1.76 GB.
 OFFICIAL_CPU_IMAGE_GB = 1.76
@@ -44,18 +44,47 @@ def sh(argv, timeout=900, env=ENV):
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
 
 
+class Watched:
+    """A process whose output lines are read as they come, each ``pattern`` match timed.
+
+    Start-up counts from the launch for tfps and for the classic script alike: the moment
+    a worker's first-step line arrives (a process's own "after start" would leave out the
+    interpreter's start and, for ``tfps local``, the launcher's)."""
+
+    def __init__(self, argv, pattern: re.Pattern, t0: float):
+        import threading
+        self.pattern, self.t0, self.seen, self.lines = pattern, t0, {}, []
+        self.popen = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
+                                      cwd=ROOT, start_new_session=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.popen.stdout:
+            self.lines.append(line)
+            m = self.pattern.search(line)
+            if m and m.group(1) not in self.seen:
+                self.seen[m.group(1)] = time.time() - self.t0
+
+    def wait(self, timeout: float) -> str:
+        self.popen.wait(timeout)
+        self.reader.join(10)
+        return "".join(self.lines)
+
+
 # ---------------------------------------------------------------------------- tfps side
 def run_tfps(steps, batch, model="mlp", sync=False, extra=()):
     d = tempfile.mkdtemp(prefix="tfps-bench-")
     t0 = time.time()
-    p = sh([PY, "-m", "trainer", "local", "--ps", "1", "--workers", "2", "--model", model,
-            "--train_steps", str(steps), "--batch_size", str(batch), "--model_dir", d, "--log_steps", "100",
-            *(["--sync_replicas"] if sync else []), *extra], timeout=3600)
+    p = Watched([PY, "-m", "trainer", "local", "--ps", "1", "--workers", "2", "--model", model,
+                 "--train_steps", str(steps), "--batch_size", str(batch), "--model_dir", d, "--log_steps", "100",
+                 *(["--sync_replicas"] if sync else []), *extra], FIRST_RE, t0)
+    out = p.wait(3600)
     wall = time.time() - t0
-    if p.returncode != 0:
-        raise RuntimeError(f"tfps local failed ({p.returncode}):\n{p.stdout[-3000:]}")
+    if p.popen.returncode != 0:
+        raise RuntimeError(f"tfps local failed ({p.popen.returncode}):\n{out[-3000:]}")
     res = json.load(open(os.path.join(d, "results.json")))
-    firsts = {m.group(1): float(m.group(2)) for m in FIRST_RE.finditer(p.stdout)}
+    firsts = dict(p.seen)
     shutil.rmtree(d, ignore_errors=True)
     factor = 2 if sync else 1
     return {"first": firsts, "examples_s": res["global_step"] * batch * factor / res["times"]["training_s"],
@@ -127,38 +156,30 @@ def run_ps_first(kind: str, steps: int) -> dict[str, float]:
                     "--log_steps", "100"]
         return [PY, os.path.join(ROOT, "bench", "classic_replica.py"), *flags, "--train_steps", str(steps)]
 
-    def start(t):
-        return subprocess.Popen(argv(t), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
-                                cwd=ROOT, start_new_session=True)
-
+    # Each worker's first-step line, timed as it arrives (the same for both programs).
+    first_line = re.compile(r"(first) training step done" if kind == "tfps" else r"BENCH (first)_step")
     ps = [t for t in plan.tasks if t.job == "ps"][0]
-    procs = {"ps0": start(ps)}
+    procs = {"ps0": Watched(argv(ps), first_line, time.time())}
     try:
         deadline = time.time() + 120
         while not _port_open(ps.port):
-            if time.time() > deadline or procs["ps0"].poll() is not None:
+            if time.time() > deadline or procs["ps0"].popen.poll() is not None:
                 raise RuntimeError(f"{kind} ps did not start")
             time.sleep(0.1)
         t0 = time.time()
         for t in plan.tasks:
             if t.job == "worker":
-                procs[t.name] = start(t)
-        outs = {name: procs[name].communicate(timeout=900)[0] for name in ("worker0", "worker1")}
+                procs[t.name] = Watched(argv(t), first_line, t0)
+        outs = {name: procs[name].wait(900) for name in ("worker0", "worker1")}
     finally:
         for pr in procs.values():        # the classic ps never exits
-            if pr.poll() is None:
-                os.killpg(pr.pid, signal.SIGKILL)
-                pr.wait()
+            if pr.popen.poll() is None:
+                os.killpg(pr.popen.pid, signal.SIGKILL)
+                pr.popen.wait()
         shutil.rmtree(d, ignore_errors=True)
     first = {}
     for name, out in outs.items():
-        if kind == "tfps":
-            m = re.search(r"first training step done ([\d.]+) s after start", out)
-            # Relative to the process's own start: the launch, within a few milliseconds.
-            first[name] = float(m.group(1)) if m else None
-        else:
-            m = re.search(r"BENCH first_step ([\d.]+)", out)
-            first[name] = float(m.group(1)) - t0 if m else None
+        first[name] = procs[name].seen.get("first")
         if first[name] is None:
             raise RuntimeError(f"{kind} {name} did not train:\n{out[-3000:]}")
     return first
@@ -181,11 +202,17 @@ def stats(xs) -> dict:
 
 
 # ------------------------------------------------------------------------------ benches
+#: Start-up flips between runs (gRPC reconnect back-off, the classic 30 s readiness poll):
+#: its medians always come from at least this many runs of each scenario.
+STARTUP_MIN_RUNS = 5
+
+
 def bench_startup(rows, quick, repeat):
-    """Each scenario ``repeat`` times, tfps and classic alternating (same load for both)."""
+    """Each scenario ``max(repeat, STARTUP_MIN_RUNS)`` times, tfps and classic alternating
+    (same load for both)."""
     steps = 300 if quick else 600
     t, c, tp, cp = [], [], [], []
-    for _ in range(repeat):
+    for _ in range(max(repeat, STARTUP_MIN_RUNS)):
         t.append(max(run_tfps(steps, 64)["first"].values()))
         c.append(max(run_classic(steps, 64)["first"].values()))
         # The non-chief's join, with the ps already serving when the workers start: the classic
@@ -351,7 +378,7 @@ def main() -> int:
     load = max(l[0] for l in loads)
     md = [f"Measured {time.strftime('%Y-%m-%d')} with `bench/run.py {' '.join(sys.argv[1:])}` on {machine()}; "
           f"load average (1 min) between the benches up to {load:.1f}. Each figure is the median of "
-          f"{a.repeat} run(s), the range in brackets.", "",
+          f"{a.repeat} run(s) ({max(a.repeat, STARTUP_MIN_RUNS)} for start-up), the range in brackets.", "",
           "| " + " | ".join(header) + " |", "|" + "---|" * 5]
     md += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     md += ["", "![benchmarks](benchmarks.png)", "", "Raw figures:", "", "```json",
