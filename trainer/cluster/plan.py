@@ -32,6 +32,7 @@ from trainer.cluster.spec import (
     TaskRef,
     _check_port,
     join_target,
+    task_name,
 )
 from trainer.errors import ConfigError
 
@@ -119,7 +120,7 @@ class Task:
     @property
     def name(self) -> str:
         """``worker0``: how tfps names the task in logs, files and containers."""
-        return f"{self.job}{self.index}"
+        return task_name(self.job, self.index)
 
     @property
     def service(self) -> str:

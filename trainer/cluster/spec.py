@@ -28,6 +28,12 @@ JOBS = (PS, WORKER)
 # --------------------------------------------------------------------------- addresses
 
 
+def task_name(job: str, index: int) -> str:
+    """``worker0``, ``ps1``: a task's name in logs, files, results and container names
+    (compose services spell it ``worker-0``, trainer.cluster.plan.Task.service)."""
+    return f"{job}{index}"
+
+
 def join_target(address: str, port: int) -> str:
     """``address:port``; IPv6 literals get brackets, as gRPC expects."""
     if ":" in address and not address.startswith("["):
@@ -121,11 +127,11 @@ def _check_cluster(
             key = (host.lower(), port)
             if key in seen:
                 raise ConfigError(
-                    f"{entry.strip()} is listed twice ({seen[key]} and {job}{i}); "
+                    f"{entry.strip()} is listed twice ({seen[key]} and {task_name(job, i)}); "
                     "every task needs its own host:port",
                     field,
                 )
-            seen[key] = f"{job}{i}"
+            seen[key] = task_name(job, i)
     return ClusterSpec(tuple(e.strip() for e in ps), tuple(e.strip() for e in worker))
 
 
@@ -190,7 +196,7 @@ class TaskRef:
 
     @property
     def name(self) -> str:
-        return f"{self.job}{self.index}"
+        return task_name(self.job, self.index)
 
     def to_flags(self) -> list[str]:
         """The classic flags of TensorFlow's distributed examples, for existing scripts."""

@@ -27,6 +27,7 @@ import re
 import tensorflow as tf
 
 from trainer import timeouts
+from trainer.cluster.spec import PS, task_name
 from trainer.task.hooks import RestoreLoggingChiefSessionCreator
 
 v1 = tf.compat.v1
@@ -44,7 +45,7 @@ def _ps_of(var_name: str, graph) -> str | None:
     except (KeyError, ValueError):
         return None
     m = re.search(r"/job:ps/(?:replica:\d+/)?task:(\d+)", device or "")
-    return f"ps{m.group(1)}" if m else None
+    return task_name(PS, int(m.group(1))) if m else None
 
 
 class LiveJoiningChiefSessionCreator(RestoreLoggingChiefSessionCreator):

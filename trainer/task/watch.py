@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 
+from trainer.cluster.spec import WORKER, task_name
 from trainer.outcome import journal, results
 
 log = logging.getLogger("tfps")
@@ -65,7 +66,7 @@ class JobWatch:
         self.stall_timeout = cfg.stall_timeout
         self.notify_every = cfg.notify_every
         self.batch_size, self.train_steps = cfg.batch_size, cfg.train_steps
-        self.workers = [_Worker(f"worker{i}") for i in range(chief.task.num_workers)]
+        self.workers = [_Worker(task_name(WORKER, i)) for i in range(chief.task.num_workers)]
         self.job_step, self.job_changed_at, self.job_changed_wall = 0, time.monotonic(), time.time()
         self.job_stalled_since: float | None = None
         self.stalls: list[dict] = []      # every stall, for results.json

@@ -17,6 +17,7 @@ import threading
 import time
 
 from trainer import timeouts
+from trainer.cluster.spec import JOBS, task_name
 from trainer.exitcodes import ExitCode
 
 log = logging.getLogger("tfps")
@@ -113,6 +114,6 @@ def probe_task(target: str, timeout: float = timeouts.PROBE_TIMEOUT_SECS) -> str
 
 def probe_tasks(task, timeout: float = timeouts.PROBE_TIMEOUT_SECS) -> list[tuple[str, str, str]]:
     """(name, host:port, state) of every other task of the cluster (see probe_task)."""
-    return [(f"{job_name}{i}", target, probe_task(target, timeout))
-            for job_name in ("ps", "worker") for i, target in enumerate(getattr(task.cluster, job_name))
-            if f"{job_name}{i}" != task.name]
+    return [(task_name(job, i), target, probe_task(target, timeout))
+            for job in JOBS for i, target in enumerate(task.cluster.job(job))
+            if task_name(job, i) != task.name]

@@ -1,0 +1,64 @@
+"""The startup watchdog's port probe (trainer.task.watchdog.probe_task), on real sockets.
+
+A TF server answers the HTTP/2 preface with a SETTINGS frame; another program holding the
+port accepts and says nothing (or something else); a closed port refuses. IPv6 addresses
+come bracketed, as in a cluster spec.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from trainer.task.watchdog import probe_task
+
+SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"   # an empty HTTP/2 SETTINGS frame
+
+
+def serve_once(family: int, host: str, reply: bytes | None) -> tuple[int, threading.Thread]:
+    """A listener that reads the client's preface and answers ``reply`` (None: silence)."""
+    srv = socket.socket(family)
+    srv.bind((host, 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+
+    def run():
+        with srv:
+            conn, _ = srv.accept()
+            with conn:
+                conn.settimeout(5)
+                try:
+                    conn.recv(64)
+                    if reply is not None:
+                        conn.sendall(reply)
+                    conn.recv(64)   # until the client closes (or gives up on silence)
+                except OSError:
+                    pass   # the probe closes as soon as it has its answer
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return port, t
+
+
+def free_port(family: int, host: str) -> int:
+    with socket.socket(family) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("family,host,target", [
+    (socket.AF_INET, "127.0.0.1", "127.0.0.1:{}"),
+    (socket.AF_INET6, "::1", "[::1]:{}"),
+])
+def test_probe_tells_a_tf_server_from_another_program_and_a_closed_port(family, host, target):
+    port, t = serve_once(family, host, SETTINGS)
+    assert probe_task(target.format(port), timeout=2) == "answers"
+    t.join(5)
+    port, t = serve_once(family, host, None)
+    assert probe_task(target.format(port), timeout=1).startswith("accepts connections but is not a TensorFlow server")
+    t.join(5)
+    port, t = serve_once(family, host, b"HTTP/1.1 400 Bad Request\r\n\r\n")
+    assert probe_task(target.format(port), timeout=2).startswith("accepts connections but is not")
+    t.join(5)
+    assert probe_task(target.format(free_port(family, host)), timeout=1) != "answers"
