@@ -72,29 +72,32 @@ def test_a_function_of_other_arguments_is_refused():
 
 
 # ----------------------------------------------------------------------------- refusals
-def test_keras3_model_is_refused_with_the_reason(csv8):
-    msg = refusal(f"{FIX}:keras3", csv8)
-    assert "returned a Keras 3 model" in msg
-    assert "Keras 3 cannot do parameter-server training" in msg
-    assert "import tf_keras as keras" in msg
+#: Each bad model, the data it is checked against, and what its one message must say.
+REFUSALS = {
+    "keras3": ("csv8", ["returned a Keras 3 model", "Keras 3 cannot do parameter-server training",
+                        "import tf_keras as keras"]),
+    "wrong_input": ("csv8", ["the model's input 'x' takes examples of shape [5]",
+                             "has examples of shape [8] (8 feature columns)"]),
+    "wrong_output": ("csv8", ["the model's output has shape [7], but the data has 3 classes", "Dense(3)"]),
+    "missing_column": ("named_csv", ["the model's input 'height' has no column of that name",
+                                     "age, income, noise, score"]),
+}
 
 
-def test_wrong_input_width_names_both_shapes(csv8):
-    msg = refusal(f"{FIX}:wrong_input", csv8)
-    assert "the model's input 'x' takes examples of shape [5]" in msg
-    assert "has examples of shape [8] (8 feature columns)" in msg
-
-
-def test_wrong_output_width_names_both_shapes(csv8):
-    msg = refusal(f"{FIX}:wrong_output", csv8)
-    assert "the model's output has shape [7], but the data has 3 classes" in msg
-    assert "Dense(3)" in msg
-
-
-def test_input_without_a_column_names_the_columns(named_csv):
-    msg = refusal(f"{FIX}:missing_column", named_csv)
-    assert "the model's input 'height' has no column of that name" in msg
-    assert "age, income, noise, score" in msg
+@pytest.mark.parametrize("model", sorted(REFUSALS))
+def test_a_model_that_does_not_fit_is_refused_by_the_cli_naming_both_sides(model, request, tmp_path, capsys):
+    """`tfps local` refuses it before anything starts: exit 2, one line, no model_dir."""
+    from trainer.cli import main
+    data, says = REFUSALS[model]
+    model_dir = tmp_path / "model"
+    rc = main(["local", "--model", f"{FIX}:{model}", "--train_data", request.getfixturevalue(data),
+               "--model_dir", str(model_dir)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith("tfps: error: model: "), err
+    missing = [s for s in says if s not in err[0]]
+    assert missing == [], err[0]
+    assert not model_dir.exists()
 
 
 def test_multi_input_model_needs_named_columns(tmp_path):
@@ -135,16 +138,6 @@ def test_subclassed_model_is_called_on_the_data_shape(csv8, tmp_path):
     # Dense on [4, 4] examples gives [batch, 4, 3]: the output check names the shape.
     msg = refusal(f"{FIX}:subclassed", str(tmp_path / "img.npz"))
     assert "output has shape [4, 3]" in msg
-
-
-def test_refused_through_the_cli_before_anything_starts(csv8, tmp_path, capsys):
-    from trainer.cli import main
-    model_dir = tmp_path / "model"
-    rc = main(["local", "--model", f"{FIX}:wrong_input", "--train_data", csv8, "--model_dir", str(model_dir)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2
-    assert len(err) == 1 and err[0].startswith("tfps: error: model: the model's input 'x'"), err
-    assert not model_dir.exists()
 
 
 # ----------------------------------------------------------------------------- optimizer
