@@ -70,6 +70,8 @@ END_RPC_TIMEOUT_MS = 10_000
 #: The whole end RPC, session creation included: TensorFlow waits for a ps that has gone
 #: without a bound ("CreateSession still waiting"), so the call is abandoned after this.
 END_RPC_BOUND_SECS = 20.0
+#: Bound on a worker's board write outside a step (at session start and end, trainer.task.board).
+BOARD_WRITE_TIMEOUT_MS = 5_000
 #: After its done token the chief waits at most this long for the ps tasks to exit (well
 #: inside the grace that follows a stop request).
 PS_EXIT_WAIT_SECS = 20.0

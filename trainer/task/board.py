@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import time
 
+from trainer import timeouts
 from trainer.outcome.journal import RESTART_SIGNAL_ENV
 
 #: Seconds between two writes of a worker's board.
@@ -68,16 +69,20 @@ def publish_hook(board: Board, job, extra_fetches: dict | None = None):
         def value(self, global_step: int = 0) -> list:
             return [job.local_steps, max(job.last_seen_step, global_step), job.started_wall, self.signal]
 
-        def after_create_session(self, session, coord):
-            # At once, not only with the first step: a worker restarted near the job's end
-            # may train none, and the chief still learns of its restart.
+        def write(self, session, read_step: bool = False) -> None:
+            """Write the board outside a training step (bounded; the ps may be gone)."""
+            options = v1.RunOptions(timeout_in_ms=timeouts.BOARD_WRITE_TIMEOUT_MS)
             try:
-                options = v1.RunOptions(timeout_in_ms=5000)
-                step = int(session.run(job.ops["global_step"], options=options))
+                step = int(session.run(job.ops["global_step"], options=options)) if read_step else 0
                 session.run(board.publish, feed_dict={board.value: self.value(step)}, options=options)
-                self.next_write = time.monotonic() + PUBLISH_SECS
             except tf.errors.OpError:
                 pass
+
+        def after_create_session(self, session, coord):
+            # At once, not only with the first step: a worker restarted near the job's end
+            # may train none, and the chief still learns of its restart (and its step).
+            self.write(session, read_step=True)
+            self.next_write = time.monotonic() + PUBLISH_SECS
 
         def before_run(self, run_context):
             now = time.monotonic()
@@ -88,12 +93,7 @@ def publish_hook(board: Board, job, extra_fetches: dict | None = None):
                                            feed_dict={board.value: self.value()})
 
         def end(self, session):
-            # The last figures, for the chief's final report.
-            try:
-                session.run(board.publish, feed_dict={board.value: self.value()},
-                            options=v1.RunOptions(timeout_in_ms=5000))
-            except tf.errors.OpError:
-                pass
+            self.write(session)   # the last figures, for the chief's final report
 
         def after_run(self, run_context, run_values):
             # The steps themselves are counted by ProgressHook (job.local_steps): an async

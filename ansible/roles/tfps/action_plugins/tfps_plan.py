@@ -27,17 +27,15 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
 
-    def _host_vars(self, hostvars, host: str) -> dict:
-        """``host``'s variables in this play and task, untemplated (as ``hostvars.raw_get``)."""
+    def _host_vars(self, hostvars, host: str, derived: dict) -> dict:
+        """``host``'s variables in this play and task, untemplated (as ``hostvars.raw_get``),
+        without ``derived`` (the role's vars/main.yml: values derived from the plan, not settings)."""
         manager = getattr(hostvars, "_variable_manager", None)
         inventory = getattr(hostvars, "_inventory", None)
         play = self._task.get_play() if hasattr(self._task, "get_play") else None
         if manager is None or inventory is None or play is None or inventory.get_host(host) is None:
             return hostvars.raw_get(host)
         found = manager.get_vars(play=play, host=inventory.get_host(host), task=self._task, include_hostvars=False)
-        # The role's own vars/main.yml holds values derived from the plan, not settings.
-        role = self._task._role
-        derived = role.get_vars(include_params=False) if role is not None else {}
         return {k: v for k, v in found.items() if k not in derived}
 
     def run(self, tmp=None, task_vars=None):
@@ -53,9 +51,10 @@ class ActionModule(ActionBase):
         groups = task_vars["groups"]
         hostvars = task_vars["hostvars"]
         hosts = list(dict.fromkeys(list(groups.get("ps", [])) + list(groups.get("worker", []))))
-        raw = {host: self._host_vars(hostvars, host) for host in hosts}
         role = self._task._role
         defaults = role.get_default_vars() if role is not None else {}
+        derived = role.get_vars(include_params=False) if role is not None else {}
+        raw = {host: self._host_vars(hostvars, host, derived) for host in hosts}
 
         def template(value, variables):
             return self._templar.copy_with_new_env(available_variables=variables).template(value)
