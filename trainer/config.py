@@ -58,7 +58,7 @@ class RunConfig:
     final_save_timeout: float = DEFAULT_FINAL_SAVE_TIMEOUT
     sync_timeout: float = 300.0
     startup_timeout: float = 600.0
-    tf_threads: int = 2
+    tf_threads: int | None = None   # None: trainer.task.lifecycle.auto_threads
     seed: int = 7
     notify: list[str] = dataclasses.field(default_factory=list)
     notify_config: str | None = None
@@ -191,7 +191,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                         "image, port taken) must not hang the job (default %(default)s)")
     g.add_argument("--seed", type=int, default=d.seed, help=argparse.SUPPRESS)
     g.add_argument("--tf_threads", type=int, default=d.tf_threads,
-                   help="TensorFlow intra/inter-op threads per task (default %(default)s)")
+                   help="TensorFlow intra/inter-op threads per task (default: the CPUs this task may "
+                        "use, shared among the tfps tasks that listen on the same host: a worker shares "
+                        "them with the other workers there, a ps with every task there)")
     g = parser.add_argument_group("checkpoints, export and results")
     g.add_argument("--model_dir", help="checkpoints, TensorBoard summaries and results.json "
                                        f"(default {d.model_dir}; for tfps local runs/JOB-TIME)")

@@ -190,6 +190,11 @@ class TaskRef:
     def target(self) -> str:
         return self.cluster.job(self.job)[self.index]
 
+    def neighbours(self) -> tuple[int, int]:
+        """(ps tasks, worker tasks) listening on this task's host, this task included."""
+        host = split_target(self.target)[0]
+        return tuple(sum(split_target(t)[0] == host for t in self.cluster.job(job)) for job in JOBS)
+
     @property
     def port(self) -> int:
         return int(self.target.rpartition(":")[2])

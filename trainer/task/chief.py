@@ -124,6 +124,9 @@ class Chief(Worker):
         # No progress or stall message may follow the final one.
         watch.stop(reporter.send_budget())
         t_save = time.time()
+        # The final save starts when the last step ends: it holds the final checkpoint
+        # (written as the session closes) and the export.
+        t_trained = min(self.trained_at or t_save, t_save)
         ckpt = tf.train.latest_checkpoint(cfg.model_dir)
         ckpt_step = int(ckpt.rsplit("-", 1)[1]) if ckpt else 0
         step = max(ckpt_step, self.last_seen_step)
@@ -154,8 +157,8 @@ class Chief(Worker):
                           train_summary=progress.summary() if progress else {}, eval_metrics=eval_metrics,
                           error=error, watched=watch.summary(), times={
                               "startup_s": round((self.first_step_at or t_train) - self.started_wall, 3),
-                              "training_s": round(t_save - (self.first_step_at or t_train), 3),
-                              "final_save_s": round(t_end - t_save, 3)})
+                              "training_s": round(t_trained - (self.first_step_at or t_train), 3),
+                              "final_save_s": round(t_end - t_trained, 3)})
         self._send_done(server, graph)
         self._wait_for_ps_exit()
         return code

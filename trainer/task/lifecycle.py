@@ -64,12 +64,42 @@ class StopSignal:
         return self._event.is_set()
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity, capped by a cgroup v2 CPU quota (docker --cpus)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as fh:
+            quota, period = fh.read().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cpus)
+
+
+def auto_threads(task, cpus: int | None = None) -> int:
+    """Threads for a task's op pools when ``--tf_threads`` is not given.
+
+    Every task starts pools as large as the machine by default, so tasks that share a host
+    (``tfps local``, several workers on one host) would run several times more threads than
+    there are CPUs, and time-slice each other's steps. A worker shares this host's CPUs with
+    the other workers on it; a ps, which only applies updates, with every task on it.
+    """
+    cpus = cpus or usable_cpus()
+    ps_here, workers_here = task.neighbours()
+    return max(1, cpus // (workers_here if task.job == "worker" else ps_here + workers_here))
+
+
 def session_config(task, cfg):
     """ConfigProto for a task. Device filters keep a worker from waiting on other workers."""
     import tensorflow as tf
+    threads = cfg.tf_threads or auto_threads(task)
     c = tf.compat.v1.ConfigProto(
-        intra_op_parallelism_threads=cfg.tf_threads,
-        inter_op_parallelism_threads=cfg.tf_threads,
+        intra_op_parallelism_threads=threads,
+        inter_op_parallelism_threads=threads,
         allow_soft_placement=True,
     )
     if task.job == "worker":

@@ -15,6 +15,14 @@ at the last step itself: it never overshoots ``--train_steps``.
 
 Sync training (SyncReplicasOptimizer, whose token queue and hook work per step) keeps one
 step per run.
+
+Each iteration also costs as few round trips to the ps as the algorithm allows:
+
+* the loop's condition tests the global step read right after this worker's previous
+  update (one read, which also carries the "update applied" dependency back), instead of
+  a read of its own before every step;
+* ``apply_packed`` sends a step's dense gradients to each ps as one tensor, split there
+  again before the update: one transfer per ps instead of one per variable.
 """
 
 from __future__ import annotations
@@ -38,21 +46,24 @@ def step_loop(step_fn, global_step, last_step: int):
     bound = v1.placeholder_with_default(tf.constant(1, tf.int32), [], name="steps_per_run")
     keys: list[str] = []
 
-    def cond(i, _values):
-        return tf.logical_and(i < bound, global_step.read_value() < last_step)
+    def cond(i, step, _values):
+        return tf.logical_and(i < bound, step < last_step)
 
-    def body(i, _values):
+    def body(i, _step, _values):
         train_op, loss, metrics = step_fn()
         keys.extend(metrics)
         with v1.control_dependencies([train_op]):
+            # The global step after this update: the next condition needs no read of its own.
+            step = tf.identity(global_step.read_value())
             # Loss and metrics leave the loop as one float32 vector (their count is only
             # known once the model is built, inside the loop).
             values = tf.stack([tf.cast(loss, tf.float32)] + [tf.cast(metrics[k], tf.float32) for k in keys])
-            return i + 1, values
+            return i + 1, step, values
 
-    steps, values = v1.while_loop(cond, body, [tf.constant(0), tf.zeros([0], tf.float32)],
-                                  shape_invariants=[tf.TensorShape([]), tf.TensorShape([None])],
-                                  parallel_iterations=1, back_prop=False, name="train_steps")
+    steps, _, values = v1.while_loop(
+        cond, body, [tf.constant(0), global_step.read_value(), tf.zeros([0], tf.float32)],
+        shape_invariants=[tf.TensorShape([]), tf.TensorShape([]), tf.TensorShape([None])],
+        parallel_iterations=1, back_prop=False, name="train_steps")
     # A run that starts at the last step (another worker took it) runs no step and has no
     # loss: zeros, which ProgressHook skips (it sees ``steps`` 0).
     values = tf.cond(steps > 0, lambda: values, lambda: tf.zeros([len(keys) + 1], tf.float32))
@@ -60,6 +71,36 @@ def step_loop(step_fn, global_step, last_step: int):
     loss = values[0]
     metrics = {k: values[j + 1] for j, k in enumerate(keys)}
     return steps.op, steps, loss, metrics, bound
+
+
+def apply_packed(opt, loss, global_step, worker_device: str):
+    """``opt.minimize(loss, global_step)`` with each ps's dense gradients sent as one tensor.
+
+    The gradients of the variables on one ps (float32, dense) are flattened and joined on
+    the worker, the joined tensor is split again on that ps, and the optimizer applies the
+    parts there, exactly as ``minimize`` would: same gradients, same update. Sparse
+    gradients (``IndexedSlices``), other dtypes and variables without a gradient keep
+    their own path.
+    """
+    import tensorflow as tf
+    pairs = opt.compute_gradients(loss)
+    by_ps: dict[str, list] = {}
+    kept = []
+    for g, v in pairs:
+        if isinstance(g, tf.Tensor) and g.dtype == tf.float32 and v.shape.is_fully_defined():
+            by_ps.setdefault(v.device, []).append((g, v))
+        else:
+            kept.append((g, v))
+    for device, group in by_ps.items():
+        if len(group) == 1:
+            kept.extend(group)
+            continue
+        with tf.device(worker_device):
+            joined = tf.concat([tf.reshape(g, [-1]) for g, _ in group], 0)
+        with tf.device(device):
+            parts = tf.split(tf.identity(joined), [v.shape.num_elements() for _, v in group])
+            kept.extend((tf.reshape(p, v.shape), v) for p, (_, v) in zip(parts, group))
+    return opt.apply_gradients(kept, global_step=global_step)
 
 
 class StepsPerRunHook(v1.train.SessionRunHook):

@@ -54,6 +54,7 @@ class Worker:
         self.started_wall = started_wall or time.time()
         self.started_iso = results.now_iso()
         self.first_step_at: float | None = None
+        self.trained_at: float | None = None   # when the last step of this task ended
         self.last_seen_step = 0
         self.local_steps = 0                  # steps this process trained (ProgressHook counts them)
         self.setup: JobSetup | None = None
@@ -113,7 +114,10 @@ class Worker:
                     if spec.loss is None:
                         raise ConfigError(f"{cfg.model} returned no loss in train mode", "model")
                     with v1.control_dependencies(spec.update_ops):   # e.g. BatchNormalization's moving statistics
-                        return opt.minimize(spec.loss, global_step=global_step), spec.loss, spec.metrics
+                        if cfg.sync_replicas:
+                            return opt.minimize(spec.loss, global_step=global_step), spec.loss, spec.metrics
+                        return (steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0"),
+                                spec.loss, spec.metrics)
                 if cfg.sync_replicas:
                     train_op, loss, metrics = step()
                     ops["steps"] = ops["steps_per_run"] = None
@@ -192,6 +196,9 @@ class Worker:
                 with sess:
                     while not sess.should_stop():
                         sess.run(self.ops["train_op"])
+                    # Training ends with the last step; closing the session (the final
+                    # checkpoint, the teardown of the session) is part of the final save.
+                    self.trained_at = time.time()
             return progress
         finally:
             # A job restored at its last step trains none; its final save is not start-up.

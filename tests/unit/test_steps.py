@@ -1,0 +1,105 @@
+"""How an async worker's steps run (trainer.task.steps) and how many threads a task gets
+(trainer.task.lifecycle.auto_threads), without a cluster: the loop of K steps stops at
+the last step, packed gradients update the variables exactly as ``minimize`` does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainer.cluster.spec import ClusterSpec, TaskRef
+from trainer.task.lifecycle import auto_threads
+
+tf = pytest.importorskip("tensorflow")
+v1 = tf.compat.v1
+
+
+def _task(ps: list[str], workers: list[str], job: str, index: int) -> TaskRef:
+    return TaskRef(ClusterSpec(tuple(ps), tuple(workers)), job, index)
+
+
+def test_tasks_on_one_host_share_its_cpus():
+    local = (["127.0.0.1:2000"], ["127.0.0.1:2001", "127.0.0.1:2002"])
+    assert auto_threads(_task(*local, "worker", 1), cpus=2) == 1
+    assert auto_threads(_task(*local, "ps", 0), cpus=2) == 1
+    assert auto_threads(_task(*local, "worker", 0), cpus=8) == 4
+    assert auto_threads(_task(*local, "ps", 0), cpus=8) == 2
+    # One task per host (an Ansible cluster of one worker per host): each gets the whole host.
+    spread = (["10.0.0.1:2222"], ["10.0.0.2:2222", "10.0.0.3:2222"])
+    assert auto_threads(_task(*spread, "worker", 1), cpus=8) == 8
+    assert auto_threads(_task(*spread, "ps", 0), cpus=8) == 8
+    # Two GPU workers on host 2 share it; the ps on host 1 has it to itself.
+    gpus = (["10.0.0.1:2222"], ["10.0.0.2:2222", "10.0.0.2:2223"])
+    assert auto_threads(_task(*gpus, "worker", 0), cpus=8) == 4
+    assert auto_threads(_task(*gpus, "ps", 0), cpus=8) == 8
+
+
+def _model(seed: int = 3):
+    """A small classifier with a dense path, an embedding (sparse gradient) and an unused variable."""
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.normal(size=(32, 5)).astype(np.float32))
+    ids = tf.constant(rng.integers(0, 10, size=(32,)))
+    y = tf.constant(rng.integers(0, 3, size=(32,)))
+    w1 = v1.get_variable("w1", initializer=rng.normal(size=(5, 8)).astype(np.float32))
+    b1 = v1.get_variable("b1", initializer=np.zeros(8, np.float32))
+    w2 = v1.get_variable("w2", initializer=rng.normal(size=(8, 3)).astype(np.float32))
+    emb = v1.get_variable("emb", initializer=rng.normal(size=(10, 3)).astype(np.float32))
+    v1.get_variable("unused", initializer=np.ones(4, np.float32))
+    logits = tf.matmul(tf.nn.relu(tf.matmul(x, w1) + b1), w2) + tf.nn.embedding_lookup(emb, ids)
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+
+
+def _train(packed: bool, steps: int = 4) -> dict:
+    from trainer.task.steps import apply_packed
+    g = tf.Graph()
+    with g.as_default():
+        gs = v1.train.get_or_create_global_step()
+        loss = _model()
+        opt = v1.train.AdamOptimizer(0.05)
+        train = apply_packed(opt, loss, gs, "/cpu:0") if packed else opt.minimize(loss, global_step=gs)
+        with v1.Session() as s:
+            s.run(v1.global_variables_initializer())
+            before = {v.op.name: s.run(v) for v in v1.global_variables()}
+            for _ in range(steps):
+                s.run(train)
+            return before, {v.op.name: s.run(v) for v in v1.global_variables()}
+
+
+def test_packed_gradients_update_the_variables_as_minimize_does():
+    (before, plain), (_, packed) = _train(False), _train(True)
+    assert plain.keys() == packed.keys()
+    assert plain["global_step"] == packed["global_step"] == 4
+    for name in plain:
+        np.testing.assert_allclose(packed[name], plain[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    # The variables did change (the comparison above is not between two untouched models).
+    for name in ("w1", "b1", "w2", "emb"):
+        assert not np.allclose(plain[name], before[name]), name
+    np.testing.assert_array_equal(packed["unused"], before["unused"])
+
+
+def test_the_loop_of_k_steps_ends_at_the_last_step():
+    from trainer.task.steps import step_loop
+    g = tf.Graph()
+    with g.as_default():
+        gs = v1.train.get_or_create_global_step()
+        w = v1.get_variable("w", initializer=np.float32(5.0))
+        opt = v1.train.GradientDescentOptimizer(0.1)
+
+        def one_step():
+            loss = tf.square(w)
+            return opt.minimize(loss, global_step=gs), loss, {"abs_w": tf.sqrt(loss)}
+
+        train_op, steps, loss, metrics, bound = step_loop(one_step, gs, last_step=12)
+        with v1.Session() as s:
+            s.run(v1.global_variables_initializer())
+            ran = [s.run(steps, {bound: 5}) for _ in range(4)]
+            assert ran == [5, 5, 2, 0]
+            assert s.run(gs) == 12
+            # Loss and metrics are those of the step that ran, computed before its update:
+            # after 12 updates of w -= 0.1 * 2w, w is 5 * 0.8**12.
+            s.run(v1.assign(gs, 3))
+            _, l_, m = s.run([train_op, loss, metrics], {bound: 1})
+            expected_w = 5 * 0.8 ** 12
+            assert m["abs_w"] == pytest.approx(expected_w, rel=1e-4)
+            assert l_ == pytest.approx(expected_w ** 2, rel=1e-4)
