@@ -29,9 +29,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import math
 from typing import Any, Callable
-
-import numpy as np
 
 from trainer.errors import ConfigError
 from trainer.modelspec import ModelSpec
@@ -215,7 +214,7 @@ def inspect_model(builder: KerasBuilder, schema, params) -> KerasInfo:
             fits = len(shape) == len(feature_shape) and all(m is None or m == d for m, d in zip(shape, feature_shape))
             if not fits:
                 known = [d for d in shape if d is not None]
-                same_size = None not in shape and int(np.prod(shape or [1])) == int(np.prod(feature_shape))
+                same_size = None not in shape and math.prod(shape or [1]) == math.prod(feature_shape)
                 squeezed_equal = [d for d in shape if d != 1] == [d for d in feature_shape if d != 1]
                 if same_size and squeezed_equal:
                     reshape_to = shape

@@ -46,8 +46,6 @@ import re
 import shlex
 import sys
 
-import yaml
-
 from trainer.cluster import WORKER, Launch, Plan, Task, local_plan
 from trainer.cluster.plan import DATA_MOUNT, DEFAULT_PIDS_LIMIT, USER_MODEL_MOUNT
 from trainer.config import RunConfig, add_run_options, from_args, grace_period
@@ -327,6 +325,7 @@ def project_name(cfg: RunConfig) -> str:
 
 def _q(value: str) -> str:
     """A YAML scalar: plain when unambiguous, else quoted (single quotes around JSON)."""
+    import yaml   # here, not at the top: every task's CLI imports this module
     if re.fullmatch(r"[A-Za-z0-9/_.-][A-Za-z0-9/_.=,+-]*", value):
         try:
             if yaml.safe_load(value) == value:
@@ -500,6 +499,7 @@ def _self_check(text: str, plan: Plan, command: list[str]) -> None:
 
     Real checks, not ``assert``: ``python -O`` would drop those.
     """
+    import yaml
     data = yaml.safe_load(text)
     for task in plan.tasks:
         name = service_name(task)

@@ -8,10 +8,18 @@ The names below are re-exported so that ``from trainer.notify import Notifier,
 collect_urls`` keeps working for code outside the package.
 """
 
-from trainer.notify.message import format_message
-from trainer.notify.notifier import EVENTS, Delivery, Notifier, notify_test
-from trainer.notify.secrets import mask_url
-from trainer.notify.urls import ENV_URLS, collect_urls
+import importlib
+
+# Loaded on first use: a task that sends nothing (a ps, a worker) never imports apprise.
+_HOMES = {"format_message": "message", "EVENTS": "notifier", "Delivery": "notifier", "Notifier": "notifier",
+          "notify_test": "notifier", "mask_url": "secrets", "ENV_URLS": "urls", "collect_urls": "urls"}
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'trainer.notify' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"trainer.notify.{_HOMES[name]}"), name)
+
 
 __all__ = ["EVENTS", "ENV_URLS", "Delivery", "Notifier", "collect_urls", "format_message", "mask_url",
            "notify_test"]

@@ -68,12 +68,12 @@ class Chief(Worker):
     def _role_hooks(self, server, scaffold) -> tuple[list, object]:
         import tensorflow as tf
         from trainer.task.board import publish_hook
-        from trainer.task.hooks import ReleaseSyncTokensHook
+        from trainer.task.hooks import CheckpointSaverHook, ReleaseSyncTokensHook
         from trainer.task.rejoin import LiveJoiningChiefSessionCreator
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
         hooks = [
-            v1.train.CheckpointSaverHook(cfg.model_dir, save_steps=cfg.checkpoint_every_steps,
+            CheckpointSaverHook(cfg.model_dir, save_steps=cfg.checkpoint_every_steps,
                                          save_secs=cfg.checkpoint_secs, scaffold=scaffold),
             v1.train.SummarySaverHook(save_steps=cfg.summary_steps, output_dir=cfg.model_dir, scaffold=scaffold),
             v1.train.StepCounterHook(every_n_steps=cfg.summary_steps, output_dir=cfg.model_dir),

@@ -7,6 +7,7 @@ CLI or a launcher.
 * ``ProgressHook``: progress lines, NaN detection, the chief's history.jsonl.
 * ``StopFlagHook``: SIGTERM or the chief's cluster-wide stop flag -> request_stop.
 * ``ReleaseSyncTokensHook``: lets blocked sync workers see the final step.
+* ``CheckpointSaverHook``: the chief's checkpoints; its first save follows the first step.
 * ``FastWorkerSessionCreator``: non-chief workers join about a second after the chief.
 * ``RestoreLoggingChiefSessionCreator``: the chief's ``restored checkpoint of step N`` line.
 """
@@ -108,6 +109,37 @@ class StopFlagHook(v1.train.SessionRunHook):
         elif run_values.results:
             log.warning("the chief asked every worker to stop")
             run_context.request_stop()
+
+class CheckpointSaverHook(v1.train.CheckpointSaverHook):
+    """TensorFlow's CheckpointSaverHook, whose first save waits for the first training step.
+
+    The original writes graph.pbtxt, the meta graph and a checkpoint of the starting step
+    as the session is created, before the first step: on the chief that is most of a
+    second of start-up that every worker waits for. Here the same writes follow the first
+    run (a checkpoint of that step instead of the one before it), or the session's end if
+    it runs no step. Later saves are as before.
+    """
+
+    _initial_pending = False
+
+    def after_create_session(self, session, coord):
+        self._initial_pending = True
+
+    def _initial_save(self, session) -> None:
+        self._initial_pending = False
+        super().after_create_session(session, None)
+
+    def after_run(self, run_context, run_values):
+        if self._initial_pending:
+            self._initial_save(run_context.session)
+            return
+        super().after_run(run_context, run_values)
+
+    def end(self, session):
+        if self._initial_pending:
+            self._initial_save(session)
+        super().end(session)
+
 
 class ReleaseSyncTokensHook(v1.train.SessionRunHook):
     """At the end, give blocked sync workers a token so they see the final step and stop."""
