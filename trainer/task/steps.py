@@ -11,7 +11,9 @@ K is fed to the loop at every call (``StepsPerRunHook``): the first run is one s
 about ``timeouts.STEPS_PER_RUN_SECS``, never more than ``--log_steps``. Between two runs
 the hooks do what they did between two steps, so a stop signal or the chief's stop flag
 is honoured within one run (about as often as the flag is read anyway), and the loop ends
-at the last step itself: it never overshoots ``--train_steps``.
+at the last step itself, not K steps later. Like any async job, workers that start a step
+at the same moment may each finish it, so the job can end a step or two (fewer than the
+number of workers) past ``--train_steps``.
 
 Sync training (SyncReplicasOptimizer, whose token queue and hook work per step) keeps one
 step per run.
