@@ -103,3 +103,18 @@ def test_the_loop_of_k_steps_ends_at_the_last_step():
             expected_w = 5 * 0.8 ** 12
             assert m["abs_w"] == pytest.approx(expected_w, rel=1e-4)
             assert l_ == pytest.approx(expected_w ** 2, rel=1e-4)
+
+
+def test_a_task_imports_tensorflow_without_keras_and_keras_still_imports_later():
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "from trainer.task import import_tensorflow\n"
+            "tf = import_tensorflow()\n"
+            "assert 'keras' not in sys.modules, 'Keras was imported with TensorFlow'\n"
+            "assert float(tf.constant(2.0) * 3) == 6.0\n"
+            "import keras.src.optimizers\n"
+            "import tf_keras\n"
+            "print('ok', tf_keras.layers.Dense(2).units)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.strip() == "ok 2", p.stderr[-2000:]

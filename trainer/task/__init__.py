@@ -12,9 +12,34 @@ modules it loads import TensorFlow.
 
 from __future__ import annotations
 
+import sys
+
+#: What ``import tensorflow`` imports eagerly only to register Keras's optimizers for
+#: SavedModels of Keras objects (tensorflow/__init__.py): it loads all of Keras, about half
+#: a second of every task's start. A task never loads such a SavedModel, and a Keras model
+#: imports Keras itself when it is built.
+EAGER_KERAS = ("keras.src.optimizers", "tf_keras.src.optimizers")
+
+
+def import_tensorflow():
+    """``import tensorflow`` without its eager import of Keras; later imports of Keras work as usual."""
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"]
+    blocked = [name for name in EAGER_KERAS if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None   # import_module raises ImportError, which TensorFlow ignores there
+    try:
+        import tensorflow
+    finally:
+        for name in blocked:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+    return tensorflow
+
 
 def run_task(task, cfg, stop, started_wall: float | None = None):
     """Run this process's task (ps, worker or chief) and return its ExitCode."""
+    import_tensorflow()
     if task.job == "ps":
         from trainer.task.ps import serve
         return serve(task, cfg, stop)
