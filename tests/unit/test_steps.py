@@ -58,6 +58,12 @@ def _train(packed: bool, steps: int = 4) -> dict:
         loss = _model()
         opt = v1.train.AdamOptimizer(0.05)
         train = apply_packed(opt, loss, gs, "/cpu:0") if packed else opt.minimize(loss, global_step=gs)
+        # Packed: the three dense gradients travel as one tensor, split once before the update.
+        splits = [op for op in g.get_operations() if op.type == "SplitV"]
+        assert len(splits) == (1 if packed else 0)
+        if packed:
+            sizes = tf.make_ndarray(splits[0].inputs[1].op.get_attr("value"))
+            assert sizes.tolist() == [5 * 8, 8, 8 * 3]   # w1, b1, w2 (emb's gradient is sparse)
         with v1.Session() as s:
             s.run(v1.global_variables_initializer())
             before = {v.op.name: s.run(v) for v in v1.global_variables()}

@@ -74,7 +74,7 @@ class Chief(Worker):
         cfg, task = self.cfg, self.task
         hooks = [
             CheckpointSaverHook(cfg.model_dir, save_steps=cfg.checkpoint_every_steps,
-                                         save_secs=cfg.checkpoint_secs, scaffold=scaffold),
+                                save_secs=cfg.checkpoint_secs, scaffold=scaffold),
             v1.train.SummarySaverHook(save_steps=cfg.summary_steps, output_dir=cfg.model_dir, scaffold=scaffold),
             v1.train.StepCounterHook(every_n_steps=cfg.summary_steps, output_dir=cfg.model_dir),
         ]

@@ -110,6 +110,7 @@ class StopFlagHook(v1.train.SessionRunHook):
             log.warning("the chief asked every worker to stop")
             run_context.request_stop()
 
+
 class CheckpointSaverHook(v1.train.CheckpointSaverHook):
     """TensorFlow's CheckpointSaverHook, whose first save waits for the first training step.
 
