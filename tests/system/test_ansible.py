@@ -363,7 +363,9 @@ def test_engine_restart_mid_job_brings_the_task_back_and_the_job_completes(bare_
     job completes at its global step."""
     import threading
     job = "engine"
-    steps = 4000
+    # Long enough that the job still runs when worker1 is back (its steps are fast: a short
+    # job can end on the chief alone while the engine restarts).
+    steps = 30_000
     inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
         job, image_archive, tfps_train_steps=steps, tfps_checkpoint_steps=1000)})
     box: dict = {}
