@@ -136,13 +136,18 @@ class CheckpointSaverHook(v1.train.CheckpointSaverHook):
     """
 
     _initial_pending = False
+    _start_step = 0
 
     def after_create_session(self, session, coord):
         self._initial_pending = True
+        self._start_step = int(session.run(self._global_step_tensor))
 
     def _initial_save(self, session) -> None:
         self._initial_pending = False
         super().after_create_session(session, None)
+        # Periodic saves count from the session's first step, as before: every N steps
+        # from there (a job with --checkpoint_steps 100 started at 0 saves at 100, 200, ...).
+        self._timer.update_last_triggered_step(self._start_step)
 
     def after_run(self, run_context, run_values):
         if self._initial_pending:
