@@ -41,6 +41,7 @@ class ProgressHook(v1.train.SessionRunHook):
         self.local_last = 0
         self.recent: list[dict] = []
         self.history_step: int | None = None   # global step of the chief's last history record
+        self.ex_s = 0.0                         # this task's examples/s at its last progress line
 
     def before_run(self, run_context):
         return v1.train.SessionRunArgs(self.fetches)
@@ -84,7 +85,7 @@ class ProgressHook(v1.train.SessionRunHook):
     def _record(self, rec: dict) -> None:
         self.history_step = rec["step"]
         results.append_history(self.model_dir, {**rec, "time": round(time.time(), 3),
-                                                "examples_per_sec": round(getattr(self, "ex_s", 0.0), 1)})
+                                                "examples_per_sec": round(self.ex_s, 1)})
 
     def end(self, session):
         # The job's last figures, even when the chief's last run was not a log step.
@@ -96,6 +97,7 @@ class ProgressHook(v1.train.SessionRunHook):
             return {}
         keys = [k for k in self.recent[-1] if k != "step"]
         return {k: round(float(np.mean([r[k] for r in self.recent])), 6) for k in keys}
+
 
 class StopFlagHook(v1.train.SessionRunHook):
     """Turns SIGTERM on any worker, or the chief's cluster-wide stop flag, into request_stop.
