@@ -40,8 +40,6 @@ class ProgressHook(v1.train.SessionRunHook):
         self.step_last = None
         self.local_last = 0
         self.recent: list[dict] = []
-        self.history_step: int | None = None   # global step of the chief's last history record
-        self.ex_s = 0.0                         # this task's examples/s at its last progress line
 
     def before_run(self, run_context):
         return v1.train.SessionRunArgs(self.fetches)
@@ -75,29 +73,15 @@ class ProgressHook(v1.train.SessionRunHook):
             log.info("%s: step %d/%d %s | %.0f examples/s | %.1f steps/s | ETA %.0f s", self.name,
                      rec["step"], self.last_step, metrics, ex_s, gs_s, max(eta, 0))
             self.t_last, self.step_last, self.local_last = now, rec["step"], self.local_steps
-            self.ex_s = ex_s
-        # The history follows the job's global step, not the chief's own steps: other
-        # workers may train most of a job (the chief checkpoints, it may join late).
-        if self.is_chief and rec["step"] > 0 and (self.history_step is None
-                                                  or rec["step"] // self.every > self.history_step // self.every):
-            self._record(rec)
-
-    def _record(self, rec: dict) -> None:
-        self.history_step = rec["step"]
-        results.append_history(self.model_dir, {**rec, "time": round(time.time(), 3),
-                                                "examples_per_sec": round(self.ex_s, 1)})
-
-    def end(self, session):
-        # The job's last figures, even when the chief's last run was not a log step.
-        if self.is_chief and self.recent and self.recent[-1]["step"] not in (0, self.history_step):
-            self._record(self.recent[-1])
+            if self.is_chief:
+                results.append_history(self.model_dir, {**rec, "time": round(time.time(), 3),
+                                                        "examples_per_sec": round(ex_s, 1)})
 
     def summary(self) -> dict:
         if not self.recent:
             return {}
         keys = [k for k in self.recent[-1] if k != "step"]
         return {k: round(float(np.mean([r[k] for r in self.recent])), 6) for k in keys}
-
 
 class StopFlagHook(v1.train.SessionRunHook):
     """Turns SIGTERM on any worker, or the chief's cluster-wide stop flag, into request_stop.
