@@ -32,6 +32,8 @@ from trainer.outcome import results
 log = logging.getLogger("tfps")
 
 _PR_SET_PDEATHSIG = 1
+#: ``TFPS_LOCAL_FORK=0``: spawn every task as a new interpreter instead of forking it.
+FORK_ENV = "TFPS_LOCAL_FORK"
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -49,42 +51,175 @@ def _tf_noise(line: str) -> bool:
 
 
 class TaskProcess:
-    """One task of the plan running as a child process, its output prefixed with its name."""
+    """One task of the plan running as a child process, its output prefixed with its name.
+
+    ``spawn`` starts the process, ``pump`` the thread that copies its output; ``start`` does
+    both. The launcher spawns every task before it starts any thread (see ``ForkedTask``)."""
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str], out=sys.stdout, verbose: bool = False):
         self.name, self.argv, self.env, self.out, self.verbose = name, argv, env, out, verbose
-        self.proc: subprocess.Popen | None = None
+        self.pid: int | None = None
         self.code: int | None = None
+        self._stream = None
         self._reader: threading.Thread | None = None
 
     def start(self) -> None:
+        self.spawn()
+        self.pump()
+
+    def spawn(self) -> None:
         self.proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True,
                                      preexec_fn=_die_with_parent, bufsize=1, text=True, errors="replace")
-        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self.pid, self._stream = self.proc.pid, self.proc.stdout
+
+    def pump(self) -> None:
+        self._reader = threading.Thread(target=self._copy, daemon=True)
         self._reader.start()
 
-    def _pump(self) -> None:
-        assert self.proc and self.proc.stdout
-        for line in self.proc.stdout:
+    def _copy(self) -> None:
+        assert self._stream is not None
+        for line in self._stream:
             if not self.verbose and _tf_noise(line):
                 continue
             self.out.write(f"[{self.name}] {line}" if line.endswith("\n") else f"[{self.name}] {line}\n")
             self.out.flush()
 
+    def _exit_code(self) -> int | None:
+        return self.proc.poll()
+
     def poll(self) -> int | None:
-        if self.code is None and self.proc is not None:
-            self.code = self.proc.poll()
+        if self.code is None and self.pid is not None:
+            self.code = self._exit_code()
             if self.code is not None and self._reader:
                 self._reader.join(timeout=5)
         return self.code
 
     def signal(self, sig: int) -> None:
-        if self.proc is not None and self.poll() is None:
+        if self.pid is not None and self.poll() is None:
             try:
-                os.killpg(self.proc.pid, sig)
+                os.killpg(self.pid, sig)
             except ProcessLookupError:
                 pass
+
+
+class ForkedTask(TaskProcess):
+    """A task forked from the launcher, which has imported TensorFlow once for all of them.
+
+    Importing TensorFlow takes about 2 s of CPU. Three tasks importing it at once on two
+    cores took about 3.5 s before any of them could serve or train; forked from one
+    process that has imported it, they start at once and share its memory pages. The
+    launcher forks before it starts any thread of its own, and TensorFlow's import starts
+    none (its runtime, gRPC included, starts when a task creates its server), so each child
+    begins as a clean single-threaded process. The child then runs ``tfps run <flags>`` as
+    the spawned process would (``argv`` minus the interpreter), in its own session, with
+    its own environment, and shows that command line in ``ps``.
+    """
+
+    def spawn(self) -> None:
+        cli_argv = self.argv[3:]           # [python, "-m", "trainer", *cli_argv]
+        title = " ".join(self.argv)
+        read_end, write_end = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:                       # the child: never returns
+            os.close(read_end)
+            _run_forked(cli_argv, self.env, write_end, title)
+        os.close(write_end)
+        self.pid = pid
+        self._stream = os.fdopen(read_end, "r", errors="replace")
+
+    def _exit_code(self) -> int | None:
+        pid, status = os.waitpid(self.pid, os.WNOHANG)
+        return os.waitstatus_to_exitcode(status) if pid else None
+
+
+def _run_forked(cli_argv: list[str], env: dict[str, str], out_fd: int, title: str) -> None:
+    """The forked child: become ``tfps run`` with its own session, output and environment."""
+    code = 70   # EX_SOFTWARE, if anything below fails before the task runs
+    try:
+        os.setsid()
+        _die_with_parent()
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.close(out_fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        for s in _LAUNCHER_SIGNALS:
+            signal.signal(s, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _LAUNCHER_SIGNALS)
+        _set_title(title)     # before the environment changes: it moves environ's strings
+        os.environ.clear()
+        os.environ.update(env)
+        for stream in (sys.stdout, sys.stderr):
+            stream.reconfigure(line_buffering=True)
+        from trainer import cli
+        code = cli.main(cli_argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:   # noqa: BLE001 - the child must never return into the launcher
+        import traceback
+        traceback.print_exc()
+    finally:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:   # noqa: BLE001
+                pass
+        os._exit(code)
+
+
+def _set_title(title: str) -> None:
+    """What ``ps`` and /proc/PID/cmdline show for a forked task: its ``tfps run`` command."""
+    try:
+        import setproctitle
+    except ImportError:
+        return
+    setproctitle.setproctitle(title)
+
+
+def _single_threaded() -> bool:
+    """Whether this process runs one thread (a fork copies only the calling one)."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
+#: Signals the launcher handles itself; blocked while it forks, default again in a child.
+_LAUNCHER_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _import_tensorflow_once(verbose: bool) -> bool:
+    """Import TensorFlow in the launcher so that forked tasks start with it imported.
+
+    TensorFlow's C++ side prints a banner on stderr whatever TF_CPP_MIN_LOG_LEVEL says; the
+    tasks' copies are filtered (``_tf_noise``), the launcher's own goes nowhere unless
+    ``-v``. Returns False (and the tasks are spawned as new interpreters) when the import
+    fails here (the task then reports the failure itself), or when this process is no longer
+    a clean single-threaded one that may fork."""
+    if "tensorflow" in sys.modules:
+        # The launcher has used TensorFlow already (reading TFRecord data to check it): its
+        # runtime has started threads, which a fork would not copy while their locks stay held.
+        return False
+    from trainer.task import import_tensorflow
+    saved = os.dup(2)
+    if not verbose:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)
+    try:
+        import_tensorflow()
+        return _single_threaded()
+    except Exception:   # noqa: BLE001 - each task imports it again and says what is wrong
+        return False
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _wait(tasks: list[TaskProcess], timeout: float) -> bool:
@@ -122,6 +257,13 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
     urls = collect_urls(cfg.notify, env)
     env.pop(ENV_URLS, None)
     env.pop(ENV_URLS_FILE, None)
+    log.info("tfps local: %d ps + %d worker(s) on %s; model_dir %s", num_ps, num_workers,
+             ", ".join(p.target for p in plan.tasks), os.path.abspath(cfg.model_dir))
+    # Forked tasks start with TensorFlow imported (``ForkedTask``); a user's script, another
+    # interpreter (--python) or TFPS_LOCAL_FORK=0 get fresh processes.
+    fork = (not script and python == sys.executable and hasattr(os, "fork")
+            and os.environ.get(FORK_ENV, "1") != "0" and _import_tensorflow_once(verbose))
+    task_class = ForkedTask if fork else TaskProcess
     tasks: list[TaskProcess] = []
     for t in plan.tasks:
         ref = plan.task_ref(t)
@@ -132,10 +274,8 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
             argv = [python, "-m", "trainer", *(["-v"] if verbose else []), "run", *ref.to_flags(), *cfg.to_args()]
             if t.is_chief and urls:
                 task_env[ENV_URLS] = " ".join(urls)
-        tasks.append(TaskProcess(t.name, argv, task_env, out, verbose))
+        tasks.append(task_class(t.name, argv, task_env, out, verbose))
     chief = next(t for t, p in zip(tasks, plan.tasks) if p.is_chief)
-    log.info("tfps local: %d ps + %d worker(s) on %s; model_dir %s", num_ps, num_workers,
-             ", ".join(p.target for p in plan.tasks), os.path.abspath(cfg.model_dir))
     launched = time.time()
     interrupted = 0
 
@@ -152,8 +292,17 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for t in tasks:     # ps first: workers then find their ps listening
-            t.start()
+        # ps first: workers then find their ps listening. Every task exists before the first
+        # output thread starts, so no fork copies a thread's held lock; a signal that comes
+        # meanwhile waits until they all exist, and then stops them.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _LAUNCHER_SIGNALS)
+        try:
+            for t in tasks:
+                t.spawn()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _LAUNCHER_SIGNALS)
+        for t in tasks:
+            t.pump()
         while chief.poll() is None:
             time.sleep(0.2)
         code = chief.code

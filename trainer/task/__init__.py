@@ -12,6 +12,7 @@ modules it loads import TensorFlow.
 
 from __future__ import annotations
 
+import os
 import sys
 
 #: What ``import tensorflow`` imports eagerly only to register Keras's optimizers for
@@ -25,6 +26,9 @@ def import_tensorflow():
     """``import tensorflow`` without its eager import of Keras; later imports of Keras work as usual."""
     if "tensorflow" in sys.modules:
         return sys.modules["tensorflow"]
+    # NumPy's OpenBLAS would start a spinning thread per CPU at import, next to TensorFlow's
+    # own pools (``lifecycle.auto_threads``); a task does no BLAS work of its own in NumPy.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     blocked = [name for name in EAGER_KERAS if name not in sys.modules]
     for name in blocked:
         sys.modules[name] = None   # import_module raises ImportError, which TensorFlow ignores there
