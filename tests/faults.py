@@ -119,6 +119,14 @@ def progress_steps(text: str) -> list[int]:
     return [int(m.group(2)) for m in PROGRESS.finditer(text)]
 
 
+def log_since_step(chief_log: str, step: int) -> str:
+    """The chief's log from its last progress line at or before global ``step`` on (all of it
+    when there is none). The history follows the job's global step, so ``step`` (read from
+    it) need not be a step the chief itself logged."""
+    starts = [m.start() for m in PROGRESS.finditer(chief_log) if int(m.group(2)) <= step]
+    return chief_log[starts[-1]:] if starts else chief_log
+
+
 def training_restores(chief_log: str) -> list[int]:
     """Steps the chief's sessions took training up from in ``chief_log``: the ``restored
     checkpoint of step N`` and ``joined the live variables on the ps at step N`` lines

@@ -49,7 +49,7 @@ def test_success_message_by_email_and_webhook_dead_url_and_no_secret_anywhere(pr
     mail = smtp_server.url(userinfo=f"{USER}:{quote(PASSWORD, safe='')}")
     dead = f"json://127.0.0.1:{free_port()}/hook"
     env = base_env(APPRISE_URLS=f"{mail} {webhook_server.url('/hook')}, {dead}")
-    launcher = procs.tfps("tfps-local-notify", "local", *run_flags(model_dir, "--run_name", "notify-demo", steps=2000),
+    launcher = procs.tfps("tfps-local-notify", "local", *run_flags(model_dir, "--run_name", "notify-demo", steps=300),
                           env=env)
     launcher.wait_for(r"first training step done", 120)
     running = [c for c in _cmdlines() if "trainer" in c]

@@ -478,7 +478,7 @@ def test_killed_task_on_a_host_comes_back_and_the_job_completes(victim, mode, ba
 
     # The chief's log (saved by the play) across the restart: what it restored after the kill.
     chief_log = (tmp_path / "results" / "logs" / "worker0.log").read_text(errors="replace")
-    after = chief_log[chief_log.find(f"step {kill_step}/"):] if victim != "worker0" else chief_log
+    after = faults.log_since_step(chief_log, kill_step) if victim != "worker0" else chief_log
     row = faults.Row(victim, mode, "yes", recover_s, kill_step,
                      faults.resumed_from(after, victim == "worker1", kill_step, victim))
     ansible_fault_table.append(row)

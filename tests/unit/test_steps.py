@@ -124,3 +124,31 @@ def test_a_task_imports_tensorflow_without_keras_and_keras_still_imports_later()
             "print('ok', tf_keras.layers.Dense(2).units)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and p.stdout.strip() == "ok 2", p.stderr[-2000:]
+
+
+def test_the_chiefs_history_follows_the_jobs_global_step(tmp_path):
+    """Other workers may take most steps of a short job: the chief's history still holds a
+    record per ``every`` global steps, though the chief itself ran only a few."""
+    import types
+
+    from trainer.outcome import results
+    from trainer.task.hooks import ProgressHook
+
+    job = types.SimpleNamespace(first_step_at=None, started_wall=0.0, last_seen_step=0, local_steps=0,
+                                watchdog=types.SimpleNamespace(disarm=lambda: None))
+    hook = ProgressHook(job, {}, every=20, batch_size=8, last_step=300, is_chief=True, model_dir=str(tmp_path),
+                        name="worker0")
+    # The chief's own runs (one step each) see the global step that worker1 pushed ahead.
+    for step in (1, 9, 35, 48, 77, 130, 139, 300):
+        hook.after_run(None, types.SimpleNamespace(results={"global_step": step, "loss": 1.0 / step}))
+    history = results.read_history(str(tmp_path))
+    assert [r["step"] for r in history] == [1, 35, 48, 77, 130, 300]   # one per multiple of 20 passed
+    assert history[-1]["loss"] == pytest.approx(1 / 300)
+    # A worker keeps no history.
+    other = tmp_path / "other"
+    other.mkdir()
+    hook = ProgressHook(job, {}, every=20, batch_size=8, last_step=300, is_chief=False, model_dir=str(other),
+                        name="worker1")
+    for step in (1, 40, 80):
+        hook.after_run(None, types.SimpleNamespace(results={"global_step": step, "loss": 0.5}))
+    assert results.read_history(str(other)) == []

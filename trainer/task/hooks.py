@@ -40,6 +40,8 @@ class ProgressHook(v1.train.SessionRunHook):
         self.step_last = None
         self.local_last = 0
         self.recent: list[dict] = []
+        self.examples_s = 0.0     # of the last progress line
+        self.history_step: int | None = None   # global step of the chief's last history record
 
     def before_run(self, run_context):
         return v1.train.SessionRunArgs(self.fetches)
@@ -73,9 +75,14 @@ class ProgressHook(v1.train.SessionRunHook):
             log.info("%s: step %d/%d %s | %.0f examples/s | %.1f steps/s | ETA %.0f s", self.name,
                      rec["step"], self.last_step, metrics, ex_s, gs_s, max(eta, 0))
             self.t_last, self.step_last, self.local_last = now, rec["step"], self.local_steps
-            if self.is_chief:
-                results.append_history(self.model_dir, {**rec, "time": round(time.time(), 3),
-                                                        "examples_per_sec": round(ex_s, 1)})
+            self.examples_s = ex_s
+        # The history follows the job's global step, not the chief's own steps: the other
+        # workers may train most of a short job (the chief also checkpoints, and may join late).
+        if self.is_chief and rec["step"] > 0 and (self.history_step is None
+                                                  or rec["step"] // self.every > self.history_step // self.every):
+            self.history_step = rec["step"]
+            results.append_history(self.model_dir, {**rec, "time": round(time.time(), 3),
+                                                    "examples_per_sec": round(self.examples_s, 1)})
 
     def summary(self) -> dict:
         if not self.recent:
