@@ -121,10 +121,18 @@ def progress_steps(text: str) -> list[int]:
 
 def log_since_step(chief_log: str, step: int) -> str:
     """The chief's log from its last progress line at or before global ``step`` on (all of it
-    when there is none). The history follows the job's global step, so ``step`` (read from
-    it) need not be a step the chief itself logged."""
-    starts = [m.start() for m in PROGRESS.finditer(chief_log) if int(m.group(2)) <= step]
-    return chief_log[starts[-1]:] if starts else chief_log
+    when there is none). ``step`` comes from the history, which follows the job's global
+    step, so it need not be a step the chief itself logged. Only lines before the first
+    rollback count: after a restore the chief logs the same steps again."""
+    start, previous = None, -1
+    for m in PROGRESS.finditer(chief_log):
+        logged = int(m.group(2))
+        if logged < previous:
+            break
+        if logged <= step:
+            start = m.start()
+        previous = logged
+    return chief_log if start is None else chief_log[start:]
 
 
 def training_restores(chief_log: str) -> list[int]:
