@@ -54,14 +54,14 @@ class LiveJoiningChiefSessionCreator(RestoreLoggingChiefSessionCreator):
     def __init__(self, *args, global_step=None, token_queue=None, on_session=None, **kw):
         super().__init__(*args, **kw)
         self._global_step, self._token_queue, self._on_session = global_step, token_queue, on_session
-        # Built here, in the training graph before MonitoredSession finalizes it.
-        self._probe = v1.report_uninitialized_variables(v1.global_variables())
-        if token_queue is not None:
+        if token_queue is not None:   # built here, in the training graph before it is finalized
             self._size, self._drain = token_queue.size(), token_queue.dequeue()
 
     def _uninitialised(self) -> list[str] | None:
         """Names of the global variables the ps do not hold; None when they do not answer."""
-        probe = self._probe
+        # The scaffold's own check of the global variables (and shared resources), which a
+        # non-chief's session runs too: no second copy of it in the graph.
+        probe = self._scaffold.ready_for_local_init_op
         try:
             with v1.Session(self._master, config=self._config) as s:
                 names = s.run(probe, options=v1.RunOptions(timeout_in_ms=PROBE_TIMEOUT_MS))
