@@ -85,7 +85,8 @@ class Chief(Worker):
         creator = LiveJoiningChiefSessionCreator(scaffold=scaffold, master=server.target,
                                                  config=session_config(task, cfg), checkpoint_dir=cfg.model_dir,
                                                  global_step=self.ops["global_step"],
-                                                 token_queue=self.ops["token_queue"], on_session=self._on_session)
+                                                 token_queue=self.ops["token_queue"], on_session=self._on_session,
+                                                 first_attempt=self.story is not None and self.story.attempt == 0)
         return hooks, creator
 
     def _on_session(self, how: str, step: int, lost: list[str]) -> None:

@@ -51,9 +51,12 @@ def _ps_of(var_name: str, graph) -> str | None:
 class LiveJoiningChiefSessionCreator(RestoreLoggingChiefSessionCreator):
     """See the module docstring."""
 
-    def __init__(self, *args, global_step=None, token_queue=None, on_session=None, **kw):
+    def __init__(self, *args, global_step=None, token_queue=None, on_session=None, first_attempt=False, **kw):
         super().__init__(*args, **kw)
         self._global_step, self._token_queue, self._on_session = global_step, token_queue, on_session
+        # The first session of a job's first chief attempt: nobody can have initialised the
+        # ps's variables before it, so it need not ask (one session and one run fewer at start).
+        self._skip_probe = first_attempt
         if token_queue is not None:   # built here, in the training graph before it is finalized
             self._size, self._drain = token_queue.size(), token_queue.dequeue()
 
@@ -72,7 +75,8 @@ class LiveJoiningChiefSessionCreator(RestoreLoggingChiefSessionCreator):
 
     def create_session(self):
         self._scaffold.finalize()
-        missing = self._uninitialised()
+        skip, self._skip_probe = self._skip_probe, False
+        missing = None if skip else self._uninitialised()
         if missing == []:
             sm = v1.train.SessionManager(
                 local_init_op=self._scaffold.local_init_op, ready_op=self._scaffold.ready_op,
