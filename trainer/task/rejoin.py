@@ -4,7 +4,8 @@ A restarted chief used to restore its newest checkpoint over the variables the p
 held, discarding what the other workers trained meanwhile (async) and the steps since
 that checkpoint. Now, whenever its session is created (at its start, and when
 MonitoredSession recreates it after losing a ps), the chief first asks the ps whether
-every global variable is initialised:
+every global variable is initialised (except for the very first session of a job's first
+attempt, when nobody can have initialised them):
 
 * yes: it joins the live state the way a non-chief worker does (no initialisation, no
   restore) and logs ``joined the live variables at step N``; nothing is redone;
