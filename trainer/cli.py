@@ -177,7 +177,8 @@ def cmd_run(ns) -> ExitCode:
 def cmd_local(ns) -> ExitCode:
     from trainer.launch.local import run_local
     require_tensorflow()
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # as in every task (trainer.task.import_tensorflow)
+    from trainer.task import single_threaded_blas
+    single_threaded_blas()   # the launcher's checks may load NumPy, and its tasks fork from it
     cfg = from_args(ns)
     if ns.model_dir is None:    # a fresh directory per launch: never resume by accident
         cfg.model_dir = os.path.join("runs", f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}")

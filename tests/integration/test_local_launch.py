@@ -16,12 +16,6 @@ from integration_helpers import _cmdline, _stat, assert_nothing_left, base_env, 
 pytestmark = pytest.mark.integration
 
 
-def _session_id(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as fh:
-        text = fh.read()
-    return int(text[text.rindex(")") + 2:].split()[3])
-
-
 def _maps_tensorflow(pid: int) -> bool:
     with open(f"/proc/{pid}/maps") as fh:
         return "libtensorflow_framework" in fh.read()
@@ -58,7 +52,7 @@ def test_each_task_is_its_own_process_and_the_job_trains(procs, tmp_path, fork):
     for name, pid in tasks.items():
         cmd = _cmdline(pid)
         assert " -m trainer run " in cmd and f"127.0.0.1:{ports[0]}" in cmd, (name, cmd)
-        assert _session_id(pid) == pid, f"{name} is not the leader of its own session"
+        assert os.getsid(pid) == pid, f"{name} is not the leader of its own session"
     # The launcher imported TensorFlow for its forked tasks, and only then.
     assert _maps_tensorflow(proc.pid) is fork
     assert len(set(tasks.values())) == 3

@@ -22,13 +22,18 @@ import sys
 EAGER_KERAS = ("keras.src.optimizers", "tf_keras.src.optimizers")
 
 
+def single_threaded_blas() -> None:
+    """Before NumPy loads: its OpenBLAS would start a spinning thread per CPU, next to
+    TensorFlow's own pools (``lifecycle.auto_threads``); a task does no BLAS work of its own
+    in NumPy. A value the user set wins."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def import_tensorflow():
     """``import tensorflow`` without its eager import of Keras; later imports of Keras work as usual."""
     if "tensorflow" in sys.modules:
         return sys.modules["tensorflow"]
-    # NumPy's OpenBLAS would start a spinning thread per CPU at import, next to TensorFlow's
-    # own pools (``lifecycle.auto_threads``); a task does no BLAS work of its own in NumPy.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    single_threaded_blas()
     blocked = [name for name in EAGER_KERAS if name not in sys.modules]
     for name in blocked:
         sys.modules[name] = None   # import_module raises ImportError, which TensorFlow ignores there
