@@ -145,6 +145,16 @@ def test_good_csv_schema(tmp_path):
         ("csv", (2,), 3, ("a", "b"), 3)
 
 
+@pytest.mark.parametrize("train", [True, False], ids=["training (decoded once, cached)", "evaluation"])
+def test_csv_rows_around_blank_lines_are_all_read(tmp_path, train):
+    f = write(tmp_path / "t.csv", "a,b,label\n1,2,0\n\n3,4,2\n\n\n5,6,1\r\n\n7,8,1\n")
+    s = data.infer_schema(f)
+    ds = data.make_dataset(s, "label", 4, train=train)
+    x, y = next(iter(ds))
+    rows = sorted(zip(x.numpy().tolist(), y.numpy().tolist()))
+    assert rows == [([1.0, 2.0], 0), ([3.0, 4.0], 2), ([5.0, 6.0], 1), ([7.0, 8.0], 1)]
+
+
 def test_csv_regression_labels(tmp_path):
     f = write(tmp_path / "t.csv", "a,y\n1,0.5\n2,1.7\n")
     assert data.infer_schema(f, label_column="y").num_classes == 0
