@@ -147,7 +147,8 @@ def cmd_run(ns) -> ExitCode:
     require_tensorflow()
     cfg = from_args(ns)
     task = TaskRef.resolve(ns.ps_hosts, ns.worker_hosts, ns.job_name, ns.task_index)
-    if task.is_chief:   # refuse malformed notification URLs before anything starts
+    from trainer.notify.urls import configured
+    if task.is_chief and configured(cfg.notify, cfg.notify_config):   # refuse malformed URLs before anything starts
         from trainer.notify.notifier import Notifier
         Notifier.from_settings(cfg.notify, cfg.notify_config)
     if ns.restarts < 0:

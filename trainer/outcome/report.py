@@ -40,8 +40,11 @@ def format_error(error: BaseException | None) -> dict | None:
 
 
 def _notifier(cfg):
-    from trainer.notify.notifier import Notifier
+    from trainer.notify.urls import configured
     try:
+        if not configured(cfg.notify, cfg.notify_config):
+            return None
+        from trainer.notify.notifier import Notifier
         return Notifier.from_settings(cfg.notify, cfg.notify_config)
     except Exception as e:  # a bad URL was refused before the job started; never fail here
         log.error("notifications disabled: %s", e)

@@ -30,7 +30,7 @@ FIELDS = ("local_steps", "global_step", "started", "restart_signal")
 class Board:
     """The board variables of every worker and the ops to write this worker's, read anyone's."""
 
-    def __init__(self, num_workers: int, index: int):
+    def __init__(self, num_workers: int, index: int, global_step=None):
         import tensorflow as tf
         v1 = tf.compat.v1
         self.index = index
@@ -39,7 +39,14 @@ class Board:
                                          initializer=v1.zeros_initializer(), trainable=False, collections=[])
                          for i in range(num_workers)]
             self.value = v1.placeholder(tf.float64, shape=[len(FIELDS)], name="tfps_board_value")
-            self.publish = self.vars[index].assign(self.value).op
+            value = self.value
+            if global_step is not None:
+                # The global step field is at least the job's step as the write happens, read
+                # on the ps with it: a write needs no read of its own first.
+                step = tf.cast(global_step.read_value() if hasattr(global_step, "read_value") else global_step,
+                               tf.float64)
+                value = tf.concat([value[:1], tf.maximum(value[1:2], tf.reshape(step, [1])), value[2:]], 0)
+            self.publish = self.vars[index].assign(value).op
         self.read = [v.read_value() if hasattr(v, "read_value") else v.value() for v in self.vars]
 
 
@@ -66,23 +73,23 @@ def publish_hook(board: Board, job, extra_fetches: dict | None = None):
             self.signal = restart_signal()
             self.latest: dict = {}
 
-        def value(self, global_step: int = 0) -> list:
-            return [job.local_steps, max(job.last_seen_step, global_step), job.started_wall, self.signal]
+        def value(self) -> list:
+            return [job.local_steps, job.last_seen_step, job.started_wall, self.signal]
 
-        def write(self, session, read_step: bool = False) -> None:
+        def write(self, session) -> None:
             """Write the board outside a training step (bounded; the ps may be gone)."""
             options = v1.RunOptions(timeout_in_ms=timeouts.BOARD_WRITE_TIMEOUT_MS)
             try:
-                step = int(session.run(job.ops["global_step"], options=options)) if read_step else 0
-                session.run(board.publish, feed_dict={board.value: self.value(step)}, options=options)
+                session.run(board.publish, feed_dict={board.value: self.value()}, options=options)
             except tf.errors.OpError:
                 pass
 
         def after_create_session(self, session, coord):
-            # At once, not only with the first step: a worker restarted near the job's end
-            # may train none, and the chief still learns of its restart (and its step).
-            self.write(session, read_step=True)
-            self.next_write = time.monotonic() + PUBLISH_SECS
+            # With the session's first run, which starts at once: the write then costs no run
+            # of its own before the first step. A worker restarted near the job's end may
+            # train none; it writes as its session ends (``end``), and the chief still learns
+            # of its restart (and its step).
+            self.next_write = 0.0
 
         def before_run(self, run_context):
             now = time.monotonic()

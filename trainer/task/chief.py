@@ -38,6 +38,7 @@ class Chief(Worker):
     story: journal.Story | None = None   # the job's story (trainer.outcome.journal), once model_dir is claimed
     publisher = None                      # this chief's board hook (trainer.task.board), with the latest loss
     sessions = 0                          # sessions created so far (MonitoredSession recreates them)
+    session_step: int | None = None       # the step the newest session started from
 
     def report_untrained_failure(self, error: Exception, code: ExitCode, write_results: bool) -> None:
         """The chief's "failed" report for a job that never trained (bad input, a task that
@@ -74,7 +75,8 @@ class Chief(Worker):
         cfg, task = self.cfg, self.task
         hooks = [
             CheckpointSaverHook(cfg.model_dir, save_steps=cfg.checkpoint_every_steps,
-                                save_secs=cfg.checkpoint_secs, scaffold=scaffold),
+                                save_secs=cfg.checkpoint_secs, scaffold=scaffold,
+                                session_step=lambda: self.session_step),
             v1.train.SummarySaverHook(save_steps=cfg.summary_steps, output_dir=cfg.model_dir, scaffold=scaffold),
             v1.train.StepCounterHook(every_n_steps=cfg.summary_steps, output_dir=cfg.model_dir),
         ]
@@ -92,6 +94,7 @@ class Chief(Worker):
     def _on_session(self, how: str, step: int, lost: list[str]) -> None:
         """A session of this chief was created: the job's story learns where training resumed."""
         self.sessions += 1
+        self.session_step = step
         if self.sessions == 1:
             if self.story.attempt > 0:
                 self.story.resumed(step, how)

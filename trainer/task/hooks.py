@@ -131,9 +131,16 @@ class CheckpointSaverHook(v1.train.CheckpointSaverHook):
     _initial_pending = False
     _start_step = 0
 
+    def __init__(self, *args, session_step=None, **kw):
+        """``session_step()``: the step the session just created starts from, when its
+        creator knows it (then no run of its own reads it), else None."""
+        super().__init__(*args, **kw)
+        self._session_step = session_step
+
     def after_create_session(self, session, coord):
         self._initial_pending = True
-        self._start_step = int(session.run(self._global_step_tensor))
+        known = self._session_step() if self._session_step is not None else None
+        self._start_step = int(session.run(self._global_step_tensor)) if known is None else known
 
     def _initial_save(self, session) -> None:
         self._initial_pending = False
@@ -168,7 +175,18 @@ class ReleaseSyncTokensHook(v1.train.SessionRunHook):
 
 class FastWorkerSessionCreator(v1.train.WorkerSessionCreator):
     """A non-chief's session creator that polls for the chief's initialisation every
-    ``timeouts.JOIN_POLL_SECS`` instead of the 30 s TensorFlow hard-codes."""
+    ``timeouts.JOIN_POLL_SECS`` instead of the 30 s TensorFlow hard-codes.
+
+    Its first session waits with ``wait_for_chief(session, ready_for_local_init_op)`` (the
+    worker's own wait, which may give up) in the session it returns, and runs the local
+    initialisation there: the readiness check is set up once, while the chief still
+    initialises, and not again for a new session when it is done. A recreated session (a
+    ps was lost) waits the way TensorFlow does, every JOIN_POLL_SECS.
+    """
+
+    def __init__(self, *args, wait_for_chief=None, **kw):
+        super().__init__(*args, **kw)
+        self._wait_for_chief = wait_for_chief
 
     def _get_session_manager(self):
         if self._session_manager is None:
@@ -176,8 +194,29 @@ class FastWorkerSessionCreator(v1.train.WorkerSessionCreator):
             self._session_manager = v1.train.SessionManager(
                 local_init_op=s.local_init_op, ready_op=s.ready_op,
                 ready_for_local_init_op=s.ready_for_local_init_op,
-                graph=v1.get_default_graph(), recovery_wait_secs=timeouts.JOIN_POLL_SECS)
+                graph=v1.get_default_graph(), recovery_wait_secs=timeouts.JOIN_POLL_SECS,
+                local_init_feed_dict=s.local_init_feed_dict)
         return self._session_manager
+
+    def create_session(self):
+        wait, self._wait_for_chief = self._wait_for_chief, None
+        if wait is None:
+            return super().create_session()
+        s = self._scaffold.finalize()
+        session = v1.Session(self._master, graph=v1.get_default_graph(), config=self._config)
+        try:
+            wait(session, s.ready_for_local_init_op)
+            if s.local_init_op is not None:
+                session.run(s.local_init_op, feed_dict=s.local_init_feed_dict)
+            if s.ready_op is None or np.asarray(session.run(s.ready_op)).size == 0:
+                return session
+        except tf.errors.OpError as e:
+            log.debug("joining in the waiting session failed: %s", e.message.splitlines()[0])
+        except BaseException:
+            session.close()
+            raise
+        session.close()   # not ready after all (the chief restarted meanwhile): wait as TensorFlow does
+        return super().create_session()
 
 
 class RestoreLoggingChiefSessionCreator(v1.train.ChiefSessionCreator):

@@ -46,6 +46,10 @@ def _optimizer(setup: JobSetup):
             "adagrad": t.AdagradOptimizer}[setup.optimizer](setup.learning_rate)
 
 
+class ChiefGaveUp(Exception):
+    """A non-chief stopped waiting for the chief: the chief gave up, or a stop was asked for."""
+
+
 class Worker:
     """One non-chief worker task from start to exit code (the base of ``Chief``)."""
 
@@ -71,8 +75,9 @@ class Worker:
     def _role_hooks(self, server, scaffold) -> tuple[list, object]:
         """(extra hooks, session creator) of this task's MonitoredSession."""
         from trainer.task.hooks import FastWorkerSessionCreator
-        return [publish_hook(self.ops["board"], self)], FastWorkerSessionCreator(scaffold=scaffold, master=server.target,
-                                            config=session_config(self.task, self.cfg))
+        return [publish_hook(self.ops["board"], self)], FastWorkerSessionCreator(
+            scaffold=scaffold, master=server.target, config=session_config(self.task, self.cfg),
+            wait_for_chief=self._wait_for_chief)
 
     def _run_trained(self, setup: JobSetup, server, graph, ops) -> ExitCode:
         return self._run_worker(server, graph, ops)
@@ -129,7 +134,7 @@ class Worker:
                 ops["sync_hook"] = opt.make_session_run_hook(task.is_chief) if cfg.sync_replicas else None
             flag = stop_flag()
             ops["flag"], ops["raise_flag"] = flag, flag.assign(True)
-            ops["board"] = Board(task.num_workers, task.index)
+            ops["board"] = Board(task.num_workers, task.index, global_step)
             v1.summary.scalar("loss", loss)
             for k, t in metrics.items():
                 v1.summary.scalar(k, t)
@@ -261,44 +266,44 @@ class Worker:
         self._send_done(server, graph)
         return code
 
-    def _wait_for_chief(self, server, graph) -> bool:
+    def _wait_for_chief(self, session, ready) -> None:
         """Non-chief: poll every JOIN_POLL_SECS until the chief has initialised the model.
 
-        Returns False when the chief gave up instead (it raised the stop flag before the
-        model was ever ready, e.g. on bad input): then this worker must not wait for hours.
+        Runs in the session this worker then trains in (``FastWorkerSessionCreator``), on the
+        scaffold's own readiness check: once the chief is done, that check costs nothing new
+        to set up. Raises ``ChiefGaveUp`` when the chief gave up instead (it raised the stop
+        flag before the model was ever ready, e.g. on bad input), so that this worker does
+        not wait for hours, or when this worker is asked to stop while it waits.
         """
         import tensorflow as tf
-        v1 = tf.compat.v1
-        with graph.as_default():
-            ready = v1.report_uninitialized_variables(v1.global_variables())
         deadline = time.monotonic() + timeouts.CHIEF_WAIT_SECS
-        with v1.Session(server.target, graph=graph, config=session_config(self.task, self.cfg)) as s:
-            while time.monotonic() < deadline and not self.stop.requested:
-                try:
-                    if len(s.run(ready)) == 0:
-                        return True
-                    self.watchdog.extend()   # the ps answered; the chief is still initialising
-                except tf.errors.OpError:
-                    pass
-                try:
-                    if s.run(self.ops["flag"]):
-                        log.error("%s: the chief gave up before training started", self.task.name)
-                        return False
-                except tf.errors.OpError:
-                    pass   # not set: the flag is uninitialised until someone writes it
-                time.sleep(timeouts.JOIN_POLL_SECS)
-        return not self.stop.requested
+        while time.monotonic() < deadline and not self.stop.requested:
+            try:
+                if len(session.run(ready)) == 0:
+                    return
+                self.watchdog.extend()   # the ps answered; the chief is still initialising
+            except tf.errors.OpError:
+                pass
+            try:
+                if session.run(self.ops["flag"]):
+                    log.error("%s: the chief gave up before training started", self.task.name)
+                    raise ChiefGaveUp()
+            except tf.errors.OpError:
+                pass   # not set: the flag is uninitialised until someone writes it
+            time.sleep(timeouts.JOIN_POLL_SECS)
+        if self.stop.requested:
+            raise ChiefGaveUp()
 
     def _run_worker(self, server, graph, ops) -> ExitCode:
         self.ops = ops
         code = ExitCode.OK
-        if not self._wait_for_chief(server, graph):
+        try:
+            self._train(server, graph)
+        except ChiefGaveUp:
             if self.stop.requested:
                 return ExitCode.STOPPED
             self._send_done(server, graph)
             return ExitCode.TRAINING_FAILED
-        try:
-            self._train(server, graph)
         except Exception as e:
             log.error("%s: training failed: %s: %s", self.task.name, type(e).__name__, e)
             code = ExitCode.TRAINING_FAILED
