@@ -57,7 +57,9 @@ SESSION_CLOSE_GRACE_SECS = 3
 
 #: Non-chief workers check this often whether the chief has initialised the model
 #: (``MonitoredTrainingSession`` hard-codes 30 s).
-JOIN_POLL_SECS = 0.1
+JOIN_POLL_SECS = 0.05
+#: ... and this often whether the chief gave up before it ever did (the stop flag).
+GIVE_UP_POLL_SECS = 0.5
 #: How long a non-chief worker waits for the chief to initialise the model (TF's default).
 CHIEF_WAIT_SECS = 7200
 #: A worker reads the chief's stop flag (on ps 0) at most this often.

@@ -177,10 +177,10 @@ class FastWorkerSessionCreator(v1.train.WorkerSessionCreator):
     """A non-chief's session creator that polls for the chief's initialisation every
     ``timeouts.JOIN_POLL_SECS`` instead of the 30 s TensorFlow hard-codes.
 
-    Its first session waits with ``wait_for_chief(session, ready_for_local_init_op)`` (the
-    worker's own wait, which may give up) in the session it returns, and runs the local
-    initialisation there: the readiness check is set up once, while the chief still
-    initialises, and not again for a new session when it is done. A recreated session (a
+    Its first session waits with ``wait_for_chief(session, ready_for_local_init_op,
+    ready_op)`` (the worker's own wait, which may give up) in the session it returns, and
+    runs the local initialisation there: both readiness checks are set up while the chief
+    still initialises, not after it is done, in a new session. A recreated session (a
     ps was lost) waits the way TensorFlow does, every JOIN_POLL_SECS.
     """
 
@@ -205,7 +205,7 @@ class FastWorkerSessionCreator(v1.train.WorkerSessionCreator):
         s = self._scaffold.finalize()
         session = v1.Session(self._master, graph=v1.get_default_graph(), config=self._config)
         try:
-            wait(session, s.ready_for_local_init_op)
+            wait(session, s.ready_for_local_init_op, s.ready_op)
             if s.local_init_op is not None:
                 session.run(s.local_init_op, feed_dict=s.local_init_feed_dict)
             if s.ready_op is None or np.asarray(session.run(s.ready_op)).size == 0:
