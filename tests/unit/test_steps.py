@@ -152,3 +152,23 @@ def test_the_chiefs_history_follows_the_jobs_global_step(tmp_path):
     for step in (1, 40, 80):
         hook.after_run(None, types.SimpleNamespace(results={"global_step": step, "loss": 0.5}))
     assert results.read_history(str(other)) == []
+
+
+def test_a_board_write_carries_the_global_step_read_with_it():
+    """A worker's board write needs no run of its own to read the global step first: the
+    write itself stores at least the step the ps holds (trainer.task.board)."""
+    from trainer.cluster.local import free_ports
+    from trainer.task.board import Board
+    cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{free_ports(1, '127.0.0.1')[0]}"]})
+    server = tf.distribute.Server(cluster, job_name="ps", task_index=0)   # the board lives on ps 0
+    g = tf.Graph()
+    with g.as_default():
+        with v1.device("/job:ps/task:0"):
+            step = v1.train.get_or_create_global_step()
+        board = Board(2, 1, step)
+        with v1.Session(server.target) as s:
+            s.run([step.initializer, step.assign(42)])
+            s.run(board.publish, {board.value: [7, 10, 1700000000.5, 9]})
+            assert s.run(board.read[1]).tolist() == [7, 42, 1700000000.5, 9]
+            s.run(board.publish, {board.value: [8, 50, 1700000000.5, 9]})   # it saw a later step
+            assert s.run(board.read[1]).tolist() == [8, 50, 1700000000.5, 9]

@@ -34,17 +34,20 @@ class Board:
         import tensorflow as tf
         v1 = tf.compat.v1
         self.index = index
+        step = None
+        if global_step is not None:
+            # The global step field is at least the job's step as the write happens, read
+            # where the step lives, with the write: a write needs no run of its own first.
+            with v1.device(global_step.device):
+                step = tf.cast(global_step.read_value() if hasattr(global_step, "read_value") else global_step,
+                               tf.float64)
         with v1.device("/job:ps/task:0"):
             self.vars = [v1.get_variable(f"tfps_board_worker{i}", shape=[len(FIELDS)], dtype=tf.float64,
                                          initializer=v1.zeros_initializer(), trainable=False, collections=[])
                          for i in range(num_workers)]
             self.value = v1.placeholder(tf.float64, shape=[len(FIELDS)], name="tfps_board_value")
             value = self.value
-            if global_step is not None:
-                # The global step field is at least the job's step as the write happens, read
-                # on the ps with it: a write needs no read of its own first.
-                step = tf.cast(global_step.read_value() if hasattr(global_step, "read_value") else global_step,
-                               tf.float64)
+            if step is not None:
                 value = tf.concat([value[:1], tf.maximum(value[1:2], tf.reshape(step, [1])), value[2:]], 0)
             self.publish = self.vars[index].assign(value).op
         self.read = [v.read_value() if hasattr(v, "read_value") else v.value() for v in self.vars]
