@@ -147,10 +147,9 @@ def cmd_run(ns) -> ExitCode:
     require_tensorflow()
     cfg = from_args(ns)
     task = TaskRef.resolve(ns.ps_hosts, ns.worker_hosts, ns.job_name, ns.task_index)
-    from trainer.notify.urls import configured
-    if task.is_chief and configured(cfg.notify, cfg.notify_config):   # refuse malformed URLs before anything starts
-        from trainer.notify.notifier import Notifier
-        Notifier.from_settings(cfg.notify, cfg.notify_config)
+    if task.is_chief:   # refuse malformed notification URLs before anything starts
+        from trainer.notify import notifier_for
+        notifier_for(cfg.notify, cfg.notify_config)
     if ns.restarts < 0:
         raise ConfigError(f"{ns.restarts} is negative; use 0 (never) or how many times to restart", "restarts")
     from trainer.task.supervise import SUPERVISED_ENV, supervise

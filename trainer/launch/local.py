@@ -233,10 +233,8 @@ def _wait(tasks: list[TaskProcess], timeout: float) -> bool:
 
 def _preflight(cfg: RunConfig, script: str | None) -> None:
     """Refuse bad input before any process starts: data, model, model_dir, URLs."""
-    from trainer.notify.urls import configured
-    if configured(cfg.notify, cfg.notify_config):
-        from trainer.notify.notifier import Notifier
-        Notifier.from_settings(cfg.notify, cfg.notify_config)
+    from trainer.notify import notifier_for
+    notifier_for(cfg.notify, cfg.notify_config)
     if script:
         if not os.path.isfile(script):
             raise ConfigError(f"{script} does not exist", "script")

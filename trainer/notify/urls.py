@@ -43,13 +43,6 @@ def read_urls_file(path: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
 
 
-def configured(cli_urls: Sequence[str] | None, config_path: str | None,
-               environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether any notification is asked for. Decided without apprise, whose import is
-    tens of milliseconds of every chief's start-up: a job that sends nothing never loads it."""
-    return bool(config_path) or bool(collect_urls(cli_urls, environ))
-
-
 def collect_urls(cli_urls: Sequence[str] | None, environ: Mapping[str, str] = os.environ) -> list[str]:
     """All notification URLs: ``--notify`` values first, then ``APPRISE_URLS``, then the
     file ``APPRISE_URLS_FILE`` names.

@@ -40,12 +40,9 @@ def format_error(error: BaseException | None) -> dict | None:
 
 
 def _notifier(cfg):
-    from trainer.notify.urls import configured
+    from trainer.notify import notifier_for
     try:
-        if not configured(cfg.notify, cfg.notify_config):
-            return None
-        from trainer.notify.notifier import Notifier
-        return Notifier.from_settings(cfg.notify, cfg.notify_config)
+        return notifier_for(cfg.notify, cfg.notify_config)
     except Exception as e:  # a bad URL was refused before the job started; never fail here
         log.error("notifications disabled: %s", e)
         return None
