@@ -30,25 +30,21 @@ FIELDS = ("local_steps", "global_step", "started", "restart_signal")
 class Board:
     """The board variables of every worker and the ops to write this worker's, read anyone's."""
 
-    def __init__(self, num_workers: int, index: int, global_step=None):
+    def __init__(self, num_workers: int, index: int, global_step):
         import tensorflow as tf
         v1 = tf.compat.v1
         self.index = index
-        step = None
-        if global_step is not None:
-            # The global step field is at least the job's step as the write happens, read
-            # where the step lives, with the write: a write needs no run of its own first.
-            with v1.device(global_step.device):
-                step = tf.cast(global_step.read_value() if hasattr(global_step, "read_value") else global_step,
-                               tf.float64)
+        # The global step field is at least the job's step as the write happens, read where
+        # the step lives, with the write: a write needs no run of its own first.
+        with v1.device(global_step.device):
+            step = tf.cast(global_step.read_value() if hasattr(global_step, "read_value") else global_step,
+                           tf.float64)
         with v1.device("/job:ps/task:0"):
             self.vars = [v1.get_variable(f"tfps_board_worker{i}", shape=[len(FIELDS)], dtype=tf.float64,
                                          initializer=v1.zeros_initializer(), trainable=False, collections=[])
                          for i in range(num_workers)]
             self.value = v1.placeholder(tf.float64, shape=[len(FIELDS)], name="tfps_board_value")
-            value = self.value
-            if step is not None:
-                value = tf.concat([value[:1], tf.maximum(value[1:2], tf.reshape(step, [1])), value[2:]], 0)
+            value = tf.concat([self.value[:1], tf.maximum(self.value[1:2], tf.reshape(step, [1])), self.value[2:]], 0)
             self.publish = self.vars[index].assign(value).op
         self.read = [v.read_value() if hasattr(v, "read_value") else v.value() for v in self.vars]
 
