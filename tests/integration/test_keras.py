@@ -183,8 +183,12 @@ def test_keras_model_resumes_from_its_checkpoint_with_its_moving_statistics(asyn
     assert restored == [done], (restored, done, job.proc.tail())
     assert done + 2 <= res["global_step"] <= done + 12, res["global_step"]   # continued, not started again
     after = export_variables(res["export_dir"])
+    # Momentum 0.9: each step moves a statistic 10% of the way to its batch's, so a channel
+    # that is mostly 0 after the ReLU can jump in 2 steps. A fresh model would be off on most
+    # channels (moving variance near 1); a restored one is off on a few at most.
     for name in ("batch_normalization/moving_mean", "batch_normalization/moving_variance"):
-        np.testing.assert_allclose(after[name], before[name], rtol=0.3, atol=0.05, err_msg=name)
+        close = np.isclose(after[name], before[name], rtol=0.3, atol=0.05)
+        assert close.mean() >= 0.9, (name, before[name][~close], after[name][~close])
     assert_held_back_accuracy(job, blob_data, 0.8)
 
 

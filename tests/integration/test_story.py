@@ -119,12 +119,14 @@ def test_ps_then_chief_killed_the_story_tells_both(procs, tmp_path, webhook_serv
 
 def test_frozen_worker_gets_one_stalled_message(procs, tmp_path, webhook_server):
     model_dir = tmp_path / "model"
-    # The chief's steps are paced so that the job outlasts the freeze (worker1 trains at full speed
-    # until it is frozen, then the chief alone goes on).
+    # The chief's steps are paced so that the job outlasts the freeze (worker1 trains faster
+    # until it is frozen, then the chief alone goes on); worker1's a little too, so that it
+    # has not trained every step before the first progress message.
     tasks, ports = start_cluster(procs, model_dir, "--model", PACED_MODEL, "--stall_timeout", 8,
                                  "--notify_every", 3, steps=2500,
                                  env={"worker0": {"APPRISE_URLS": webhook_server.url(),
-                                                  "TFPS_TEST_STEP_SECS": "0.08"}})
+                                                  "TFPS_TEST_STEP_SECS": "0.08"},
+                                      "worker1": {"TFPS_TEST_STEP_SECS": "0.004"}})
     chief, worker1 = tasks["worker0"], tasks["worker1"]
     everyone = list(tasks.values())
 

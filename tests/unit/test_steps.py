@@ -5,6 +5,8 @@ the last step, packed gradients update the variables exactly as ``minimize`` doe
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -172,3 +174,72 @@ def test_a_board_write_carries_the_global_step_read_with_it():
             assert s.run(board.read[1]).tolist() == [7, 42, 1700000000.5, 9]
             s.run(board.publish, {board.value: [8, 50, 1700000000.5, 9]})   # it saw a later step
             assert s.run(board.read[1]).tolist() == [8, 50, 1700000000.5, 9]
+
+
+def _cluster_loop(pack: bool, k: int = 3) -> tuple[dict, dict]:
+    """Train ``k`` steps of a loop on 2 in-process ps and 1 worker; return (variables, edges).
+
+    ``edges`` counts the tensors the worker received from the ps, by name. A tensor made in
+    the loop is received once per step and once more as the loop ends (a "dead" value, which
+    tells the worker the loop is over)."""
+    import collections
+    import re
+
+    from trainer.cluster.local import free_ports
+    from trainer.task.steps import apply_packed, step_loop, with_packed_reads
+    ports = free_ports(3, "127.0.0.1")
+    cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"],
+                                    "worker": [f"127.0.0.1:{ports[2]}"]})
+    servers = [tf.distribute.Server(cluster, job_name=j, task_index=i) for j, i in (("ps", 0), ("ps", 1), ("worker", 0))]
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(16, 4)).astype(np.float32)
+    y = rng.integers(0, 3, size=(16,))
+    g = tf.Graph()
+    with g.as_default(), v1.device(v1.train.replica_device_setter(cluster=cluster, worker_device="/job:worker/task:0")):
+        gs = v1.train.get_or_create_global_step()                              # ps 0
+        ws = [v1.get_variable(f"w{i}", initializer=rng.normal(size=(4, 4)).astype(np.float32)) for i in range(4)]
+        head = v1.get_variable("head", initializer=rng.normal(size=(4, 3)).astype(np.float32))
+        opt = v1.train.AdamOptimizer(0.05)
+
+        def one_step():
+            h = tf.constant(x)
+            for w in ws:
+                h = tf.nn.tanh(tf.matmul(h, w)) + tf.matmul(h, w)   # each variable read and used twice
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h @ head))
+            return apply_packed(opt, loss, gs, "/job:worker/task:0"), loss, {}
+
+        step_fn = with_packed_reads(one_step, "/job:worker/task:0") if pack else one_step
+        train_op, steps, _, _, bound = step_loop(step_fn, gs, last_step=100)
+        meta = v1.RunMetadata()
+        with v1.Session(servers[2].target) as s:
+            s.run(v1.global_variables_initializer())
+            assert s.run(steps, {bound: k}, options=v1.RunOptions(trace_level=v1.RunOptions.FULL_TRACE),
+                         run_metadata=meta) == k
+            values = {v.op.name: s.run(v) for v in v1.global_variables()}
+    edges = collections.Counter()
+    for dev in meta.step_stats.dev_stats:
+        if "/job:worker/" in dev.device:
+            for node in dev.node_stats:
+                m = re.search(r"edge_\d+_(\S+) from (\S*job:ps\S*)", node.timeline_label)
+                if m:
+                    edges[m.group(1)] += 1
+    return values, edges
+
+
+def test_a_step_receives_the_variables_of_each_ps_as_one_tensor():
+    plain, plain_edges = _cluster_loop(pack=False)
+    packed, packed_edges = _cluster_loop(pack=True)
+    def variable_reads(edges):
+        return {name: n for name, n in edges.items()
+                if name.endswith("ReadVariableOp") and not name.endswith("Read/ReadVariableOp")}   # not the step's
+
+    # Unpacked, each step receives every variable read on its own (5 variables on 2 ps).
+    assert len(variable_reads(plain_edges)) >= 5 and min(variable_reads(plain_edges).values()) >= 3 + 1
+    # Packed: one tensor per ps per step, and no read of its own.
+    assert variable_reads(packed_edges) == {}, packed_edges
+    joined = [n for name, n in packed_edges.items() if re.search(r"/concat(_\d+)?$", name)]
+    assert joined == [3 + 1, 3 + 1], packed_edges
+    # The same training: every variable ends as without packing.
+    assert plain.keys() == packed.keys() and plain["global_step"] == packed["global_step"] == 3
+    for name in plain:
+        np.testing.assert_allclose(packed[name], plain[name], rtol=1e-5, atol=1e-6, err_msg=name)

@@ -18,13 +18,21 @@ number of workers) past ``--train_steps``.
 Sync training (SyncReplicasOptimizer, whose token queue and hook work per step) keeps one
 step per run.
 
-Each iteration also costs as few round trips to the ps as the algorithm allows:
+Each step also moves as few tensors between the worker and the ps as the algorithm
+allows. A transfer costs both processes CPU time (a gRPC call and several thread
+hand-offs), far more than the bytes of a small model: on 2 cores, the 19 transfers of an
+async CNN step were most of its time. Now an async step makes 5 (with one ps):
 
-* the loop's condition tests the global step read right after this worker's previous
-  update (one read, which also carries the "update applied" dependency back), instead of
-  a read of its own before every step;
+* ``with_packed_reads``: the variable values a step reads from each ps come as one tensor,
+  joined on the ps and split again on the worker (one transfer per ps instead of one per
+  read; the sync step uses it too);
 * ``apply_packed`` sends a step's dense gradients to each ps as one tensor, split there
-  again before the update: one transfer per ps instead of one per variable.
+  again before the update, and makes the optimizer's constants (learning rate, Adam's
+  betas and epsilon) on the ps that applies it instead of sending them every step;
+* the loop's condition tests the global step read on the ps right after this worker's
+  previous update (one read, which also carries the "update applied" dependency back),
+  instead of a read of its own before every step;
+* the loop's own control (its condition to the ps, the ps's "next iteration" back).
 """
 
 from __future__ import annotations
@@ -54,13 +62,13 @@ def step_loop(step_fn, global_step, last_step: int):
     def body(i, _step, _values):
         train_op, loss, metrics = step_fn()
         keys.extend(metrics)
-        with v1.control_dependencies([train_op]):
+        with v1.control_dependencies([train_op]), tf.device(global_step.device):
             # The global step after this update: the next condition needs no read of its own.
             step = tf.identity(global_step.read_value())
-            # Loss and metrics leave the loop as one float32 vector (their count is only
-            # known once the model is built, inside the loop).
-            values = tf.stack([tf.cast(loss, tf.float32)] + [tf.cast(metrics[k], tf.float32) for k in keys])
-            return i + 1, step, values
+        # Loss and metrics leave the loop as one float32 vector (their count is only
+        # known once the model is built, inside the loop).
+        values = tf.stack([tf.cast(loss, tf.float32)] + [tf.cast(metrics[k], tf.float32) for k in keys])
+        return i + 1, step, values
 
     steps, _, values = v1.while_loop(
         cond, body, [tf.constant(0), global_step.read_value(), tf.zeros([0], tf.float32)],
@@ -82,7 +90,9 @@ def apply_packed(opt, loss, global_step, worker_device: str):
     the worker, the joined tensor is split again on that ps, and the optimizer applies the
     parts there, exactly as ``minimize`` would: same gradients, same update. Sparse
     gradients (``IndexedSlices``), other dtypes and variables without a gradient keep
-    their own path.
+    their own path. The optimizer's own tensors (its constants, the global step's
+    increment) are made on the global step's ps (the one ps of most jobs), so that no step
+    sends them there.
     """
     import tensorflow as tf
     pairs = opt.compute_gradients(loss)
@@ -102,7 +112,72 @@ def apply_packed(opt, loss, global_step, worker_device: str):
         with tf.device(device):
             parts = tf.split(tf.identity(joined), [v.shape.num_elements() for _, v in group])
             kept.extend((tf.reshape(p, v.shape), v) for p, (_, v) in zip(parts, group))
-    return opt.apply_gradients(kept, global_step=global_step)
+    with tf.device(global_step.device):
+        return opt.apply_gradients(kept, global_step=global_step)
+
+
+def _task_of(device: str) -> tuple:
+    spec = tf.DeviceSpec.from_string(device or "")
+    return spec.job, spec.replica or 0, spec.task or 0
+
+
+def _variable_device(read) -> str:
+    """Where a ReadVariableOp runs: its own device, else (in a loop body, where the read is
+    placed next to its variable at run time) the device of the variable it was passed."""
+    if read.device:
+        return read.device
+    captured = {inner.ref(): outer for outer, inner in getattr(read.graph, "captures", ())}
+    outer = captured.get(read.inputs[0].ref())
+    return outer.device if outer is not None else ""
+
+
+def with_packed_reads(step_fn, worker_device: str):
+    """``step_fn`` (which builds one step), with the reads of the step it builds packed."""
+    def step():
+        graph = v1.get_default_graph()   # inside the loop: the loop body's graph
+        first = len(graph.get_operations())
+        built = step_fn()
+        pack_reads(graph.get_operations()[first:], worker_device)
+        return built
+    return step
+
+
+def pack_reads(ops, worker_device: str) -> None:
+    """Send the variable values a step reads from each ps as one tensor instead of one per read.
+
+    ``ops`` are the ops a step built. Every float32 variable read that runs on a ps and is
+    used on ``worker_device`` (the forward and backward pass) is rewired: the ps flattens
+    and joins its reads into one tensor, the worker splits it again, and the users of each
+    read take their part, the same values. A read that waits for something (a control
+    input, e.g. after an update) keeps its own transfer. TensorFlow has no public way to
+    change the input of a built op; without its internal one, nothing is packed.
+    """
+    if not hasattr(tf.Operation, "_update_input"):
+        return
+    by_ps: dict[str, list] = {}
+    for op in ops:
+        if (op.type != "ReadVariableOp" or op.control_inputs or op.inputs[0].op.inputs
+                or op.outputs[0].dtype != tf.float32 or not op.outputs[0].shape.is_fully_defined()):
+            continue
+        device = _variable_device(op)
+        if _task_of(device)[0] != "ps":
+            continue
+        users = [c for c in op.outputs[0].consumers() if _task_of(c.device) != _task_of(device)]
+        if users:
+            by_ps.setdefault(device, []).append((op.outputs[0], users))
+    for device, reads in by_ps.items():
+        if len(reads) < 2:
+            continue
+        with tf.device(device):
+            joined = tf.concat([tf.reshape(t, [-1]) for t, _ in reads], 0)
+        with tf.device(worker_device):
+            parts = tf.split(joined, [t.shape.num_elements() for t, _ in reads])
+            for part, (t, users) in zip(parts, reads):
+                value = tf.reshape(part, t.shape)
+                for user in users:
+                    for j, x in enumerate(user.inputs):
+                        if x is t:
+                            user._update_input(j, value)   # noqa: SLF001
 
 
 class StepsPerRunHook(v1.train.SessionRunHook):

@@ -123,6 +123,7 @@ class Worker:
                             return opt.minimize(spec.loss, global_step=global_step), spec.loss, spec.metrics
                         return (steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0"),
                                 spec.loss, spec.metrics)
+                step = steps_mod.with_packed_reads(step, worker_device + "/cpu:0")
                 if cfg.sync_replicas:
                     train_op, loss, metrics = step()
                     ops["steps"] = ops["steps_per_run"] = None
