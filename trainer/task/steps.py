@@ -45,6 +45,11 @@ from trainer import timeouts
 
 v1 = tf.compat.v1
 
+#: Tensors of at most this many float32 values (1 MiB) are packed. A transfer's own cost
+#: is that of a small tensor's bytes many times over; a larger tensor travels alone rather
+#: than be copied into and out of a joined one every step.
+PACK_MAX_ELEMENTS = 1 << 18
+
 
 def step_loop(step_fn, global_step, last_step: int):
     """Build the loop. ``step_fn()`` builds one step and returns (train_op, loss, metrics).
@@ -89,8 +94,8 @@ def apply_packed(opt, loss, global_step, worker_device: str):
     The gradients of the variables on one ps (float32, dense) are flattened and joined on
     the worker, the joined tensor is split again on that ps, and the optimizer applies the
     parts there, exactly as ``minimize`` would: same gradients, same update. Sparse
-    gradients (``IndexedSlices``), other dtypes and variables without a gradient keep
-    their own path. The optimizer's own tensors (its constants, the global step's
+    gradients (``IndexedSlices``), other dtypes, variables larger than
+    ``PACK_MAX_ELEMENTS`` and variables without a gradient keep their own path. The optimizer's own tensors (its constants, the global step's
     increment) are made on the global step's ps (the one ps of most jobs), so that no step
     sends them there.
     """
@@ -99,7 +104,8 @@ def apply_packed(opt, loss, global_step, worker_device: str):
     by_ps: dict[str, list] = {}
     kept = []
     for g, v in pairs:
-        if isinstance(g, tf.Tensor) and g.dtype == tf.float32 and v.shape.is_fully_defined():
+        if (isinstance(g, tf.Tensor) and g.dtype == tf.float32 and v.shape.is_fully_defined()
+                and v.shape.num_elements() <= PACK_MAX_ELEMENTS):
             by_ps.setdefault(v.device, []).append((g, v))
         else:
             kept.append((g, v))
@@ -149,7 +155,8 @@ def pack_reads(ops, worker_device: str) -> None:
     used on ``worker_device`` (the forward and backward pass) is rewired: the ps flattens
     and joins its reads into one tensor, the worker splits it again, and the users of each
     read take their part, the same values. A read that waits for something (a control
-    input, e.g. after an update) keeps its own transfer. TensorFlow has no public way to
+    input, e.g. after an update) or is larger than ``PACK_MAX_ELEMENTS`` keeps its own
+    transfer. TensorFlow has no public way to
     change the input of a built op; without its internal one, nothing is packed.
     """
     if not hasattr(tf.Operation, "_update_input"):
@@ -157,7 +164,8 @@ def pack_reads(ops, worker_device: str) -> None:
     by_ps: dict[str, list] = {}
     for op in ops:
         if (op.type != "ReadVariableOp" or op.control_inputs or op.inputs[0].op.inputs
-                or op.outputs[0].dtype != tf.float32 or not op.outputs[0].shape.is_fully_defined()):
+                or op.outputs[0].dtype != tf.float32 or not op.outputs[0].shape.is_fully_defined()
+                or op.outputs[0].shape.num_elements() > PACK_MAX_ELEMENTS):
             continue
         device = _variable_device(op)
         if _task_of(device)[0] != "ps":
