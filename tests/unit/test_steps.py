@@ -183,19 +183,20 @@ def _cluster_loop(pack: bool, k: int = 3) -> tuple[dict, dict]:
     the loop is received once per step and once more as the loop ends (a "dead" value, which
     tells the worker the loop is over)."""
     import collections
-    import re
 
     from trainer.cluster.local import free_ports
     from trainer.task.steps import apply_packed, step_loop, with_packed_reads
     ports = free_ports(3, "127.0.0.1")
     cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"],
                                     "worker": [f"127.0.0.1:{ports[2]}"]})
-    servers = [tf.distribute.Server(cluster, job_name=j, task_index=i) for j, i in (("ps", 0), ("ps", 1), ("worker", 0))]
+    servers = [tf.distribute.Server(cluster, job_name=job, task_index=i)
+               for job, i in (("ps", 0), ("ps", 1), ("worker", 0))]
     rng = np.random.default_rng(5)
     x = rng.normal(size=(16, 4)).astype(np.float32)
     y = rng.integers(0, 3, size=(16,))
     g = tf.Graph()
-    with g.as_default(), v1.device(v1.train.replica_device_setter(cluster=cluster, worker_device="/job:worker/task:0")):
+    setter = v1.train.replica_device_setter(cluster=cluster, worker_device="/job:worker/task:0")
+    with g.as_default(), v1.device(setter):
         gs = v1.train.get_or_create_global_step()                              # ps 0
         ws = [v1.get_variable(f"w{i}", initializer=rng.normal(size=(4, 4)).astype(np.float32)) for i in range(4)]
         head = v1.get_variable("head", initializer=rng.normal(size=(4, 3)).astype(np.float32))
@@ -231,6 +232,7 @@ def _cluster_loop(pack: bool, k: int = 3) -> tuple[dict, dict]:
 def test_a_step_receives_the_variables_of_each_ps_as_one_tensor():
     plain, plain_edges = _cluster_loop(pack=False)
     packed, packed_edges = _cluster_loop(pack=True)
+
     def variable_reads(edges):
         return {name: n for name, n in edges.items()
                 if name.endswith("ReadVariableOp") and not name.endswith("Read/ReadVariableOp")}   # not the step's

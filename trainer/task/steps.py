@@ -95,9 +95,9 @@ def apply_packed(opt, loss, global_step, worker_device: str):
     the worker, the joined tensor is split again on that ps, and the optimizer applies the
     parts there, exactly as ``minimize`` would: same gradients, same update. Sparse
     gradients (``IndexedSlices``), other dtypes, variables larger than
-    ``PACK_MAX_ELEMENTS`` and variables without a gradient keep their own path. The optimizer's own tensors (its constants, the global step's
-    increment) are made on the global step's ps (the one ps of most jobs), so that no step
-    sends them there.
+    ``PACK_MAX_ELEMENTS`` and variables without a gradient keep their own path. The
+    optimizer's own tensors (its constants, the global step's increment) are made on the
+    global step's ps (the one ps of most jobs), so that no step sends them there.
     """
     import tensorflow as tf
     pairs = opt.compute_gradients(loss)
@@ -156,8 +156,8 @@ def pack_reads(ops, worker_device: str) -> None:
     and joins its reads into one tensor, the worker splits it again, and the users of each
     read take their part, the same values. A read that waits for something (a control
     input, e.g. after an update) or is larger than ``PACK_MAX_ELEMENTS`` keeps its own
-    transfer. TensorFlow has no public way to
-    change the input of a built op; without its internal one, nothing is packed.
+    transfer. TensorFlow has no public way to change the input of a built op; without its
+    internal one (``Operation._update_input``), nothing is packed.
     """
     if not hasattr(tf.Operation, "_update_input"):
         return
@@ -170,7 +170,7 @@ def pack_reads(ops, worker_device: str) -> None:
         device = _variable_device(op)
         if _task_of(device)[0] != "ps":
             continue
-        users = [c for c in op.outputs[0].consumers() if _task_of(c.device) != _task_of(device)]
+        users = [c for c in op.outputs[0].consumers() if _task_of(c.device) == _task_of(worker_device)]
         if users:
             by_ps.setdefault(device, []).append((op.outputs[0], users))
     for device, reads in by_ps.items():
