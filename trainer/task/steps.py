@@ -99,13 +99,11 @@ def apply_packed(opt, loss, global_step, worker_device: str):
     optimizer's own tensors (its constants, the global step's increment) are made on the
     global step's ps (the one ps of most jobs), so that no step sends them there.
     """
-    import tensorflow as tf
     pairs = opt.compute_gradients(loss)
     by_ps: dict[str, list] = {}
     kept = []
     for g, v in pairs:
-        if (isinstance(g, tf.Tensor) and g.dtype == tf.float32 and v.shape.is_fully_defined()
-                and v.shape.num_elements() <= PACK_MAX_ELEMENTS):
+        if isinstance(g, tf.Tensor) and _packable(g.dtype, v.shape):
             by_ps.setdefault(v.device, []).append((g, v))
         else:
             kept.append((g, v))
@@ -113,13 +111,24 @@ def apply_packed(opt, loss, global_step, worker_device: str):
         if len(group) == 1:
             kept.extend(group)
             continue
-        with tf.device(worker_device):
-            joined = tf.concat([tf.reshape(g, [-1]) for g, _ in group], 0)
-        with tf.device(device):
-            parts = tf.split(tf.identity(joined), [v.shape.num_elements() for _, v in group])
-            kept.extend((tf.reshape(p, v.shape), v) for p, (_, v) in zip(parts, group))
+        parts = _send_joined([g for g, _ in group], [v.shape for _, v in group], worker_device, device)
+        kept.extend((p, v) for p, (_, v) in zip(parts, group))
     with tf.device(global_step.device):
         return opt.apply_gradients(kept, global_step=global_step)
+
+
+def _packable(dtype, shape) -> bool:
+    return dtype == tf.float32 and shape.is_fully_defined() and shape.num_elements() <= PACK_MAX_ELEMENTS
+
+
+def _send_joined(tensors, shapes, from_device: str, to_device: str) -> list:
+    """``tensors`` as one transfer: flattened and joined on ``from_device``, split there
+    again on ``to_device`` and given back their ``shapes``."""
+    with tf.device(from_device):
+        joined = tf.concat([tf.reshape(t, [-1]) for t in tensors], 0)
+    with tf.device(to_device):
+        parts = tf.split(joined, [shape.num_elements() for shape in shapes])
+        return [tf.reshape(part, shape) for part, shape in zip(parts, shapes)]
 
 
 def _task_of(device: str) -> tuple:
@@ -161,31 +170,27 @@ def pack_reads(ops, worker_device: str) -> None:
     """
     if not hasattr(tf.Operation, "_update_input"):
         return
+    worker = _task_of(worker_device)
     by_ps: dict[str, list] = {}
     for op in ops:
         if (op.type != "ReadVariableOp" or op.control_inputs or op.inputs[0].op.inputs
-                or op.outputs[0].dtype != tf.float32 or not op.outputs[0].shape.is_fully_defined()
-                or op.outputs[0].shape.num_elements() > PACK_MAX_ELEMENTS):
+                or not _packable(op.outputs[0].dtype, op.outputs[0].shape)):
             continue
         device = _variable_device(op)
         if _task_of(device)[0] != "ps":
             continue
-        users = [c for c in op.outputs[0].consumers() if _task_of(c.device) == _task_of(worker_device)]
+        users = [c for c in op.outputs[0].consumers() if _task_of(c.device) == worker]
         if users:
             by_ps.setdefault(device, []).append((op.outputs[0], users))
     for device, reads in by_ps.items():
         if len(reads) < 2:
             continue
-        with tf.device(device):
-            joined = tf.concat([tf.reshape(t, [-1]) for t, _ in reads], 0)
-        with tf.device(worker_device):
-            parts = tf.split(joined, [t.shape.num_elements() for t, _ in reads])
-            for part, (t, users) in zip(parts, reads):
-                value = tf.reshape(part, t.shape)
-                for user in users:
-                    for j, x in enumerate(user.inputs):
-                        if x is t:
-                            user._update_input(j, value)   # noqa: SLF001
+        parts = _send_joined([t for t, _ in reads], [t.shape for t, _ in reads], device, worker_device)
+        for value, (t, users) in zip(parts, reads):
+            for user in users:
+                for j, x in enumerate(user.inputs):
+                    if x is t:
+                        user._update_input(j, value)   # noqa: SLF001
 
 
 class StepsPerRunHook(v1.train.SessionRunHook):
