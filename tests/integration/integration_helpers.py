@@ -324,3 +324,18 @@ def poll(predicate, timeout: float, what: str, *watch: "Proc", interval: float =
             pytest.fail(f"timed out after {timeout} s waiting for {what}:\n" +
                         "\n".join(f"--- {p.name}\n{p.tail(15)}" for p in watch))
         time.sleep(interval)
+
+
+def task_child(supervisor: Proc) -> int | None:
+    """The pid of the task process a ``tfps run --restarts`` supervisor runs now."""
+    for pid in supervisor.alive_family():
+        st = _stat(pid)
+        if pid != supervisor.pid and st and st[1] == supervisor.pid:
+            return pid
+    return None
+
+
+def kill_task(supervisor: Proc) -> None:
+    """SIGKILL the task process under a ``tfps run --restarts`` supervisor (as the OOM killer would)."""
+    pid = poll(lambda: task_child(supervisor), 30, f"the task process of {supervisor.name}", supervisor)
+    os.kill(pid, signal.SIGKILL)

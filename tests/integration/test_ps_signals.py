@@ -1,4 +1,5 @@
-"""A ps on its own: SIGTERM does not end it (the chief may still be saving), a second one does."""
+"""A ps on its own: SIGTERM does not end it (the chief may still be saving), a second one does;
+a ps started again under ``tfps run --restarts`` remembers the workers that already finished."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 
 import pytest
 
-from integration_helpers import assert_nothing_left
+from integration_helpers import assert_nothing_left, kill_task
 
 pytestmark = pytest.mark.integration
 
@@ -30,4 +31,54 @@ def test_ps_keeps_serving_after_sigterm_and_exits_on_the_second(procs):
     assert proc.wait(15) == 130, proc.tail()          # ExitCode.STOPPED
     assert time.monotonic() - t0 < 5
     assert "second stop signal" in proc.output()
+    assert_nothing_left([t.port for t in plan.tasks], proc)
+
+
+def report_done(port: int, worker: int) -> None:
+    """What a worker does at its end: put its index in ps 0's done queue."""
+    import tensorflow as tf
+    from trainer.task.lifecycle import done_queue
+    graph = tf.Graph()
+    with graph.as_default():
+        enqueue = done_queue(0, 2).enqueue(worker)
+    config = tf.compat.v1.ConfigProto(device_filters=["/job:ps/task:0"])
+    with tf.compat.v1.Session(f"grpc://127.0.0.1:{port}", graph=graph, config=config) as sess:
+        sess.run(enqueue, options=tf.compat.v1.RunOptions(timeout_in_ms=30_000))
+
+
+def test_a_ps_started_again_remembers_the_workers_that_finished(procs):
+    """worker1 finishes, then the ps is SIGKILLed and started again: the new process must not
+    wait for worker1 (which will never report again) but exit 0 as soon as the chief is done."""
+    from trainer.cluster import local_plan
+    plan = local_plan(1, 2)
+    ps = plan.tasks[0]
+    proc = procs.tfps("ps0", "run", *plan.task_ref(ps).to_flags(), "--tf_threads", "1", "--restarts", 1,
+                      "--sync_timeout", 600)
+    proc.wait_for(r"ps0 serving on port %d" % ps.port, 60)
+    report_done(ps.port, 1)
+    proc.wait_for(r"ps0: worker 1 is done \(1/2\)", 30)
+    kill_task(proc)
+    proc.wait_for(r"worker\(s\) \[1\] reported done to this task's previous process", 90)
+    report_done(ps.port, 0)
+    assert proc.wait(30) == 0, proc.tail()
+    out = proc.output()
+    assert "starting it again (1/1)" in out
+    assert "ps0: worker 0 is done (2/2)" in out and "every worker is done" in out, proc.tail()
+    assert_nothing_left([t.port for t in plan.tasks], proc)
+
+
+def test_a_stop_after_the_chiefs_final_save_ends_the_ps_with_0(procs):
+    """The chief is done, worker1 never reports (dead, or gone before a ps restart): the stop
+    that the orchestrator sends at the job's end is no failure of the ps."""
+    from trainer.cluster import local_plan
+    plan = local_plan(1, 2)
+    ps = plan.tasks[0]
+    proc = procs.tfps("ps0", "run", *plan.task_ref(ps).to_flags(), "--tf_threads", "1", "--sync_timeout", 600,
+                      "--final_save_timeout", 600)
+    proc.wait_for(r"ps0 serving on port %d" % ps.port, 60)
+    report_done(ps.port, 0)
+    proc.wait_for(r"ps0: worker 0 is done \(1/2\)", 30)
+    proc.signal(signal.SIGTERM)
+    assert proc.wait(30) == 0, proc.tail()
+    assert "stop requested after the chief's final save" in proc.output()
     assert_nothing_left([t.port for t in plan.tasks], proc)

@@ -20,7 +20,8 @@ import time
 
 import pytest
 
-from integration_helpers import Proc, Processes, _stat, assert_nothing_left, base_env, poll, read_results, run_flags
+from integration_helpers import (Proc, Processes, assert_nothing_left, base_env, kill_task, poll, read_results,
+                                 run_flags)
 
 pytestmark = pytest.mark.integration
 
@@ -36,21 +37,6 @@ def start_cluster(procs: Processes, model_dir, *extra, steps: int, env: dict[str
                                    *run_flags(model_dir, "--log_steps", 10, *extra, steps=steps),
                                    env=base_env(**env.get(t.name, {})))
     return tasks, [t.port for t in plan.tasks]
-
-
-def task_child(supervisor: Proc) -> int | None:
-    """The pid of the task process a ``tfps run --restarts`` supervisor runs now."""
-    for pid in supervisor.alive_family():
-        st = _stat(pid)
-        if pid != supervisor.pid and st and st[1] == supervisor.pid:
-            return pid
-    return None
-
-
-def kill_task(supervisor: Proc) -> None:
-    pid = poll(lambda: task_child(supervisor), 30, f"the task process of {supervisor.name}", supervisor)
-    import os
-    os.kill(pid, signal.SIGKILL)
 
 
 def progress(proc: Proc, since: int = 0) -> list[int]:

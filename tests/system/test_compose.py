@@ -159,7 +159,7 @@ class ComposeJob:
                 return current
             if self._up is not None and self._up.poll() is not None:
                 pytest.fail(f"the job ended before step {step}:\n{self.tail()}")
-            time.sleep(0.5)
+            time.sleep(0.2)
         pytest.fail(f"the chief did not reach step {step} within {timeout} s:\n{self.tail()}")
 
 
@@ -306,8 +306,11 @@ def test_stop_chief_writes_final_save_within_grace(compose_job, trainer_image, t
     assert "export/saved_model.pb" in files
 
 
-FAULT_STEPS = 1000
-FAULT_CHECKPOINT = 200          # the default: train_steps / 5
+#: Long enough that the kill lands between the first and the last checkpoint: an async job
+#: trains several hundred steps a second here, about as many as pass while the chief's
+#: step is read (docker exec) and the task killed.
+FAULT_STEPS = 3000
+FAULT_CHECKPOINT = 600          # the default: train_steps / 5
 fault_table = faults.table_fixture(
     f"compose fault injection: 1 ps + 2 workers, {FAULT_STEPS} steps, a checkpoint every {FAULT_CHECKPOINT}; "
     "SIGKILL of the task's training process, started again in its container")
@@ -375,7 +378,10 @@ def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, t
     assert "the task process was killed by SIGKILL; starting it again (1/3)" in \
         container.logs().decode(errors="replace"), f"{victim} was not restarted"
     assert container.attrs["RestartCount"] == 0
-    assert exit_codes(job) == {"ps-0": 0, "worker-0": 0, "worker-1": 0}, job.tail()
+    codes = exit_codes(job)
+    assert codes == {"ps-0": 0, "worker-0": 0, "worker-1": 0}, \
+        f"exit codes {codes}\n" + "\n".join(job.container(s).logs(tail=40).decode(errors="replace")
+                                            for s in codes if codes[s])
     assert_nothing_running(job)
     results = job.read_json(f"{MODEL_DIR}/results.json")
     assert results["status"] == "succeeded"

@@ -5,20 +5,29 @@ ps - possibly while the chief is still writing its final checkpoint. Here the ps
 one token per worker from its own ``done`` queue and exits 0 when all have reported.
 Once the chief (whose token comes after its final save) is done, the others get
 ``timeouts.ps_wait_after_chief`` (``--sync_timeout``) seconds more: a worker that died for
-good cannot keep the ps alive.
+good cannot keep the ps alive. Then, or at a stop signal, the ps exits 0: the job's outcome
+is the chief's.
 On SIGTERM it keeps serving for ``grace_period(final_save_timeout)`` so the chief can
 finish its final save; a second signal, or the end of that grace, stops it at once.
+
+The tokens live in the ps process. A ps started again by ``tfps run --restarts`` (after the
+OOM killer, say) would wait for workers that finished before it died and never report
+again, so every ps keeps the workers it saw finish in its supervisor's state directory,
+and a successor starts from them.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 
 from trainer import timeouts
 from trainer.config import RunConfig
 from trainer.exitcodes import ExitCode
 from trainer.task.lifecycle import StopSignal, cluster_spec, done_queue, session_config, write_health
+from trainer.task.supervise import STATE_DIR_ENV
 
 log = logging.getLogger("tfps")
 
@@ -38,10 +47,13 @@ def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
         # Dequeue only what is there: a dequeue cut short by a run timeout can still take a
         # token after the timeout and lose it, and a lost chief token keeps the ps up for good.
         size, dequeue = queue.size(), queue.dequeue()
-    seen: set[int] = set()
+    record = _DoneRecord(task.index)
+    seen = record.load()
+    if seen:
+        log.info("ps%d: worker(s) %s reported done to this task's previous process", task.index, sorted(seen))
     grace = timeouts.grace_period(cfg.final_save_timeout)
     linger = timeouts.ps_wait_after_chief(cfg)
-    chief_done_at: float | None = None
+    chief_done_at: float | None = time.monotonic() if 0 in seen else None
     with v1.Session(server.target, graph=graph, config=session_config(task, cfg)) as sess:
         while len(seen) < task.num_workers:
             if stop.count >= 2:
@@ -51,8 +63,10 @@ def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
                 log.warning("ps%d stopped: %d s grace for the final save is over", task.index, grace)
                 return ExitCode.STOPPED
             if stop.requested and chief_done_at is not None:
-                log.warning("ps%d stopped after the chief's final save", task.index)
-                return ExitCode.STOPPED
+                # The job's outcome is the chief's, and it is on disk: as when the wait below
+                # runs out, a worker that never reported cannot make the ps's end a failure.
+                log.info("ps%d: stop requested after the chief's final save; exiting", task.index)
+                return ExitCode.OK
             if chief_done_at is not None and time.monotonic() - chief_done_at > linger:
                 missing = sorted(set(range(task.num_workers)) - seen)
                 log.warning("ps%d: the chief finished %.0f s ago but worker(s) %s never reported done "
@@ -66,6 +80,38 @@ def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
                 chief_done_at = time.monotonic()   # the final save is on disk: nothing more to protect
             if worker not in seen:
                 seen.add(worker)
+                record.save(seen)
                 log.info("ps%d: worker %d is done (%d/%d)", task.index, worker, len(seen), task.num_workers)
     log.info("ps%d: every worker is done; exiting", task.index)
     return ExitCode.OK
+
+
+class _DoneRecord:
+    """The workers this ps saw finish, kept where its successor finds them (only under a
+    supervising ``tfps run --restarts``: a process started anew otherwise belongs to a new job)."""
+
+    def __init__(self, index: int):
+        directory = os.environ.get(STATE_DIR_ENV)
+        self.path = os.path.join(directory, f"ps{index}-done.json") if directory else None
+
+    def load(self) -> set[int]:
+        if self.path is None:
+            return set()
+        try:
+            with open(self.path) as fh:
+                return {int(w) for w in json.load(fh)}
+        except (OSError, ValueError, TypeError) as e:
+            if not isinstance(e, FileNotFoundError):
+                log.warning("cannot read %s (%s): waiting for every worker", self.path, e)
+            return set()
+
+    def save(self, seen: set[int]) -> None:
+        if self.path is None:
+            return
+        try:
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump(sorted(seen), fh)
+            os.replace(tmp, self.path)
+        except OSError as e:
+            log.warning("cannot record the finished workers in %s: %s", self.path, e)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from trainer import timeouts
@@ -23,6 +25,9 @@ log = logging.getLogger("tfps")
 
 #: Set in the environment of a task process that a supervising ``tfps run --restarts`` started.
 SUPERVISED_ENV = "TFPS_SUPERVISED"
+#: A directory that outlives each task process of one supervised run (and is removed after
+#: it): what a process learnt that its successor needs, e.g. which workers a ps saw finish.
+STATE_DIR_ENV = "TFPS_TASK_STATE_DIR"
 
 
 def _exit_code(rc: int) -> ExitCode | int:
@@ -43,7 +48,14 @@ def supervise(argv: list[str], restarts: int, name: str) -> ExitCode | int:
     130 stopped) and is returned as it is. SIGTERM and SIGINT are passed on to the task,
     which then saves and exits as usual; nothing is restarted after them.
     """
-    env = {**os.environ, SUPERVISED_ENV: "1"}
+    state_dir = tempfile.mkdtemp(prefix=f"tfps-{name}-")
+    try:
+        return _supervise(argv, restarts, name, {**os.environ, SUPERVISED_ENV: "1", STATE_DIR_ENV: state_dir})
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _supervise(argv: list[str], restarts: int, name: str, env: dict[str, str]) -> ExitCode | int:
     cmd = [sys.executable, "-m", "trainer", *argv]
     state = {"child": None, "stopping": False}
 
