@@ -100,9 +100,10 @@ class _DoneRecord:
         try:
             with open(self.path) as fh:
                 return {int(w) for w in json.load(fh)}
+        except FileNotFoundError:
+            return set()
         except (OSError, ValueError, TypeError) as e:
-            if not isinstance(e, FileNotFoundError):
-                log.warning("cannot read %s (%s): waiting for every worker", self.path, e)
+            log.warning("cannot read %s (%s): waiting for every worker", self.path, e)
             return set()
 
     def save(self, seen: set[int]) -> None:
