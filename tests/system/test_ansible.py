@@ -402,14 +402,18 @@ def test_engine_restart_mid_job_brings_the_task_back_and_the_job_completes(bare_
     results = json.loads((tmp_path / "results" / "results.json").read_text())
     assert results["status"] == "succeeded" and results["global_step"] >= steps
     assert results["export_complete"] is True
-    # The ps waited for worker1 and left by itself: the SIGTERM of the engine's stop did not
-    # count as worker1 being done.
+    # The ps waited for worker1 and left by itself (not stopped by deploy.yml after the
+    # chief): the SIGTERM of the engine's stop did not count as worker1 being done.
     assert re.search(rf"tfps-{job}-ps0 exit 0\b", result.output), result.output[-3000:]
+    ps_log = (tmp_path / "results" / "logs" / "ps0.log").read_text(errors="replace")
+    assert "ps0: every worker is done" in ps_log, ps_log[-3000:]
     no_containers_anywhere(bare_metal, job)
 
 
-FAULT_STEPS = 1000
-FAULT_CHECKPOINT = 200
+#: Long enough that the kill lands between the first and the last checkpoint (an async job
+#: trains several hundred steps a second; see test_compose.py).
+FAULT_STEPS = 3000
+FAULT_CHECKPOINT = 600
 #: Where each task of LAYOUT runs.
 TASK_HOST = {"ps0": "host1", "worker0": "host2", "worker1": "host3"}
 
@@ -455,7 +459,7 @@ def test_killed_task_on_a_host_comes_back_and_the_job_completes(victim, mode, ba
     deadline = time.monotonic() + 300
     while max((r["step"] for r in _history(chief_host, job)), default=0) < target:
         assert deploy.is_alive() and time.monotonic() < deadline, box.get("result") and box["result"].output[-3000:]
-        time.sleep(0.5)
+        time.sleep(0.2)
     container = f"tfps-{job}-{victim}"
     pid = host.sh(f"docker inspect {container} --format '{{{{.State.Pid}}}}'")[1].strip()
     host.sh(f"kill -KILL {pid}")
