@@ -13,25 +13,15 @@ from integration_helpers import assert_nothing_left, kill_task
 pytestmark = pytest.mark.integration
 
 
-def test_ps_keeps_serving_after_sigterm_and_exits_on_the_second(procs):
+def start_ps(procs, *flags):
+    """ps0 of a 1 ps + 2 worker cluster, alone (its workers never start), once it serves.
+    Returns (the process, its port, every port of the cluster)."""
     from trainer.cluster import local_plan
     plan = local_plan(1, 2)
     ps = plan.tasks[0]
-    # Its workers never start: the ps must not wait for them to answer before it can
-    # react to signals.
-    proc = procs.tfps("ps0", "run", *plan.task_ref(ps).to_flags(), "--tf_threads", "1", "--final_save_timeout", 60)
+    proc = procs.tfps("ps0", "run", *plan.task_ref(ps).to_flags(), "--tf_threads", "1", *flags)
     proc.wait_for(r"ps0 serving on port %d" % ps.port, 60)
-    time.sleep(1.0)
-    proc.signal(signal.SIGTERM)
-    proc.wait_for(r"received SIGTERM \(1\)", 10)
-    time.sleep(3.0)
-    assert proc.returncode is None, "the ps left during the final-save grace:\n" + proc.tail()
-    proc.signal(signal.SIGTERM)
-    t0 = time.monotonic()
-    assert proc.wait(15) == 130, proc.tail()          # ExitCode.STOPPED
-    assert time.monotonic() - t0 < 5
-    assert "second stop signal" in proc.output()
-    assert_nothing_left([t.port for t in plan.tasks], proc)
+    return proc, ps.port, [t.port for t in plan.tasks]
 
 
 def report_done(port: int, worker: int) -> None:
@@ -46,39 +36,46 @@ def report_done(port: int, worker: int) -> None:
         sess.run(enqueue, options=tf.compat.v1.RunOptions(timeout_in_ms=30_000))
 
 
+def test_ps_keeps_serving_after_sigterm_and_exits_on_the_second(procs):
+    # Its workers never start: the ps must not wait for them to answer before it can
+    # react to signals.
+    proc, _, ports = start_ps(procs, "--final_save_timeout", 60)
+    time.sleep(1.0)
+    proc.signal(signal.SIGTERM)
+    proc.wait_for(r"received SIGTERM \(1\)", 10)
+    time.sleep(3.0)
+    assert proc.returncode is None, "the ps left during the final-save grace:\n" + proc.tail()
+    proc.signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    assert proc.wait(15) == 130, proc.tail()          # ExitCode.STOPPED
+    assert time.monotonic() - t0 < 5
+    assert "second stop signal" in proc.output()
+    assert_nothing_left(ports, proc)
+
+
 def test_a_ps_started_again_remembers_the_workers_that_finished(procs):
     """worker1 finishes, then the ps is SIGKILLed and started again: the new process must not
     wait for worker1 (which will never report again) but exit 0 as soon as the chief is done."""
-    from trainer.cluster import local_plan
-    plan = local_plan(1, 2)
-    ps = plan.tasks[0]
-    proc = procs.tfps("ps0", "run", *plan.task_ref(ps).to_flags(), "--tf_threads", "1", "--restarts", 1,
-                      "--sync_timeout", 600)
-    proc.wait_for(r"ps0 serving on port %d" % ps.port, 60)
-    report_done(ps.port, 1)
+    proc, port, ports = start_ps(procs, "--restarts", 1, "--sync_timeout", 600)
+    report_done(port, 1)
     proc.wait_for(r"ps0: worker 1 is done \(1/2\)", 30)
     kill_task(proc)
     proc.wait_for(r"worker\(s\) \[1\] reported done to this task's previous process", 90)
-    report_done(ps.port, 0)
+    report_done(port, 0)
     assert proc.wait(30) == 0, proc.tail()
     out = proc.output()
     assert "starting it again (1/1)" in out
     assert "ps0: worker 0 is done (2/2)" in out and "every worker is done" in out, proc.tail()
-    assert_nothing_left([t.port for t in plan.tasks], proc)
+    assert_nothing_left(ports, proc)
 
 
 def test_a_stop_after_the_chiefs_final_save_ends_the_ps_with_0(procs):
     """The chief is done, worker1 never reports (dead, or gone before a ps restart): the stop
     that the orchestrator sends at the job's end is no failure of the ps."""
-    from trainer.cluster import local_plan
-    plan = local_plan(1, 2)
-    ps = plan.tasks[0]
-    proc = procs.tfps("ps0", "run", *plan.task_ref(ps).to_flags(), "--tf_threads", "1", "--sync_timeout", 600,
-                      "--final_save_timeout", 600)
-    proc.wait_for(r"ps0 serving on port %d" % ps.port, 60)
-    report_done(ps.port, 0)
+    proc, port, ports = start_ps(procs, "--sync_timeout", 600, "--final_save_timeout", 600)
+    report_done(port, 0)
     proc.wait_for(r"ps0: worker 0 is done \(1/2\)", 30)
     proc.signal(signal.SIGTERM)
     assert proc.wait(30) == 0, proc.tail()
     assert "stop requested after the chief's final save" in proc.output()
-    assert_nothing_left([t.port for t in plan.tasks], proc)
+    assert_nothing_left(ports, proc)
