@@ -18,7 +18,6 @@ and a successor starts from them.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -26,6 +25,7 @@ import time
 from trainer import timeouts
 from trainer.config import RunConfig
 from trainer.exitcodes import ExitCode
+from trainer.outcome import results
 from trainer.task.lifecycle import StopSignal, cluster_spec, done_queue, session_config, write_health
 from trainer.task.supervise import STATE_DIR_ENV
 
@@ -95,24 +95,18 @@ class _DoneRecord:
         self.path = os.path.join(directory, f"ps{index}-done.json") if directory else None
 
     def load(self) -> set[int]:
-        if self.path is None:
+        if self.path is None or not os.path.exists(self.path):
             return set()
         try:
-            with open(self.path) as fh:
-                return {int(w) for w in json.load(fh)}
-        except FileNotFoundError:
-            return set()
-        except (OSError, ValueError, TypeError) as e:
-            log.warning("cannot read %s (%s): waiting for every worker", self.path, e)
+            return {int(w) for w in results.read_json(self.path)["done"]}
+        except (TypeError, KeyError, ValueError):
+            log.warning("cannot read %s: waiting for every worker", self.path)
             return set()
 
     def save(self, seen: set[int]) -> None:
         if self.path is None:
             return
         try:
-            tmp = self.path + ".tmp"
-            with open(tmp, "w") as fh:
-                json.dump(sorted(seen), fh)
-            os.replace(tmp, self.path)
+            results.write_json_atomic(self.path, {"done": sorted(seen)})
         except OSError as e:
             log.warning("cannot record the finished workers in %s: %s", self.path, e)
