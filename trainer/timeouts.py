@@ -90,5 +90,9 @@ SETTLE_SECS = 120.0
 #: ``tfps local``: how long tasks get to exit after a failed chief, or after being told to stop.
 LOCAL_STOP_WAIT_SECS = 10.0
 
+#: ``tfps local``: after a task died mid-job, the chief's watchdog ends the job within
+#: --sync_timeout; the launcher stops the chief itself this long after that, should it not.
+LOST_TASK_GRACE_SECS = 30.0
+
 #: ``tfps run --restarts``: pause before a killed task process is started again.
 RESTART_DELAY_SECS = 1.0

@@ -137,7 +137,7 @@ def test_the_chiefs_history_follows_the_jobs_global_step(tmp_path):
     from trainer.task.hooks import ProgressHook
 
     job = types.SimpleNamespace(first_step_at=None, started_wall=0.0, last_seen_step=0, local_steps=0,
-                                watchdog=types.SimpleNamespace(disarm=lambda: None))
+                                watchdog=types.SimpleNamespace(progress=lambda: None))
     hook = ProgressHook(job, {}, every=20, batch_size=8, last_step=300, is_chief=True, model_dir=str(tmp_path),
                         name="worker0")
     # The chief's own runs (one step each) see the global step that worker1 pushed ahead.

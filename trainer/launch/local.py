@@ -60,6 +60,8 @@ class TaskProcess:
         self.name, self.argv, self.env, self.out, self.verbose = name, argv, env, out, verbose
         self.pid: int | None = None
         self.code: int | None = None
+        self.rss_peak = 0           # bytes, sampled by the launcher (``sample_rss``)
+        self.signalled: set[int] = set()   # signals the launcher sent
         self._stream = None
         self._reader: threading.Thread | None = None
 
@@ -95,8 +97,32 @@ class TaskProcess:
                 self._reader.join(timeout=5)
         return self.code
 
+    def sample_rss(self) -> None:
+        """Remember the task's largest resident size (to tell an OOM kill from another SIGKILL)."""
+        if self.pid is None or self.code is not None:
+            return
+        try:
+            with open(f"/proc/{self.pid}/statm") as fh:
+                pages = int(fh.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            return
+        self.rss_peak = max(self.rss_peak, pages * os.sysconf("SC_PAGE_SIZE"))
+
+    def describe_exit(self) -> str:
+        """How the task ended, in words; a SIGKILL nobody here sent is named for what it likely was."""
+        text = _describe(self.code)
+        if self.code == -signal.SIGKILL and signal.SIGKILL not in self.signalled:
+            total = _host_memory()
+            if total and self.rss_peak > total // 4:
+                text += (f": killed by the kernel (out of memory): it used {self.rss_peak / 2**30:.1f} GiB of "
+                         f"the host's {total / 2**30:.1f} GiB; lower --batch_size or run fewer tasks here")
+            else:
+                text += " (sent by another program, or the kernel's OOM killer)"
+        return text
+
     def signal(self, sig: int) -> None:
         if self.pid is not None and self.poll() is None:
+            self.signalled.add(sig)
             try:
                 os.killpg(self.pid, sig)
             except ProcessLookupError:
@@ -222,6 +248,43 @@ def _import_tensorflow_once(verbose: bool) -> bool:
         os.close(saved)
 
 
+def _watch_until_chief_exits(chief: TaskProcess, others: list[TaskProcess], cfg: RunConfig,
+                             interrupted) -> list[TaskProcess]:
+    """Watch every task until the chief exits; return the tasks that died before it.
+
+    A task that dies mid-job is said at once. The chief's own watchdog ends the job within
+    ``--sync_timeout`` when it cannot go on (a lost ps, a lost worker in sync mode); should
+    a ps be lost and the chief not end, the launcher stops the chief itself after that
+    bound and a grace period, so the job always ends. An async job goes on without a lost
+    worker.
+    """
+    lost: list[TaskProcess] = []
+    lost_at: float | None = None
+    stopped_chief = 0
+    while chief.poll() is None:
+        for t in (chief, *others):
+            t.sample_rss()
+        for t in others:
+            if t not in lost and t.poll() is not None and t.code != 0 and not interrupted():
+                lost.append(t)
+                if t.name.startswith("ps"):
+                    lost_at = lost_at or time.monotonic()
+                log.error("%s exited with %s while the job runs; the job fails within --sync_timeout (%.0f s) "
+                          "if it cannot go on without it", t.name, t.describe_exit(), cfg.sync_timeout)
+        if lost_at is not None and not interrupted():
+            overdue = time.monotonic() - lost_at - cfg.sync_timeout - timeouts.LOST_TASK_GRACE_SECS
+            if overdue > 0 and stopped_chief == 0:
+                log.error("the chief did not end within --sync_timeout of losing %s; stopping it",
+                          ", ".join(t.name for t in lost))
+                stopped_chief = 1
+                chief.signal(signal.SIGTERM)
+            elif overdue > timeouts.LOCAL_STOP_WAIT_SECS and stopped_chief == 1:
+                stopped_chief = 2
+                chief.signal(signal.SIGKILL)
+        time.sleep(0.2)
+    return lost
+
+
 def _wait(tasks: list[TaskProcess], timeout: float) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -303,23 +366,30 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _LAUNCHER_SIGNALS)
         for t in tasks:
             t.pump()
-        while chief.poll() is None:
-            time.sleep(0.2)
-        code = chief.code
         others = [t for t in tasks if t is not chief]
+        lost = _watch_until_chief_exits(chief, others, cfg, lambda: interrupted)
+        code = chief.code
         if script:
             for t in others:
                 t.signal(signal.SIGTERM)
             _wait(others, timeouts.LOCAL_STOP_WAIT_SECS)
-        elif not _wait(others, timeouts.SETTLE_SECS if code == 0 else timeouts.LOCAL_STOP_WAIT_SECS):
-            log.warning("ending tasks that did not exit by themselves: %s",
-                        ", ".join(t.name for t in others if t.poll() is None))
-            for t in others:      # a ps takes a second signal as "exit now"
-                t.signal(signal.SIGTERM)
-            time.sleep(0.5)
-            for t in others:
-                t.signal(signal.SIGTERM)
-            _wait(others, timeouts.LOCAL_STOP_WAIT_SECS)
+        else:
+            if lost and code is not None and code >= 0:
+                # A worker that died never says "done": the ps would wait for it for
+                # --sync_timeout. Once the live workers have finished, the ps may go (a stop
+                # after the chief's final save ends it with 0).
+                _wait([t for t in others if t.name.startswith("worker")], timeouts.SETTLE_SECS)
+                for t in others:
+                    t.signal(signal.SIGTERM)
+            if not _wait(others, timeouts.SETTLE_SECS if code == 0 else timeouts.LOCAL_STOP_WAIT_SECS):
+                log.warning("ending tasks that did not exit by themselves: %s",
+                            ", ".join(t.name for t in others if t.poll() is None))
+                for t in others:      # a ps takes a second signal as "exit now"
+                    t.signal(signal.SIGTERM)
+                time.sleep(0.5)
+                for t in others:
+                    t.signal(signal.SIGTERM)
+                _wait(others, timeouts.LOCAL_STOP_WAIT_SECS)
     finally:
         for t in tasks:
             t.signal(signal.SIGKILL)
@@ -327,15 +397,22 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
         for s, h in old.items():
             signal.signal(s, h)
     for t in tasks:
-        log.info("%s exited with %s", t.name, _describe(t.code))
+        log.info("%s exited with %s", t.name, t.describe_exit())
     if not script:
-        _summary(cfg, code, launched, urls)
+        _summary(cfg, code, launched, urls, {t.name: t.describe_exit() for t in lost})
     if code is None or code < 0:
         return ExitCode.TASK_LOST if not interrupted else ExitCode.STOPPED
     try:
         return ExitCode(code)
     except ValueError:
         return ExitCode.TRAINING_FAILED
+
+
+def _host_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
 
 
 def _describe(code: int | None) -> str:
@@ -349,14 +426,22 @@ def _describe(code: int | None) -> str:
         return str(code)
 
 
-def _summary(cfg: RunConfig, code, launched: float, urls: list[str]) -> None:
-    res = results.read_json(os.path.join(cfg.model_dir, results.RESULTS))
-    fresh = res is not None and os.path.getmtime(os.path.join(cfg.model_dir, results.RESULTS)) >= launched
+def _summary(cfg: RunConfig, code, launched: float, urls: list[str], lost: dict[str, str]) -> None:
+    path = os.path.join(cfg.model_dir, results.RESULTS)
+    res = results.read_json(path)
+    fresh = res is not None and os.path.getmtime(path) >= launched
     if not fresh:
         log.error("the chief exited with %s without writing results", _describe(code))
         from trainer.outcome.report import orphan_failure
-        orphan_failure(cfg, urls, f"the chief process exited with {_describe(code)} before reporting")
+        orphan_failure(cfg, urls, f"the chief process exited with {_describe(code)} before reporting",
+                       {"lost_tasks": sorted(lost)} if lost else None)
         return
+    if lost:
+        # What only the launcher saw: tasks that died while the job ran (a worker whose
+        # loss the job survived, in async mode), next to what the chief recorded.
+        res["lost_tasks"] = sorted(set(res.get("lost_tasks") or []) | set(lost))
+        res["task_exits"] = {**(res.get("task_exits") or {}), **lost}
+        results.write_json_atomic(path, res)
     t = res.get("times", {})
     lines = [
         f"job {res['job']} {res['status'].upper()} at global step {res['global_step']}/{res['train_steps']}",
@@ -370,6 +455,8 @@ def _summary(cfg: RunConfig, code, launched: float, urls: list[str]) -> None:
     if restarts:
         lines.append(f"  recovered from {len(restarts)} failure(s): " +
                      "; ".join(f"{r.get('task')} ({r.get('cause')})" for r in restarts))
+    if res.get("lost_tasks"):
+        lines.append(f"  lost tasks {', '.join(res['lost_tasks'])}")
     if res.get("error"):
         lines.append(f"  error      {res['error']['type']}: {res['error']['message']}")
     print("\n".join(lines), flush=True)

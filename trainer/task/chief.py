@@ -40,10 +40,12 @@ class Chief(Worker):
     sessions = 0                          # sessions created so far (MonitoredSession recreates them)
     session_step: int | None = None       # the step the newest session started from
 
-    def report_untrained_failure(self, error: Exception, code: ExitCode, write_results: bool) -> None:
-        """The chief's "failed" report for a job that never trained (bad input, a task that
-        never started): results.json from the newest checkpoint and the message, or, when
-        model_dir may not be written (another job's, or not claimed yet), the message only."""
+    def report_untrained_failure(self, error: Exception, code: ExitCode, write_results: bool,
+                                 lost_tasks: list[str] | None = None) -> None:
+        """The chief's "failed" report for a job that cannot go on training (bad input, a task
+        that never started or died for good): results.json from the newest checkpoint, naming
+        the ``lost_tasks``, and the message; or, when model_dir may not be written (another
+        job's, or not claimed yet), the message only."""
         import tensorflow as tf
         reporter = report.Reporter(self.cfg, self.task, self.setup, self.started_iso, self.started_wall,
                                    story=self.story)
@@ -54,7 +56,10 @@ class Chief(Worker):
         reporter.finished(
             status="failed", exit_code=int(code), step=int(ckpt.rsplit("-", 1)[1]) if ckpt else 0,
             checkpoint=ckpt, export_dir=None, train_summary={}, eval_metrics={}, error=error,
-            times={"startup_s": round(time.time() - self.started_wall, 3), "training_s": 0.0, "final_save_s": 0.0})
+            times={"startup_s": round((self.first_step_at or time.time()) - self.started_wall, 3),
+                   "training_s": round(time.time() - self.first_step_at, 3) if self.first_step_at else 0.0,
+                   "final_save_s": 0.0},
+            watched={"lost_tasks": list(lost_tasks)} if lost_tasks else None)
 
     def _prepare(self, setup: JobSetup) -> None:
         """Claim model_dir before building anything: a directory of another job is refused."""

@@ -53,9 +53,9 @@ class ProgressHook(v1.train.SessionRunHook):
             return
         before, self.local_steps = self.local_steps, self.local_steps + steps
         now = time.monotonic()
+        self.job.watchdog.progress()   # the next step is bounded by --sync_timeout
         if before == 0:
             self.job.first_step_at = time.time()
-            self.job.watchdog.disarm()
             log.info("%s: first training step done %.2f s after start", self.name,
                      self.job.first_step_at - self.job.started_wall)
             self.t_last, self.step_last, self.local_last = now, int(out["global_step"]), self.local_steps

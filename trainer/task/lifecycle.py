@@ -17,6 +17,7 @@ import threading
 import time
 
 from trainer import timeouts
+from trainer.errors import ConfigError
 from trainer.exitcodes import ExitCode
 
 log = logging.getLogger("tfps")
@@ -117,6 +118,47 @@ def session_config(task, cfg):
         # connections to workers that are still starting break their first steps.
         c.device_filters.append(f"/job:ps/task:{task.index}")
     return c
+
+
+def start_server(task, cfg):
+    """This task's TensorFlow server, listening on loopback when the cluster knows it there.
+
+    A task whose own address is a loopback one (``tfps local``, a cluster on one box) gets a
+    server on 127.0.0.1 only (``trainer.task.loopback``): TensorFlow would otherwise listen on
+    every interface, and its port runs any graph sent to it. When that cannot be arranged the
+    task refuses to start rather than open the port. A port that another program holds is
+    one line, not TensorFlow's traceback.
+    """
+    import tensorflow as tf
+    from trainer.cluster.spec import split_target
+    from trainer.task.loopback import ensure_loopback_bind, is_loopback_host
+    host = split_target(task.target)[0]
+    if is_loopback_host(host) and not ensure_loopback_bind():
+        raise ConfigError(f"{task.name} would listen on every interface although its address {task.target} is "
+                          "loopback, and this TensorFlow build cannot be kept on loopback; give the task the "
+                          "address of an interface that the hosts' firewall protects", "ps_hosts")
+    try:
+        return tf.distribute.Server(cluster_spec(task), job_name=task.job, task_index=task.index,
+                                    config=session_config(task, cfg), start=True)
+    except (tf.errors.OpError, RuntimeError) as e:
+        if _port_taken(host, task.port):
+            raise ConfigError(f"{task.name} cannot listen on port {task.port}: another program holds it; stop "
+                              "that program or give this task another port", "ps_hosts" if task.job == "ps"
+                              else "worker_hosts") from None
+        first = (getattr(e, "message", None) or str(e)).strip().splitlines()
+        raise ConfigError(f"{task.name} could not start its TensorFlow server on {task.target}: "
+                          f"{first[0] if first else type(e).__name__}") from None
+
+
+def _port_taken(host: str, port: int) -> bool:
+    import socket
+    from trainer.task.loopback import is_loopback_host
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1" if is_loopback_host(host) else "0.0.0.0", port))
+        except OSError:
+            return True
+    return False
 
 
 def cluster_spec(task):

@@ -26,7 +26,7 @@ from trainer import timeouts
 from trainer.config import RunConfig
 from trainer.exitcodes import ExitCode
 from trainer.outcome import results
-from trainer.task.lifecycle import StopSignal, cluster_spec, done_queue, session_config, write_health
+from trainer.task.lifecycle import StopSignal, done_queue, session_config, start_server, write_health
 from trainer.task.supervise import STATE_DIR_ENV
 
 log = logging.getLogger("tfps")
@@ -36,8 +36,7 @@ def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
     import tensorflow as tf
     v1 = tf.compat.v1
 
-    server = tf.distribute.Server(cluster_spec(task), job_name="ps", task_index=task.index,
-                                  config=session_config(task, cfg), start=True)
+    server = start_server(task, cfg)
     write_health(task)
     log.info("ps%d serving on port %d; waiting for %d worker(s) to finish", task.index, task.port,
              task.num_workers)

@@ -1,4 +1,4 @@
-"""The startup watchdog: a worker that never trains a step ends, and the chief reports it.
+"""The watchdog: a worker that never trains a step, or stops training one, ends; the chief reports it.
 
 TensorFlow waits without a bound for every task a session needs, and a sync step waits
 for gradients of workers that never came up; neither can be interrupted from Python.
@@ -24,19 +24,24 @@ log = logging.getLogger("tfps")
 
 
 class StartupWatchdog:
-    """Fail a worker that has not trained a step within ``--startup_timeout``.
+    """Fail a worker that has not trained a step within ``--startup_timeout``, or that has
+    trained none for ``--sync_timeout`` since its last one.
 
     TensorFlow waits for every task of the session's device filters without a bound
     ("CreateSession still waiting for response from worker"), and a sync step waits for
-    gradients of workers that never came up. Neither can be interrupted from Python, so
-    when the time is up this thread says which tasks do not answer, lets the chief report
-    the job failed (results.json and the failure message), and ends the process.
+    gradients of workers that never came up. A ps that dies mid-job is the same wait:
+    MonitoredSession takes the lost connection for a preemption and creates its session
+    again, which waits for the dead ps for good. None of these can be interrupted from
+    Python, so when the time is up this thread says which tasks do not answer, lets the
+    chief report the job failed (results.json naming the lost tasks, and the failure
+    message), and ends the process.
     """
 
     def __init__(self, job):
         self.job = job
         self.done = threading.Event()
         self.deadline = 0.0
+        self.training = False   # a step has been trained: the bound is --sync_timeout from now on
         self.thread = threading.Thread(target=self._watch, name="tfps-startup-watchdog", daemon=True)
 
     def start(self) -> "StartupWatchdog":
@@ -44,33 +49,53 @@ class StartupWatchdog:
         self.thread.start()
         return self
 
+    def _bound(self) -> float:
+        return self.job.cfg.sync_timeout if self.training else self.job.cfg.startup_timeout
+
     def extend(self) -> None:
         """The cluster answered and is making progress (a non-chief waiting for the chief)."""
-        self.deadline = time.monotonic() + self.job.cfg.startup_timeout
+        self.deadline = time.monotonic() + self._bound()
+
+    def progress(self) -> None:
+        """A training step ended: the next one must end within ``--sync_timeout``."""
+        self.training = True
+        self.deadline = time.monotonic() + self.job.cfg.sync_timeout
 
     def disarm(self) -> None:
         self.done.set()
 
     def _watch(self) -> None:
-        while not self.done.wait(max(self.deadline - time.monotonic(), 0.0)):
+        # Wake at least every second: progress() may bring the deadline closer.
+        while not self.done.wait(min(max(self.deadline - time.monotonic(), 0.0), 1.0)):
             if time.monotonic() >= self.deadline:
                 break
         else:
             return
         job, task = self.job, self.job.task
-        silent = [f"{name} ({target}) {state}" for name, target, state in probe_tasks(task) if state != "answers"]
+        probes = [p for p in probe_tasks(task) if p[2] != "answers"]
+        if any(name.startswith("ps") for name, _, _ in probes):
+            # A lost ps is the cause; workers that already gave up on it are not.
+            probes = [p for p in probes if p[0].startswith("ps")]
+        lost = [name for name, _, _ in probes]
+        silent = [f"{name} ({target}) {state}" for name, target, state in probes]
         where = ("; ".join(silent) if silent else
-                 "every task answers, so one is stuck before its first step (see its log)")
-        error = RuntimeError(
-            f"{task.name} did not train a step within {job.cfg.startup_timeout:.0f} s of its start "
-            f"(--startup_timeout): {where}. Check that every task of the cluster is running (its "
-            "container or process, the image it runs), that nothing else listens on its port, and "
-            "that the hosts reach each other; raise --startup_timeout if restoring the model takes longer.")
+                 "every task answers, so one is stuck (see its log)")
+        if self.training:
+            error = RuntimeError(
+                f"{task.name} trained no step for {job.cfg.sync_timeout:.0f} s (--sync_timeout) at global step "
+                f"{job.last_seen_step}: {where}. A task of the cluster died and did not come back; the newest "
+                "checkpoint is kept, so the job resumes from it when started again with the same model_dir.")
+        else:
+            error = RuntimeError(
+                f"{task.name} did not train a step within {job.cfg.startup_timeout:.0f} s of its start "
+                f"(--startup_timeout): {where}. Check that every task of the cluster is running (its "
+                "container or process, the image it runs), that nothing else listens on its port, and "
+                "that the hosts reach each other; raise --startup_timeout if restoring the model takes longer.")
         print(f"tfps: error: {error}", file=sys.stderr, flush=True)
         code = ExitCode.TRAINING_FAILED
         try:
             if task.is_chief:
-                job.report_untrained_failure(error, code, write_results=job.claimed)
+                job.report_untrained_failure(error, code, write_results=job.claimed, lost_tasks=lost)
         except Exception as e:  # noqa: BLE001 - the process ends whatever happens
             log.error("%s: could not report the failure: %s", task.name, e)
         finally:

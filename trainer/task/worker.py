@@ -31,7 +31,7 @@ from trainer.exitcodes import ExitCode
 from trainer.outcome import results
 from trainer.task.board import Board, publish_hook
 from trainer.task.lifecycle import (StopSignal, abandon_rpc, cluster_spec, done_queue, rpc_abandoned, session_config,
-                                    stop_flag, write_health)
+                                    start_server, stop_flag, write_health)
 from trainer.task.setup import JobSetup
 from trainer.task.watchdog import StartupWatchdog
 
@@ -66,7 +66,8 @@ class Worker:
         self.watchdog = StartupWatchdog(self)
 
     # ------------------------------------------------------------ what the chief overrides
-    def report_untrained_failure(self, error: Exception, code: ExitCode, write_results: bool) -> None:
+    def report_untrained_failure(self, error: Exception, code: ExitCode, write_results: bool,
+                                 lost_tasks: list[str] | None = None) -> None:
         """Only the chief reports a job (``Chief.report_untrained_failure``); a worker has nothing to say."""
 
     def _prepare(self, setup: JobSetup) -> None:
@@ -146,9 +147,7 @@ class Worker:
     # -------------------------------------------------------------- run
     def run(self) -> ExitCode:
         task, cfg = self.task, self.cfg
-        import tensorflow as tf
-        server = tf.distribute.Server(cluster_spec(task), job_name="worker", task_index=task.index,
-                                      config=session_config(task, cfg), start=True)
+        server = start_server(task, cfg)
         write_health(task)
         self.watchdog.start()
         try:

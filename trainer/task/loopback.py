@@ -1,0 +1,153 @@
+"""Keep a TensorFlow server on loopback when its cluster address is a loopback address.
+
+TensorFlow's gRPC server always listens on the wildcard address: ``GrpcServer::Init``
+hard-codes ``"0.0.0.0:" + port`` (no option, no environment variable), and gRPC turns that
+into ``[::]`` dual-stack or ``0.0.0.0``. A TensorFlow server runs any graph sent to it, so
+a task that the cluster knows as ``127.0.0.1:PORT`` (``tfps local``, a classic script run
+by hand on one box) would otherwise be remote code execution for the whole LAN.
+
+The only place the address can be changed is the ``bind`` call gRPC makes. TensorFlow's
+library calls libc's ``bind`` through its global offset table (GOT), so this module points
+that one GOT entry of ``libtensorflow_cc`` at a function that:
+
+* fails a wildcard IPv6 bind (``[::]``) with EADDRNOTAVAIL, so that gRPC falls back to
+  IPv4 (its documented behaviour on a host without IPv6);
+* rewrites a wildcard IPv4 bind (``0.0.0.0``) to ``127.0.0.1``;
+* passes every other bind through unchanged.
+
+Tasks on other hosts keep the wildcard bind, and the firewall rules that the Ansible role
+installs (docs/security.md) limit who reaches them. ``ensure_loopback_bind`` returns False
+when the library or its GOT entry cannot be found; the caller then refuses to start a
+server on a loopback cluster rather than open it (``require_loopback_bind``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import ipaddress
+import logging
+import mmap
+import os
+import socket
+import struct
+import threading
+
+log = logging.getLogger("tfps")
+
+#: The TensorFlow library whose gRPC server makes the bind call.
+LIBRARY = "libtensorflow_cc.so"
+
+_lock = threading.Lock()
+_installed: dict = {}
+
+_BIND = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_uint32, use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)
+_real_bind = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_uint32,
+                              use_errno=True)(("bind", _libc))
+
+_AF_INET, _AF_INET6 = socket.AF_INET, socket.AF_INET6
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a cluster address's host part names this machine's loopback interface."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _loopback_bind(fd: int, addr: int, length: int) -> int:
+    family = ctypes.c_ushort.from_address(addr).value if addr and length >= 2 else -1
+    if family == _AF_INET6 and length >= 24 and ctypes.string_at(addr + 8, 16) == bytes(16):
+        ctypes.set_errno(errno.EADDRNOTAVAIL)   # [::]: let gRPC fall back to IPv4
+        return -1
+    if family == _AF_INET and length >= 16 and ctypes.string_at(addr + 4, 4) == bytes(4):
+        buf = ctypes.create_string_buffer(ctypes.string_at(addr, length), length)
+        ctypes.memmove(ctypes.addressof(buf) + 4, socket.inet_aton("127.0.0.1"), 4)
+        rc = _real_bind(fd, ctypes.addressof(buf), length)
+        ctypes.set_errno(ctypes.get_errno())
+        return rc
+    return _real_bind(fd, addr, length)
+
+
+_callback = _BIND(_loopback_bind)   # kept alive for the life of the process
+
+
+def _library_mapping() -> tuple[str, int] | None:
+    """(path, load base) of TensorFlow's library in this process, from /proc/self/maps."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            parts = line.split()
+            if len(parts) >= 6 and LIBRARY in os.path.basename(parts[5]) and int(parts[2], 16) == 0:
+                return parts[5], int(parts[0].split("-")[0], 16)
+    return None
+
+
+def _got_offsets(path: str, symbol: str) -> list[int]:
+    """Offsets (from the load base) of the GOT slots through which ``path`` calls ``symbol``."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as elf:
+        if elf[:4] != b"\x7fELF" or elf[4] != 2 or elf[5] != 1:
+            return []   # only 64-bit little-endian ELF (x86-64, aarch64)
+        shoff, = struct.unpack_from("<Q", elf, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
+        sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]
+        dynsym = next((s for s in sections if s[1] == 11), None)   # SHT_DYNSYM
+        if dynsym is None:
+            return []
+        strtab = sections[dynsym[6]]
+        wanted = symbol.encode() + b"\0"
+
+        def name_of(sym_index: int) -> bytes:
+            st_name, = struct.unpack_from("<I", elf, dynsym[4] + sym_index * 24)
+            start = strtab[4] + st_name
+            return elf[start:start + len(wanted)]
+
+        found = []
+        for s in sections:
+            if s[1] != 4 or s[6] != sections.index(dynsym):   # SHT_RELA against .dynsym
+                continue
+            for off in range(s[4], s[4] + s[5], 24):
+                r_offset, r_info, _ = struct.unpack_from("<QQq", elf, off)
+                rtype = r_info & 0xFFFFFFFF
+                # JUMP_SLOT / GLOB_DAT on x86-64 (7, 6) and aarch64 (1026, 1025)
+                if rtype in (6, 7, 1025, 1026) and name_of(r_info >> 32) == wanted:
+                    found.append(r_offset)
+        return found
+
+
+def _write_pointer(address: int, value: int) -> None:
+    page = mmap.PAGESIZE
+    start = address & ~(page - 1)
+    libc = _libc
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    if libc.mprotect(ctypes.c_void_p(start), page * 2, 1 | 2) != 0:   # PROT_READ | PROT_WRITE
+        raise OSError(ctypes.get_errno(), "mprotect failed")
+    ctypes.c_void_p.from_address(address).value = value
+
+
+def ensure_loopback_bind() -> bool:
+    """Make TensorFlow's gRPC servers of this process listen on 127.0.0.1 only.
+
+    Call after TensorFlow is imported and before a server starts; idempotent. Returns
+    whether the bind is now on loopback.
+    """
+    with _lock:
+        if "ok" in _installed:
+            return _installed["ok"]
+        ok = False
+        try:
+            where = _library_mapping()
+            if where is not None:
+                path, base = where
+                slots = _got_offsets(path, "bind")
+                for offset in slots:
+                    _write_pointer(base + offset, ctypes.cast(_callback, ctypes.c_void_p).value)
+                ok = bool(slots)
+        except (OSError, ValueError, struct.error) as e:
+            log.debug("could not route TensorFlow's bind to loopback: %s", e)
+        _installed["ok"] = ok
+        return ok
