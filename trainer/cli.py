@@ -147,6 +147,8 @@ def cmd_run(ns) -> ExitCode:
     require_tensorflow()
     cfg = from_args(ns)
     task = TaskRef.resolve(ns.ps_hosts, ns.worker_hosts, ns.job_name, ns.task_index)
+    from trainer.config import check_replicas
+    check_replicas(cfg, task.num_workers)
     if task.is_chief:   # refuse malformed notification URLs before anything starts
         from trainer.notify import notifier_for
         notifier_for(cfg.notify, cfg.notify_config)

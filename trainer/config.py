@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 
 from trainer import models as _models
@@ -30,6 +31,17 @@ OPTIMIZERS = ("sgd", "adam", "adagrad")
 #: (``trainer.task.setup.choose_optimizer``); RunConfig keeps None for "not given".
 DEFAULT_OPTIMIZER = "adam"
 DEFAULT_LEARNING_RATE = 0.01
+#: The largest step count or size a flag may hold: the global step is an int64, and an async
+#: worker's loop adds up to a run's steps to it (trainer.task.steps), so keep headroom.
+MAX_INT64_FLAG = 2**62
+
+
+def check_replicas(cfg: "RunConfig", num_workers: int) -> None:
+    """Refuse --replicas_to_aggregate above the number of workers before anything starts."""
+    if cfg.replicas_to_aggregate and cfg.replicas_to_aggregate > num_workers:
+        raise ConfigError(f"{cfg.replicas_to_aggregate} is more than the {num_workers} worker(s) of the cluster, so "
+                          "no sync step could ever complete; use at most the number of workers",
+                          "replicas_to_aggregate")
 
 
 @dataclasses.dataclass
@@ -91,8 +103,11 @@ class RunConfig:
         def positive(field: str, value, kind=int):
             if value is None:
                 return
-            if not isinstance(value, (int, float)) or value <= 0:
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ConfigError(f"must be a positive {'integer' if kind is int else 'number'}, got {value!r}", field)
+            if kind is int and value > MAX_INT64_FLAG:
+                raise ConfigError(f"{value} is too large: TensorFlow counts in 64-bit integers, so use at most "
+                                  f"{MAX_INT64_FLAG}", field)
 
         positive("train_steps", self.train_steps)
         positive("batch_size", self.batch_size)
@@ -105,9 +120,12 @@ class RunConfig:
         positive("sync_timeout", self.sync_timeout, float)
         positive("startup_timeout", self.startup_timeout, float)
         positive("tf_threads", self.tf_threads)
+        if self.replicas_to_aggregate is not None and not self.sync_replicas:
+            raise ConfigError("is used only by synchronous training; add --sync_replicas, or drop "
+                              "--replicas_to_aggregate", "replicas_to_aggregate")
         for field in ("notify_every", "stall_timeout"):
             value = getattr(self, field)
-            if not isinstance(value, (int, float)) or value < 0:
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ConfigError(f"must be a number of seconds, 0 to turn it off; got {value!r}", field)
         if self.num_classes is not None and self.num_classes < 0:
             raise ConfigError("must be 0 (regression) or the number of classes (>= 2)", "num_classes")
@@ -115,7 +133,8 @@ class RunConfig:
             raise ConfigError("1 class cannot be learned; use 0 for regression or >= 2 classes", "num_classes")
         if self.checkpoint_steps and self.checkpoint_secs:
             raise ConfigError("give checkpoint_steps or checkpoint_secs, not both", "checkpoint_secs")
-        if not isinstance(self.final_save_timeout, (int, float)) or self.final_save_timeout < MIN_FINAL_SAVE_TIMEOUT:
+        if (not isinstance(self.final_save_timeout, (int, float)) or not math.isfinite(self.final_save_timeout)
+                or self.final_save_timeout < MIN_FINAL_SAVE_TIMEOUT):
             raise ConfigError(
                 f"{self.final_save_timeout!r} s is too short to write a final checkpoint and export; "
                 f"use at least {MIN_FINAL_SAVE_TIMEOUT} (default {DEFAULT_FINAL_SAVE_TIMEOUT})",

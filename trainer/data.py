@@ -18,6 +18,7 @@ import csv
 import dataclasses
 import glob
 import gzip
+import math
 import os
 import struct
 
@@ -135,15 +136,51 @@ def find_files(pattern: str, field: str = "train_data", shard: tuple[int, int] |
     return files
 
 
-def _classes_from_labels(labels: np.ndarray) -> int:
-    if labels.size == 0:
-        return 0
-    if np.all(np.equal(np.mod(labels, 1), 0)) and labels.min() >= 0 and labels.max() < 10_000:
-        return max(2, int(labels.max()) + 1)
-    return 0
+def classes_of(labels: np.ndarray, where, num_classes: int | None) -> int:
+    """The number of classes of ``labels``, or 0 for regression; bad labels are refused.
+
+    Regression is chosen only by ``--num_classes 0``, never guessed from the labels. Class
+    labels must be whole numbers from 0, below ``--num_classes`` when it is given; without
+    it, at least two classes must occur and none may be skipped (``7`` among ``0..2`` is far
+    more often a typo than five classes with no example). ``where(i)`` names label i's
+    file and line.
+    """
+    if num_classes == 0 or labels.size == 0:
+        return num_classes or 0
+    bad = np.flatnonzero((labels < 0) | (np.mod(labels, 1) != 0))
+    if bad.size:
+        i = int(bad[0])
+        raise ConfigError(f"{where(i)}: label {labels[i]:g} is not a class number (0, 1, 2, ...); fix the "
+                          "label, or pass --num_classes 0 to train a regression", "label_column")
+    top = int(labels.max()) + 1
+    if num_classes:
+        if top > num_classes:
+            i = int(np.argmax(labels))
+            raise ConfigError(f"{where(i)}: label {labels[i]:g} is outside --num_classes {num_classes} (labels "
+                              f"0..{num_classes - 1}); fix the label or raise --num_classes", "num_classes")
+        return num_classes
+    seen = np.unique(labels)
+    if seen.size < 2:
+        raise ConfigError(f"every label is {seen[0]:g}: a classifier needs examples of at least two classes; "
+                          "fix the labels, or pass --num_classes 0 to train a regression", "label_column")
+    if seen.size < top:
+        missing = sorted(set(range(top)) - {int(v) for v in seen})
+        i = int(np.argmax(labels))
+        shown = ", ".join(str(m) for m in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise ConfigError(f"labels go up to {top - 1} ({where(i)}) but class(es) {shown} never occur; pass "
+                          f"--num_classes {top} if that is right, or fix the labels", "num_classes")
+    return top
 
 
-def _scan_csv(path: str, label_column: str, field: str) -> tuple[list[str], np.ndarray, int]:
+def _scan_csv(path: str, label_column: str, field: str) -> tuple[list[str], np.ndarray, int, list[int]]:
+    try:
+        return _scan_csv_text(path, label_column, field)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not a text CSV file (byte {e.start} is not UTF-8); give --{field} "
+                          "CSV, TFRecord, .npz or IDX files", field) from None
+
+
+def _scan_csv_text(path: str, label_column: str, field: str) -> tuple[list[str], np.ndarray, int, list[int]]:
     with open(path, newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
@@ -154,7 +191,7 @@ def _scan_csv(path: str, label_column: str, field: str) -> tuple[list[str], np.n
             raise ConfigError(f"label column {label_column!r} is not in the header of {path} "
                               f"(columns: {', '.join(header)}); pass --label_column", "label_column")
         li = header.index(label_column)
-        labels, rows = [], 0
+        labels, lines, rows = [], [], 0
         for lineno, row in enumerate(reader, start=2):
             if not row:
                 continue
@@ -163,15 +200,20 @@ def _scan_csv(path: str, label_column: str, field: str) -> tuple[list[str], np.n
                                   "fix or remove that row", field)
             if rows < CSV_SCAN_ROWS:
                 try:
-                    [float(v) for v in row]
+                    values = [float(v) for v in row]
                 except ValueError:
                     raise ConfigError(f"{path}:{lineno} has a non-numeric value; all columns must be numbers",
                                       field) from None
-                labels.append(float(row[li]))
+                if not all(math.isfinite(v) for v in values):
+                    col = next(h for h, v in zip(header, values) if not math.isfinite(v))
+                    raise ConfigError(f"{path}:{lineno} has a non-finite value ({row[header.index(col)].strip()}) "
+                                      f"in column {col!r}; fix or remove that row", field)
+                labels.append(values[li])
+                lines.append(lineno)
             rows += 1
         if rows == 0:
             raise ConfigError(f"{path} has a header but no data rows", field)
-    return header, np.asarray(labels), rows
+    return header, np.asarray(labels), rows, lines
 
 
 def _load_npz(path: str, label_column: str, field: str) -> tuple[np.ndarray, np.ndarray]:
@@ -283,11 +325,13 @@ def infer_schema(pattern: str, label_column: str = "label", num_classes: int | N
     fmt = _format_of(files[0])
     keys: tuple[str, ...] = ()
     labels: list[np.ndarray] = []
+    where: list[tuple[str, str]] = []   # (file, place) of each scanned label, for messages
     n = 0
     if fmt == "csv":
         first_header = None
         for f in files:
-            header, lab, rows = _scan_csv(f, label_column, field)
+            header, lab, rows, lines = _scan_csv(f, label_column, field)
+            where += [(f, f"line {n}") for n in lines]
             if first_header is None:
                 first_header = header
             elif header != first_header:
@@ -307,15 +351,24 @@ def infer_schema(pattern: str, label_column: str = "label", num_classes: int | N
                 shape = tuple(x.shape[1:])
             elif tuple(x.shape[1:]) != shape:
                 raise ConfigError(f"{f} has examples of shape {x.shape[1:]}, {files[0]} has {shape}", field)
+            bad = np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(axis=1))
+            if bad.size:
+                raise ConfigError(f"{f}: example {int(bad[0])} has a non-finite feature value; fix or remove it",
+                                  field)
             labels.append(np.asarray(y, dtype=np.float64).reshape(len(y), -1)[:, 0])
+            where += [(f, f"example {i}") for i in range(len(y))]
             n += len(x)
     else:
         keys, shape, kinds = _tfrecord_schema(files[0], label_column, field)
         labels.append(_tfrecord_labels(files, label_column, kinds[-1], field))
-    inferred = _classes_from_labels(np.concatenate(labels)) if labels else 0
-    classes = inferred if num_classes is None else num_classes
-    if num_classes and inferred and inferred > num_classes:
-        raise ConfigError(f"labels go up to {inferred - 1} but num_classes is {num_classes}", "num_classes")
+        where += [(", ".join(files), f"record {i}") for i in range(len(labels[-1]))]
+    all_labels = np.concatenate(labels) if labels else np.zeros(0)
+    bad = np.flatnonzero(~np.isfinite(all_labels))
+    if bad.size:
+        f, place = where[int(bad[0])]
+        raise ConfigError(f"{f}: {place} has a non-finite label; fix or remove it", field)
+    classes = classes_of(all_labels, lambda i: f"{where[i][0]}:{where[i][1].removeprefix('line ')}"
+                         if where[i][1].startswith("line ") else f"{where[i][0]} {where[i][1]}", num_classes)
     return Schema(fmt, tuple(every), tuple(int(s) for s in shape), classes, keys, n or None,
                   kinds if fmt == "tfrecord" else ())
 
@@ -356,7 +409,7 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
             # A whole batch of lines at once: one decode_csv per batch, not per example.
             cols = tf.io.decode_csv(lines, record_defaults=[[0.0]] * len(header))
             x = tf.stack([c for i, c in enumerate(cols) if i != li], axis=-1)
-            return x, tf.cast(cols[li], label_dtype)
+            return _finite(x, files), tf.cast(_finite(cols[li], files), label_dtype)
 
         @plain_function
         def nonblank(lines):
@@ -387,7 +440,7 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
             ex = tf.io.parse_single_example(record, spec)
             x = tf.concat([tf.cast(tf.sparse.to_dense(ex[k]), tf.float32) for k in schema.feature_keys], axis=0)
             x.set_shape(schema.feature_shape)
-            return x, tf.cast(tf.sparse.to_dense(ex[label_column])[0], label_dtype)
+            return _finite(x, files), tf.cast(_finite(tf.sparse.to_dense(ex[label_column])[0], files), label_dtype)
         ds = tf.data.TFRecordDataset(files)
         if not by_file:
             ds = ds.shard(num_shards, shard_index)
@@ -405,6 +458,19 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
             x, y = x[shard_index::num_shards], y[shard_index::num_shards]
         ds = tf.data.Dataset.from_tensor_slices((x.astype(np.float32), y.astype(label_dtype.as_numpy_dtype)))
     return _shuffle_batch(ds, batch_size, train, seed + shard_index).prefetch(tf.data.AUTOTUNE)
+
+
+def _finite(t, files: list[str]):
+    """``t``, checked for NaN and infinity as it is read (once per batch of lines for CSV;
+    the cached pipeline checks each example once). The scan before start checked the first
+    CSV_SCAN_ROWS rows with their line numbers; this catches the rest."""
+    import tensorflow as tf
+    if not t.dtype.is_floating:
+        return t   # integers cannot hold NaN
+    shown = ", ".join(files[:3]) + (" ..." if len(files) > 3 else "")
+    return tf.debugging.assert_all_finite(
+        t, f"the training data holds a non-finite value (NaN or infinity) beyond the rows checked before "
+           f"start, in {shown}; find it with grep -n -i -E 'nan|inf' and fix or remove that row")
 
 
 def _fits_in_memory(files: list[str], num_shards: int, by_file: bool) -> bool:

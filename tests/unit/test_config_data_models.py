@@ -53,10 +53,23 @@ def test_defaults_are_valid():
     ("num_classes", -2, "regression"),
     ("model", "nosuch", "package.module:function"),
     ("model_dir", "", "directory"),
+    ("learning_rate", float("nan"), "positive"),
+    ("learning_rate", float("inf"), "positive"),
+    ("sync_timeout", float("nan"), "positive"),
+    ("train_steps", 2**63, "64-bit"),
+    ("batch_size", 2**63, "64-bit"),
+    ("replicas_to_aggregate", 2, "--sync_replicas"),
 ])
 def test_bad_run_option_names_its_field(field, value, words):
     msg = refused(field, RunConfig(**{field: value}).validate)
     assert words in msg
+
+
+def test_replicas_above_the_workers_are_refused_before_start():
+    from trainer.config import check_replicas
+    cfg = RunConfig(sync_replicas=True, replicas_to_aggregate=3).validate()
+    assert "more than the 2 worker(s)" in refused("replicas_to_aggregate", check_replicas, cfg, 2)
+    check_replicas(cfg, 3)
 
 
 def test_checkpoint_steps_and_secs_are_exclusive():
@@ -157,7 +170,40 @@ def test_csv_rows_around_blank_lines_are_all_read(tmp_path, train):
 
 def test_csv_regression_labels(tmp_path):
     f = write(tmp_path / "t.csv", "a,y\n1,0.5\n2,1.7\n")
-    assert data.infer_schema(f, label_column="y").num_classes == 0
+    assert data.infer_schema(f, label_column="y", num_classes=0).num_classes == 0
+
+
+@pytest.mark.parametrize("rows, num_classes, field, says", [
+    ("1,0.5\n2,1\n", None, "label_column", ":2: label 0.5 is not a class number"),
+    ("1,0\n2,-1\n", None, "label_column", ":3: label -1 is not a class number"),
+    ("1,0\n2,1\n3,2\n4,7\n", None, "num_classes", "labels go up to 7"),
+    ("1,1\n2,1\n", None, "label_column", "every label is 1"),
+    ("1,0\n2,3\n", 3, "num_classes", ":3: label 3 is outside --num_classes 3"),
+    ("1,0\n2,nan\n", None, "train_data", ":3 has a non-finite value (nan) in column 'y'"),
+    ("inf,0\n2,1\n", None, "train_data", ":2 has a non-finite value (inf) in column 'a'"),
+])
+def test_labels_and_values_are_checked_against_the_task(tmp_path, rows, num_classes, field, says):
+    f = write(tmp_path / "t.csv", "a,y\n" + rows)
+    assert says in refused(field, data.infer_schema, f, label_column="y", num_classes=num_classes)
+
+
+def test_classes_with_gaps_are_accepted_when_num_classes_says_so(tmp_path):
+    f = write(tmp_path / "t.csv", "a,y\n1,0\n2,1\n3,2\n4,7\n")
+    assert data.infer_schema(f, label_column="y", num_classes=8).num_classes == 8
+
+
+def test_a_binary_file_named_csv_is_one_line(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_bytes(bytes(range(128, 256)) * 4)
+    assert "is not a text CSV file" in refused("train_data", data.infer_schema, str(f))
+
+
+def test_nan_beyond_the_scanned_rows_stops_the_pipeline(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "CSV_SCAN_ROWS", 2)
+    f = write(tmp_path / "t.csv", "a,label\n1,0\n2,1\n3,0\nnan,1\n")
+    s = data.infer_schema(f)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="non-finite value"):
+        list(data.make_dataset(s, "label", 4, train=False))
 
 
 def test_csv_with_a_wrong_column_count(tmp_path):
@@ -235,7 +281,7 @@ def test_mnist_idx_pair(tmp_path):
         fh.write(struct.pack(">IIII", 0x0803, n, 4, 5) + img.tobytes())
     with gzip.open(tmp_path / "train-labels-idx1-ubyte.gz", "wb") as fh:
         fh.write(struct.pack(">II", 0x0801, n) + labels.tobytes())
-    s = data.infer_schema(str(tmp_path / "train-*"))
+    s = data.infer_schema(str(tmp_path / "train-*"), num_classes=10)
     assert (s.fmt, s.files, s.feature_shape, s.num_classes) == \
         ("idx", (str(tmp_path / "train-images-idx3-ubyte.gz"),), (4, 5, 1), 10)
     x, y = data.load_idx(s.files[0])

@@ -101,7 +101,7 @@ def test_a_model_that_does_not_fit_is_refused_by_the_cli_naming_both_sides(model
 
 
 def test_multi_input_model_needs_named_columns(tmp_path):
-    np.savez(tmp_path / "d.npz", x=np.zeros((10, 4), np.float32), y=np.zeros(10, np.int64))
+    np.savez(tmp_path / "d.npz", x=np.zeros((10, 4), np.float32), y=np.arange(10, dtype=np.int64) % 2)
     msg = refusal(f"{FIX}:missing_column", str(tmp_path / "d.npz"))
     assert "has 2 inputs (age, height)" in msg and "npz data has none" in msg
 
@@ -120,7 +120,7 @@ def test_regression_model_gets_mse_and_predictions(tmp_path):
     x = rng.normal(size=(30, 8))
     train = write_csv(tmp_path / "r.csv", [f"f{i}" for i in range(8)] + ["label"],
                       np.hstack([x, x.sum(axis=1, keepdims=True) + 0.5]))
-    s = setup_of(f"{FIX}:regressor", train)
+    s = setup_of(f"{FIX}:regressor", train, num_classes=0)
     with tf.Graph().as_default():
         spec = s.model_fn(tf.zeros([4, 8]), tf.zeros([4]), "train", s.params)
         assert set(spec.predictions) == {"predictions"} and spec.predictions["predictions"].shape.as_list() == [4]

@@ -265,7 +265,9 @@ def _watch_until_chief_exits(chief: TaskProcess, others: list[TaskProcess], cfg:
         for t in (chief, *others):
             t.sample_rss()
         for t in others:
-            if t not in lost and t.poll() is not None and t.code != 0 and not interrupted():
+            # Killed (a signal, the OOM killer) or crashed; a task that gave up with the job
+            # (exit 1 or 2 after the chief's stop) has said why itself.
+            if t not in lost and t.poll() is not None and (t.code < 0 or t.code == 70) and not interrupted():
                 lost.append(t)
                 if t.name.startswith("ps"):
                     lost_at = lost_at or time.monotonic()
@@ -304,6 +306,7 @@ def _preflight(cfg: RunConfig, script: str | None) -> None:
         return
     from trainer.task.setup import JobSetup
     results.check_model_dir(cfg.model_dir, JobSetup(cfg).identity())   # the chief claims it later
+    results.check_export_dir(cfg.export_path, cfg.model_dir)
 
 
 def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str | None = None,
@@ -311,9 +314,14 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
               verbose: bool = False) -> ExitCode:
     if num_ps < 1 or num_workers < 1:
         raise ConfigError("a cluster needs at least 1 ps and 1 worker", "ps" if num_ps < 1 else "workers")
+    from trainer.config import check_replicas
+    check_replicas(cfg, num_workers)
     _preflight(cfg, script)
     plan = local_plan(num_ps, num_workers)
     env = dict(os.environ)   # with TF_CPP_MIN_LOG_LEVEL as trainer.logs set it for this process
+    if env.pop("TF_CONFIG", None) is not None:
+        log.warning("ignoring the TF_CONFIG of this shell: tfps local gives each task its place in the "
+                    "cluster itself")
     env["PYTHONUNBUFFERED"] = "1"
     # URLs travel in the environment, never on a command line that `ps` shows.
     from trainer.notify.urls import ENV_URLS, ENV_URLS_FILE, collect_urls

@@ -64,12 +64,28 @@ class Chief(Worker):
     def _prepare(self, setup: JobSetup) -> None:
         """Claim model_dir before building anything: a directory of another job is refused."""
         cfg = self.cfg
+        results.check_export_dir(cfg.export_path, cfg.model_dir)
         resuming = results.claim_model_dir(cfg.model_dir, setup.identity())
         self.claimed = True
         self.story = journal.Story(cfg.model_dir, self.task.name).begin(
             self.started_wall, os.environ.get(journal.RESTART_CAUSE_ENV))
         if resuming:
+            self._refuse_nonfinite_checkpoint()
             log.info("resuming from the newest checkpoint in %s", cfg.model_dir)
+
+    def _refuse_nonfinite_checkpoint(self) -> None:
+        """A diverged run's checkpoint is never restored silently: it would fail again at once."""
+        import tensorflow as tf
+        from trainer.errors import ConfigError
+        from trainer.task.export import nonfinite_variables
+        ckpt = tf.train.latest_checkpoint(self.cfg.model_dir)
+        bad = nonfinite_variables(ckpt) if ckpt else []
+        if bad:
+            raise ConfigError(
+                f"the newest checkpoint {ckpt} holds NaN or infinite values ({', '.join(bad[:3])}"
+                f"{' ...' if len(bad) > 3 else ''}): an earlier run diverged there. Start fresh with a new "
+                f"--model_dir, or remove {os.path.join(self.cfg.model_dir, 'checkpoint')} and the "
+                "model.ckpt-* files to train from the start", "model_dir")
 
     def _role_hooks(self, server, scaffold) -> tuple[list, object]:
         import tensorflow as tf
@@ -141,9 +157,18 @@ class Chief(Worker):
         step = max(ckpt_step, self.last_seen_step)
         export_dir = None
         eval_metrics = {}
+        if ckpt and error is None:
+            from trainer.task.export import nonfinite_variables
+            bad = nonfinite_variables(ckpt)
+            if bad:
+                error, status = FloatingPointError(
+                    f"the variables at step {ckpt_step} hold NaN or infinite values ({', '.join(bad[:3])}"
+                    f"{' ...' if len(bad) > 3 else ''}): training diverged; check the data and lower "
+                    "--learning_rate"), "failed"
+                log.error("chief: %s", error)
         # A failed job keeps its checkpoints for a resume but exports nothing, unless the
         # checkpoint already reached the target (a ps lost after the last step, say).
-        if ckpt and (error is None or ckpt_step >= cfg.train_steps):
+        if ckpt and (error is None or (ckpt_step >= cfg.train_steps and not isinstance(error, FloatingPointError))):
             try:
                 export_dir = export.export_saved_model(setup.model_fn, setup.params, ckpt, cfg.export_path,
                                                        ckpt_step)

@@ -19,6 +19,20 @@ import time
 from trainer.outcome.results import EXPORT_MARKER, export_complete  # noqa: F401 - what a finished export leaves
 
 
+def nonfinite_variables(checkpoint: str) -> list[str]:
+    """Names of the checkpoint's floating-point variables that hold NaN or infinity.
+
+    A job whose variables went non-finite has failed, whatever its loss said; and such a
+    checkpoint must never be restored silently (the next run would fail the same way).
+    Reads each variable once, on the chief, at the start and the end of a job.
+    """
+    import numpy as np
+    import tensorflow as tf
+    reader = tf.train.load_checkpoint(checkpoint)
+    return sorted(name for name, dtype in reader.get_variable_to_dtype_map().items()
+                  if dtype.is_floating and not np.isfinite(reader.get_tensor(name)).all())
+
+
 def _restore(sess, checkpoint: str):
     import tensorflow as tf
     tf.compat.v1.train.Saver(sharded=False).restore(sess, checkpoint)

@@ -64,15 +64,29 @@ class StartupWatchdog:
     def disarm(self) -> None:
         self.done.set()
 
-    def _watch(self) -> None:
+    def _expired(self) -> list | None:
+        """Wait for the deadline; None once disarmed, else the tasks that do not answer then.
+
+        While training, a wait with every task answering is not a lost task (a step slowed
+        by the host, this process stopped and continued): the bound starts again, once said.
+        """
         # Wake at least every second: progress() may bring the deadline closer.
         while not self.done.wait(min(max(self.deadline - time.monotonic(), 0.0), 1.0)):
-            if time.monotonic() >= self.deadline:
-                break
-        else:
+            if time.monotonic() < self.deadline:
+                continue
+            probes = [p for p in probe_tasks(self.job.task) if p[2] != "answers"]
+            if probes or not self.training:
+                return probes
+            log.warning("%s: no step for %.0f s although every task answers; waiting on",
+                        self.job.task.name, self.job.cfg.sync_timeout)
+            self.extend()
+        return None
+
+    def _watch(self) -> None:
+        probes = self._expired()
+        if probes is None:
             return
         job, task = self.job, self.job.task
-        probes = [p for p in probe_tasks(task) if p[2] != "answers"]
         if any(name.startswith("ps") for name, _, _ in probes):
             # A lost ps is the cause; workers that already gave up on it are not.
             probes = [p for p in probes if p[0].startswith("ps")]

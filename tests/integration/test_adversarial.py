@@ -1,0 +1,181 @@
+"""What an adversarial user of ``tfps local`` found, each case reproduced on a real cluster.
+
+* a SIGKILLed ps ends the job within ``--sync_timeout`` (plus a grace), with results.json
+  naming the lost task and exactly one failure message on a real SMTP server;
+* a SIGKILLed non-chief worker of an async job is named in results.json, and the launcher
+  does not idle for minutes before it ends the ps;
+* every TensorFlow port of a running job listens on loopback only (the socket table);
+* an export_dir or model_dir holding a user's files is refused before start, and the
+  files are still there;
+* a model whose variables turn NaN under a finite loss fails the job, and the NaN
+  checkpoint is then refused, not restored;
+* a stray TF_CONFIG in the shell is ignored with one warning.
+
+Times are only ever upper bounds that a hang would break.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from integration_helpers import (assert_nothing_left, base_env, cluster_pids, launcher_ports, pids_with_cmdline, poll,
+                                 read_results, run_flags, task_exit)
+
+pytestmark = pytest.mark.integration
+
+SYNC_TIMEOUT = 20
+
+
+def _progress_at(launcher, task: str) -> int:
+    found = launcher.lines(rf"\[{task}\] .*{task}: step (\d+)/")
+    return int(found[-1].group(1)) if found else 0
+
+
+def _task_pid(ports: list[int], which: str) -> int:
+    """The pid of one task of the job whose ps listens on ``ports[0]`` (its command line)."""
+    pids = [p for p in pids_with_cmdline(which) if p in cluster_pids(ports)]
+    assert len(pids) == 1, pids
+    return pids[0]
+
+
+def _listening(ports: list[int]) -> dict[int, set[str]]:
+    """Local addresses listening on each port, from the kernel's socket tables (IPv4 and IPv6)."""
+    found: dict[int, set[str]] = {p: set() for p in ports}
+    for table, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state = fields[1], fields[3]
+            if state != "0A":   # LISTEN
+                continue
+            addr_hex, port_hex = local.split(":")
+            port = int(port_hex, 16)
+            if port not in found:
+                continue
+            raw = bytes.fromhex(addr_hex)
+            if v6:
+                words = [raw[i:i + 4][::-1] for i in range(0, 16, 4)]
+                import ipaddress
+                found[port].add(str(ipaddress.IPv6Address(b"".join(words))))
+            else:
+                found[port].add(".".join(str(b) for b in raw[::-1]))
+    return found
+
+
+def test_a_killed_ps_ends_the_job_within_sync_timeout_and_reports_once(procs, tmp_path, smtp_server):
+    model_dir = tmp_path / "model"
+    env = base_env(APPRISE_URLS=smtp_server.url())
+    launcher = procs.tfps("tfps-local-ps-killed", "local",
+                          *run_flags(model_dir, "--sync_timeout", SYNC_TIMEOUT, steps=10_000_000), env=env)
+    ports = launcher_ports(launcher)
+    poll(lambda: _progress_at(launcher, "worker0") > 100, 120, "training progress", launcher)
+    ps_pid = _task_pid(ports, "--job_name=ps --task_index=0")
+    os.kill(ps_pid, signal.SIGKILL)
+    killed = time.monotonic()
+    rc = launcher.wait(SYNC_TIMEOUT + 90)   # a hang never ends: this bound breaks it
+    took = time.monotonic() - killed
+    assert rc == 1, launcher.tail()                       # ExitCode.TRAINING_FAILED
+    assert took < SYNC_TIMEOUT + 60, took
+    assert "ps0 exited with signal SIGKILL" in launcher.output()
+    res = read_results(model_dir)
+    assert res["status"] == "failed"
+    assert res["lost_tasks"] == ["ps0"], res.get("lost_tasks")
+    assert "ps0" in res["error"]["message"] and "--sync_timeout" in res["error"]["message"]
+    mails = smtp_server.wait_for(1, timeout=30)
+    time.sleep(2)   # a second message would have come by now
+    assert len(smtp_server.received()) == 1, [m["Subject"] for m in smtp_server.received()]
+    assert "failed" in mails[0]["Subject"].lower()
+    assert_nothing_left(ports, launcher)
+
+
+def test_a_killed_worker_is_named_and_the_ps_is_not_kept_waiting(procs, tmp_path):
+    model_dir = tmp_path / "model"
+    launcher = procs.tfps("tfps-local-worker-killed", "local",
+                          *run_flags(model_dir, "--sync_timeout", 300, steps=6000))
+    ports = launcher_ports(launcher)
+    poll(lambda: _progress_at(launcher, "worker1") > 100, 120, "worker1's progress", launcher)
+    os.kill(_task_pid(ports, "--job_name=worker --task_index=1"), signal.SIGKILL)
+    rc = launcher.wait(240)   # the ps would wait --sync_timeout (300 s) for worker1's "done"
+    assert rc == 0, launcher.tail()
+    res = read_results(model_dir)
+    assert res["status"] == "succeeded" and res["global_step"] >= 6000
+    assert res["lost_tasks"] == ["worker1"]
+    assert "SIGKILL" in res["task_exits"]["worker1"]
+    assert "lost tasks worker1" in launcher.output()
+    assert task_exit(launcher, "ps0") == "0 (OK)"
+    assert_nothing_left(ports, launcher)
+
+
+def test_every_tf_port_of_a_local_job_listens_on_loopback_only(procs, tmp_path):
+    model_dir = tmp_path / "model"
+    launcher = procs.tfps("tfps-local-sockets", "local", *run_flags(model_dir, steps=10_000_000))
+    ports = launcher_ports(launcher)
+    poll(lambda: _progress_at(launcher, "worker1") > 0 and _progress_at(launcher, "worker0") > 0, 120,
+         "both workers training", launcher)
+    table = _listening(ports)
+    assert all(table[p] for p in ports), table              # every task listens...
+    assert all(addrs == {"127.0.0.1"} for addrs in table.values()), table   # ...on loopback only
+    launcher.signal(signal.SIGTERM)
+    assert launcher.wait(120) == 130, launcher.tail()
+    assert read_results(model_dir)["status"] == "stopped"
+    assert_nothing_left(ports, launcher)
+
+
+@pytest.mark.parametrize("flag", ["--export_dir", "--model_dir"])
+def test_a_directory_with_the_users_files_is_refused_and_kept(procs, tmp_path, flag):
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "notes.txt").write_text("x\n")
+    extra = [flag, d] if flag == "--export_dir" else []
+    launcher = procs.tfps("tfps-local-foreign-dir", "local",
+                          *run_flags(d if flag == "--model_dir" else tmp_path / "model", *extra),
+                          separate_stderr=True)
+    assert launcher.wait(60) == 2, launcher.tail()
+    err = launcher.stderr().strip().splitlines()
+    assert len(err) == 1 and "notes.txt" in err[0] and "did not write" in err[0], err
+    assert err[0].startswith(f"tfps: error: {flag[2:]}: {d}")
+    assert (d / "notes.txt").read_text() == "x\n"
+    assert sorted(os.listdir(d)) == ["notes.txt"]
+    assert "tfps local:" not in launcher.output()   # nothing started
+
+
+def test_a_file_in_the_export_path_is_refused_and_kept(procs, tmp_path):
+    f = tmp_path / "model.bin"
+    f.write_text("weights\n")
+    launcher = procs.tfps("tfps-local-export-file", "local", *run_flags(tmp_path / "model", "--export_dir", f),
+                          separate_stderr=True)
+    assert launcher.wait(60) == 2, launcher.tail()
+    assert "is a file, not a directory" in launcher.stderr()
+    assert f.read_text() == "weights\n"
+
+
+def test_nan_variables_fail_the_job_and_the_nan_checkpoint_is_refused(procs, tmp_path):
+    model_dir = tmp_path / "model"
+    flags = run_flags(model_dir, "--model", "tests.fixtures.bad_models:nan_weights", steps=100)
+    first = procs.tfps("tfps-local-nan-weights", "local", *flags)
+    assert first.wait(300) == 1, first.tail()
+    res = read_results(model_dir)
+    assert res["status"] == "failed" and res["error"]["type"] == "FloatingPointError", res.get("error")
+    assert "poisoned" in res["error"]["message"]
+    assert res["export_complete"] is False and not (model_dir / "export").exists()
+
+    again = procs.tfps("tfps-local-nan-resume", "local", *flags)
+    assert again.wait(300) == 2, again.tail()
+    refusal = again.lines(r"tfps: error: model_dir: the newest checkpoint (\S+) holds NaN")
+    assert refusal and "new --model_dir" in again.output(), again.tail()
+
+
+def test_a_stray_tf_config_is_ignored_with_one_warning(procs, tmp_path):
+    model_dir = tmp_path / "model"
+    env = base_env(TF_CONFIG='{"cluster": {"worker": ["example.invalid:1"]}, "task": {"type": "worker", "index": 0}}')
+    launcher = procs.tfps("tfps-local-tf-config", "local", *run_flags(model_dir, steps=50), env=env)
+    assert launcher.wait(300) == 0, launcher.tail()
+    assert len(launcher.lines(r"ignoring the TF_CONFIG of this shell")) == 1
+    assert read_results(model_dir)["status"] == "succeeded"
