@@ -81,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--workers", type=int, default=2, help="number of workers (default %(default)s)")
     local.add_argument("--script", help="run a classic script (taking --ps_hosts ... --task_index) instead")
     local.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
+    local.add_argument("--restarts", type=int, default=0, metavar="N",
+                       help="start a task's process again, up to N times, when a signal kills it (as tfps run "
+                            "--restarts); by default a killed task fails the job within --sync_timeout "
+                            "(default %(default)s)")
     add_run_options(local)
     local.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: arguments for --script")
     local.set_defaults(func=cmd_local)
@@ -187,8 +191,12 @@ def cmd_local(ns) -> ExitCode:
     args = list(ns.script_args)
     if args and args[0] == "--":
         args = args[1:]
+    if ns.restarts < 0:
+        raise ConfigError(f"{ns.restarts} is negative; use 0 (never) or how many times to restart", "restarts")
+    if ns.restarts and ns.script:
+        raise ConfigError("restarts tfps's own tasks only; drop --restarts with --script", "restarts")
     return run_local(cfg, num_ps=ns.ps, num_workers=ns.workers, script=ns.script,
-                     script_args=args, python=ns.python, verbose=ns.verbose)
+                     script_args=args, python=ns.python, verbose=ns.verbose, restarts=ns.restarts)
 
 
 def cmd_plan(ns) -> int:

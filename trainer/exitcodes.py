@@ -14,5 +14,7 @@ class ExitCode(enum.IntEnum):
     BAD_CONFIG = 2
     #: A task of the job could not start or vanished (``tfps local`` only).
     TASK_LOST = 3
+    #: A tfps bug: an exception escaped a task (``tfps local``'s forked task); the traceback is in its log.
+    INTERNAL = 70
     #: Stopped by SIGTERM/SIGINT; the chief still wrote its final checkpoint and export.
     STOPPED = 130

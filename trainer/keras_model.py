@@ -91,7 +91,20 @@ class KerasBuilder:
         self.takes_params = "params" in inspect.signature(self.fn).parameters
 
     def call(self, params) -> Any:
-        model = self.fn(params=params) if self.takes_params else self.fn()
+        try:
+            model = self.fn(params=params) if self.takes_params else self.fn()
+        except ConfigError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a user's builder: one line, not its traceback
+            where = ""
+            tb = e.__traceback__
+            while tb is not None:
+                where = f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+                tb = tb.tb_next
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise ConfigError(f"{self.name} raised {type(e).__name__}: {first}{where} while building the model; "
+                              "fix the builder (call it alone in Python to see the whole traceback)",
+                              "model") from None
         if _is_keras3(model):
             raise ConfigError(KERAS3_MESSAGE.format(name=self.name, cls=f"{type(model).__module__}."
                                                                          f"{type(model).__name__}"), "model")

@@ -179,3 +179,53 @@ def test_a_stray_tf_config_is_ignored_with_one_warning(procs, tmp_path):
     assert launcher.wait(300) == 0, launcher.tail()
     assert len(launcher.lines(r"ignoring the TF_CONFIG of this shell")) == 1
     assert read_results(model_dir)["status"] == "succeeded"
+
+
+def test_a_port_in_use_is_one_line(procs, tmp_path):
+    import socket
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        proc = procs.tfps("tfps-run-port-taken", "run", f"--ps_hosts=127.0.0.1:{port}",
+                          "--worker_hosts=127.0.0.1:1", "--job_name=ps", "--task_index=0",
+                          "--model_dir", tmp_path / "model", separate_stderr=True)
+        assert proc.wait(120) == 2, proc.tail()
+    finally:
+        holder.close()
+    err = [line for line in proc.stderr().splitlines() if line.strip()]
+    assert err == [f"tfps: error: ps_hosts: ps0 cannot listen on port {port}: another program holds it; stop "
+                   "that program or give this task another port"], err
+
+
+def test_a_builder_that_raises_is_one_line(procs, tmp_path):
+    (tmp_path / "broken_builder.py").write_text("def build_model():\n    raise ValueError('no such layer')\n")
+    env = base_env()
+    env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}"
+    proc = procs.tfps("tfps-local-builder-raises", "local", *run_flags(tmp_path / "model", "--model",
+                                                                          "broken_builder:build_model"),
+                      env=env, separate_stderr=True)
+    assert proc.wait(120) == 2, proc.tail()
+    err = [line for line in proc.stderr().splitlines() if line.strip()]
+    assert len(err) == 1 and "raised ValueError: no such layer at" in err[0] and "broken_builder.py:2" in err[0], err
+
+
+def test_local_restarts_bring_a_killed_ps_back(procs, tmp_path):
+    model_dir = tmp_path / "model"
+    launcher = procs.tfps("tfps-local-restarts", "local", "--restarts", 1,
+                          *run_flags(model_dir, "--checkpoint_steps", 200, steps=3000))
+    ports = launcher_ports(launcher)
+    poll(lambda: _progress_at(launcher, "worker0") > 300, 120, "training progress", launcher)
+    # Under --restarts each task is a supervisor and its task process: kill the ps's task process.
+    from integration_helpers import _stat
+    pids = [p for p in pids_with_cmdline("--job_name=ps --task_index=0") if p in cluster_pids(ports)]
+    children = [p for p in pids if (_stat(p) or ("", 0, 0))[1] in pids]
+    assert len(pids) == 2 and len(children) == 1, (pids, launcher.tail())
+    os.kill(children[0], signal.SIGKILL)
+    assert launcher.wait(300) == 0, launcher.tail()
+    res = read_results(model_dir)
+    assert res["status"] == "succeeded" and res["global_step"] >= 3000
+    assert [r["task"] for r in res["restarts"]] == ["ps0"], res["restarts"]
+    assert not res.get("lost_tasks")
+    assert_nothing_left(ports, launcher)

@@ -298,6 +298,9 @@ def test_awkward_values_survive_yaml_quoting():
 @pytest.mark.parametrize("argv, field", [
     (["--gpus", "0,0"], "gpus"),
     (["--gpus", ""], "gpus"),
+    (["--gpus", "abc"], "gpus"),
+    (["--gpus=-1"], "gpus"),
+    (["--gpus", "0,x1"], "gpus"),
     (["--gpus", "0,1", "--workers", "3"], "workers"),
     (["--ps", "0"], "ps"),
     (["--workers", "0"], "workers"),

@@ -137,8 +137,10 @@ def _parse_gpus(text: str) -> list[str]:
     if not ids:
         raise ConfigError(f"{text!r} names no GPU; give ids such as 0,1", "gpus")
     for gpu in ids:
-        if not re.fullmatch(r"[A-Za-z0-9_.:-]+", gpu):
-            raise ConfigError(f"{gpu!r} is not a GPU id; use numbers such as 0,1 or GPU UUIDs", "gpus")
+        # nvidia-smi's device indices, or its GPU-/MIG- UUIDs (what NVIDIA_VISIBLE_DEVICES takes)
+        if not re.fullmatch(r"\d+|(?:GPU|MIG)-[A-Za-z0-9/-]+", gpu):
+            raise ConfigError(f"{gpu!r} is not a GPU id; use device indices such as 0,1 (nvidia-smi -L) "
+                              "or GPU UUIDs (GPU-...)", "gpus")
     if len(set(ids)) != len(ids):
         raise ConfigError(f"{text!r} lists a GPU twice; one worker per GPU", "gpus")
     return ids

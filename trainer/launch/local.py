@@ -163,7 +163,7 @@ class ForkedTask(TaskProcess):
 
 def _run_forked(cli_argv: list[str], env: dict[str, str], out_fd: int, title: str) -> None:
     """The forked child: become ``tfps run`` with its own session, output and environment."""
-    code = 70   # EX_SOFTWARE, if anything below fails before the task runs
+    code = int(ExitCode.INTERNAL)   # if anything below fails before the task runs
     try:
         os.setsid()
         _die_with_parent()
@@ -267,7 +267,7 @@ def _watch_until_chief_exits(chief: TaskProcess, others: list[TaskProcess], cfg:
         for t in others:
             # Killed (a signal, the OOM killer) or crashed; a task that gave up with the job
             # (exit 1 or 2 after the chief's stop) has said why itself.
-            if t not in lost and t.poll() is not None and (t.code < 0 or t.code == 70) and not interrupted():
+            if t not in lost and t.poll() is not None and (t.code < 0 or t.code == ExitCode.INTERNAL) and not interrupted():
                 lost.append(t)
                 if t.name.startswith("ps"):
                     lost_at = lost_at or time.monotonic()
@@ -296,7 +296,7 @@ def _wait(tasks: list[TaskProcess], timeout: float) -> bool:
     return all(t.poll() is not None for t in tasks)
 
 
-def _preflight(cfg: RunConfig, script: str | None) -> None:
+def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1) -> None:
     """Refuse bad input before any process starts: data, model, model_dir, URLs."""
     from trainer.notify import notifier_for
     notifier_for(cfg.notify, cfg.notify_config)
@@ -305,18 +305,20 @@ def _preflight(cfg: RunConfig, script: str | None) -> None:
             raise ConfigError(f"{script} does not exist", "script")
         return
     from trainer.task.setup import JobSetup
-    results.check_model_dir(cfg.model_dir, JobSetup(cfg).identity())   # the chief claims it later
+    setup = JobSetup(cfg)
+    setup.check_batch_fits(num_workers)
+    results.check_model_dir(cfg.model_dir, setup.identity())   # the chief claims it later
     results.check_export_dir(cfg.export_path, cfg.model_dir)
 
 
 def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str | None = None,
               script_args: list[str] | None = None, python: str = sys.executable, out=sys.stdout,
-              verbose: bool = False) -> ExitCode:
+              verbose: bool = False, restarts: int = 0) -> ExitCode:
     if num_ps < 1 or num_workers < 1:
         raise ConfigError("a cluster needs at least 1 ps and 1 worker", "ps" if num_ps < 1 else "workers")
     from trainer.config import check_replicas
     check_replicas(cfg, num_workers)
-    _preflight(cfg, script)
+    _preflight(cfg, script, num_workers)
     plan = local_plan(num_ps, num_workers)
     env = dict(os.environ)   # with TF_CPP_MIN_LOG_LEVEL as trainer.logs set it for this process
     if env.pop("TF_CONFIG", None) is not None:
@@ -342,7 +344,8 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
         if script:
             argv = [python, script, *ref.to_flags(), *(script_args or [])]
         else:
-            argv = [python, "-m", "trainer", *(["-v"] if verbose else []), "run", *ref.to_flags(), *cfg.to_args()]
+            argv = [python, "-m", "trainer", *(["-v"] if verbose else []), "run", *ref.to_flags(), *cfg.to_args(),
+                    *([f"--restarts={restarts}"] if restarts else [])]
             if t.is_chief and urls:
                 task_env[ENV_URLS] = " ".join(urls)
         tasks.append(task_class(t.name, argv, task_env, out, verbose))

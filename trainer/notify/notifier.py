@@ -157,7 +157,7 @@ class Notifier:
         plugin = instantiate(url, self._asset)
         if plugin is None:
             email = " (an email URL also needs from=ADDRESS when the user name and host make no address)" \
-                if scheme.startswith("mailto") else ""
+                if scheme.startswith("mailto") and "from=" not in (m["query"] or "").lower() else ""
             raise refuse(f"apprise cannot read it as a {scheme}:// URL{email}")
         if hostless(m, plugin):
             raise refuse("apprise finds no host in it (an unencoded '@' or '/' in a password moves the host "

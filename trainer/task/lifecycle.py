@@ -8,10 +8,12 @@ ps always outlives the final save.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -138,8 +140,9 @@ def start_server(task, cfg):
                           "loopback, and this TensorFlow build cannot be kept on loopback; give the task the "
                           "address of an interface that the hosts' firewall protects", "ps_hosts")
     try:
-        return tf.distribute.Server(cluster_spec(task), job_name=task.job, task_index=task.index,
-                                    config=session_config(task, cfg), start=True)
+        with _tf_chatter_hidden():
+            return tf.distribute.Server(cluster_spec(task), job_name=task.job, task_index=task.index,
+                                        config=session_config(task, cfg), start=True)
     except (tf.errors.OpError, RuntimeError) as e:
         if _port_taken(host, task.port):
             raise ConfigError(f"{task.name} cannot listen on port {task.port}: another program holds it; stop "
@@ -148,6 +151,26 @@ def start_server(task, cfg):
         first = (getattr(e, "message", None) or str(e)).strip().splitlines()
         raise ConfigError(f"{task.name} could not start its TensorFlow server on {task.target}: "
                           f"{first[0] if first else type(e).__name__}") from None
+
+
+@contextlib.contextmanager
+def _tf_chatter_hidden():
+    """gRPC's C++ lines while a server starts ("Failed to add port to server", absl's
+    notice) go to file descriptor 2 whatever TF_CPP_MIN_LOG_LEVEL says; without ``-v``
+    they are dropped, and tfps says what went wrong in one line of its own."""
+    if log.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _port_taken(host: str, port: int) -> bool:

@@ -28,6 +28,7 @@ from trainer.exitcodes import ExitCode
 from trainer.outcome import results
 from trainer.task.lifecycle import StopSignal, done_queue, session_config, start_server, write_health
 from trainer.task.supervise import STATE_DIR_ENV
+from trainer.task.watchdog import StartupBound
 
 log = logging.getLogger("tfps")
 
@@ -36,10 +37,12 @@ def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
     import tensorflow as tf
     v1 = tf.compat.v1
 
+    bound = StartupBound(task.name, cfg.startup_timeout, f"starting its TensorFlow server on port {task.port}")
     server = start_server(task, cfg)
     write_health(task)
     log.info("ps%d serving on port %d; waiting for %d worker(s) to finish", task.index, task.port,
              task.num_workers)
+    bound.phase = "opening the session of its own done queue"
     graph = tf.Graph()
     with graph.as_default():
         queue = done_queue(task.index, task.num_workers)
@@ -54,6 +57,8 @@ def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
     linger = timeouts.ps_wait_after_chief(cfg)
     chief_done_at: float | None = time.monotonic() if 0 in seen else None
     with v1.Session(server.target, graph=graph, config=session_config(task, cfg)) as sess:
+        sess.run(size)
+        bound.disarm()
         while len(seen) < task.num_workers:
             if stop.count >= 2:
                 log.warning("second stop signal: ps%d exits now", task.index)

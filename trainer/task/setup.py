@@ -47,10 +47,50 @@ class JobSetup:
         self.optimizer, self.learning_rate, self.optimizer_note = choose_optimizer(cfg, self.model_fn)
         self.params = dataclasses.replace(self.params, learning_rate=self.learning_rate)
 
+    def batch_bytes(self) -> int:
+        """A lower bound of the memory one worker's training step needs for its batch.
+
+        Each example's features are held at least three times (the decoded batch, the
+        input of the first layer, its gradient), each hidden layer's activations and their
+        gradients twice more, and the output twice: 4 bytes each. A Keras model or a
+        convolution needs more, never less, so a batch refused by this bound could never run.
+        """
+        width = 1
+        for d in self.schema.feature_shape:
+            width *= int(d)
+        hidden = sum(self.cfg.hidden) if self.cfg.model in ("mlp", "cnn") else 0
+        per_example = 4 * (3 * width + 4 * hidden + 2 * max(self.schema.num_classes, 1))
+        return self.cfg.batch_size * per_example
+
+    def check_batch_fits(self, workers_here: int, available: int | None = None) -> None:
+        """Refuse a --batch_size whose batches alone cannot fit this host's memory."""
+        available = host_available_memory() if available is None else available
+        need = self.batch_bytes() * max(workers_here, 1)
+        if available and need > available:
+            per = self.batch_bytes()
+            fits = max(1, int(self.cfg.batch_size * available / need))
+            raise ConfigError(f"{self.cfg.batch_size} examples per step need at least {per / 2**30:.1f} GiB per "
+                              f"worker ({workers_here} worker(s) on this host), and the host has "
+                              f"{available / 2**30:.1f} GiB available; use a much smaller --batch_size (even this lower "
+                              f"bound allows at most {fits})",
+                              "batch_size")
+
     def identity(self) -> dict:
         c = self.cfg
         return {"run_name": c.name, "model": c.model, "feature_shape": list(self.schema.feature_shape),
                 "num_classes": self.schema.num_classes, "hidden_units": c.hidden_units}
+
+
+def host_available_memory() -> int:
+    """Bytes of memory this host can still give (MemAvailable), or 0 when unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _pick(flag_value, flag: str, model_value, default):

@@ -118,6 +118,34 @@ class StartupWatchdog:
             os._exit(int(code))
 
 
+class StartupBound:
+    """A ps's start, bounded by ``--startup_timeout``: a task that cannot start says why.
+
+    A ps started again by ``tfps run --restarts`` under load once printed TensorFlow's
+    banner and then nothing for 90 s. Whatever it waits on (its old port, TensorFlow's
+    runtime, the session of its own queue), this thread names the phase it is stuck in
+    after ``--startup_timeout`` and ends the process, so its supervisor or orchestrator
+    sees an exit instead of a silent task.
+    """
+
+    def __init__(self, name: str, timeout: float, phase: str):
+        self.name, self.timeout, self.phase = name, timeout, phase
+        self.done = threading.Event()
+        threading.Thread(target=self._watch, name="tfps-startup-bound", daemon=True).start()
+
+    def disarm(self) -> None:
+        self.done.set()
+
+    def _watch(self) -> None:
+        if self.done.wait(self.timeout):
+            return
+        print(f"tfps: error: {self.name} did not start within {self.timeout:.0f} s (--startup_timeout): it "
+              f"was still {self.phase}. Check that no other program holds its port and that the host is "
+              "not out of memory or CPU; raise --startup_timeout on a host this slow.", file=sys.stderr, flush=True)
+        logging.shutdown()
+        os._exit(int(ExitCode.TRAINING_FAILED))
+
+
 #: What a client sends first on an HTTP/2 (gRPC) connection, and an empty SETTINGS frame.
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 

@@ -161,6 +161,7 @@ class Worker:
             # Bad input found here on the chief (data, model, a model_dir of another job)
             # must still end the whole job: the other tasks are already waiting for it.
             setup = self.setup = JobSetup(cfg, shard=(task.num_workers, task.index), evaluates=task.is_chief)
+            setup.check_batch_fits(task.neighbours()[1])
             self._prepare(setup)
             graph, ops = self.build(setup)
         except ConfigError as e:
