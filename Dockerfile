@@ -1,7 +1,7 @@
-# tfps trainer image: one image for every task (ps, worker, chief) of a training job.
+# The tfps image: one image for every task (ps, worker, chief) of a training job.
 #
 #   DOCKER_BUILDKIT=1 docker build \
-#       --secret id=pip_cert,src=/etc/ssl/certs/ca-certificates.crt -t tfps-trainer .
+#       --secret id=pip_cert,src=/etc/ssl/certs/ca-certificates.crt -t tfps .
 #
 # The pip_cert secret is optional: it hands pip a CA bundle for reaching PyPI through a
 # TLS-intercepting proxy, without leaving it in any layer.
@@ -10,7 +10,7 @@
 # Your own model code, without rebuilding the TensorFlow layers: /opt/usermodels is on
 # PYTHONPATH, so either mount it (docker run -v "$PWD/mymodels:/opt/usermodels:ro" ...)
 # or derive a thin image:
-#   FROM tfps-trainer
+#   FROM tfps
 #   COPY mymodels /opt/usermodels
 #
 # No "# syntax=" line on purpose: BuildKit's built-in frontend supports the secret and
@@ -44,7 +44,7 @@ RUN --mount=type=secret,id=pip_cert,required=false \
  && python3 -c 'import tomllib; print("\n".join(tomllib.load(open("/src/pyproject.toml", "rb"))["project"]["dependencies"]))' >/tmp/requirements.txt \
  && /opt/tfps/bin/pip install -r /tmp/requirements.txt \
  && rm /tmp/requirements.txt
-# What a trainer never needs at run time (docs/benchmarks.md, "Image size"):
+# What a task never needs at run time (docs/benchmarks.md, "Image size"):
 # * C/C++ headers (tensorflow/include) and libclang (a build-time dependency of
 #   TensorFlow's own code generators), the packages' test suites, pip's caches;
 # * the symbol tables of TensorFlow's shared libraries (strip --strip-unneeded keeps the
@@ -66,7 +66,7 @@ RUN apt-get update \
 # ---- the project itself, as a wheel (a code change rebuilds only this and one tiny layer) -
 FROM venv AS wheel
 COPY pyproject.toml README* /src/
-COPY trainer /src/trainer
+COPY tfps /src/tfps
 RUN --mount=type=secret,id=pip_cert,required=false \
     if [ -f /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi \
  && /opt/tfps/bin/pip wheel --no-deps --wheel-dir /wheels /src

@@ -25,7 +25,7 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/tfps local --ps 1 --workers 2 --model_dir runs/demo-$$(date +%Y%m%d-%H%M%S)
 
-# Docker engine + Compose v2 + base images + the trainer image, each step idempotent.
+# Docker engine + Compose v2 + base images + the tfps image, each step idempotent.
 docker:
 	bash .ci/docker-up.sh
 image: docker

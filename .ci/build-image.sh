@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Build the trainer image from the repository's Dockerfile as tfps-trainer:latest
+# Build the tfps image from the repository's Dockerfile as tfps:latest
 # (or the tag given as $1). Extra arguments go to `docker build`, e.g.
-#   .ci/build-image.sh tfps-trainer:gpu --build-arg TF_PACKAGE="tensorflow[and-cuda]==2.21.0"
+#   .ci/build-image.sh tfps:gpu --build-arg TF_PACKAGE="tensorflow[and-cuda]==2.21.0"
 # Relies on the build cache: an unchanged tree rebuilds in seconds.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
-tag=${1:-tfps-trainer:latest}
+tag=${1:-tfps:latest}
 shift $(( $# > 0 ? 1 : 0 ))
 
 "$here/docker-up.sh" >/dev/null

@@ -3,7 +3,7 @@
 What users run today before tfps: classic flags, ``replica_device_setter``, device
 filters, ``MonitoredTrainingSession`` (non-chief workers poll the chief every 30 s),
 batches fed through ``feed_dict`` from NumPy, and a ps that blocks in ``server.join()``
-forever. It trains the same model (``trainer.models``) on the same data as tfps so that the
+forever. It trains the same model (``tfps.models``) on the same data as tfps so that the
 benchmark compares the machinery, not the model. Prints machine-readable lines:
 
     BENCH first_step <unix time>
@@ -19,7 +19,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from trainer import data, demo, models
+from tfps import data, demo, models
 
 v1 = tf.compat.v1
 v1.disable_eager_execution()

@@ -43,13 +43,13 @@ def main() -> int:
     subprocess.run(["bash", str(ROOT / ".ci/base-images.sh")], check=True, capture_output=True)
     subprocess.run(["bash", str(ROOT / ".ci/ansible-collections.sh")], check=True, capture_output=True)
     work = Path(tempfile.mkdtemp(prefix="tfps-deploy-bench-"))
-    archive = work / "tfps-trainer.tar"
-    subprocess.run(["docker", "save", "tfps-trainer:latest", "-o", str(archive)], check=True)
+    archive = work / "tfps.tar"
+    subprocess.run(["docker", "save", "tfps:latest", "-o", str(archive)], check=True)
     cluster = start_hosts(["host1", "host2", "host3"], work)
     try:
         inventory = cluster.inventory(work / "inventory", {"ps": ["host1"], "worker": ["host2", "host3"]},
                                       group_vars={"all": {"tfps_job_name": "bench", "tfps_train_steps": 300,
-                                                          "tfps_image": "tfps-trainer:latest",
+                                                          "tfps_image": "tfps:latest",
                                                           "tfps_image_archive": str(archive)}})
         extra = {"tfps_results_dir": str(work / "results"), "tfps_wait_poll_interval": 2}
         first, _ = play(inventory, extra, work)

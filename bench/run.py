@@ -30,7 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from trainer.cluster import local_plan  # noqa: E402
+from tfps.cluster import local_plan  # noqa: E402
 
 PY = sys.executable
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
@@ -76,7 +76,7 @@ class Watched:
 def run_tfps(steps, batch, model="mlp", sync=False, extra=()):
     d = tempfile.mkdtemp(prefix="tfps-bench-")
     t0 = time.time()
-    p = Watched([PY, "-m", "trainer", "local", "--ps", "1", "--workers", "2", "--model", model,
+    p = Watched([PY, "-m", "tfps", "local", "--ps", "1", "--workers", "2", "--model", model,
                  "--train_steps", str(steps), "--batch_size", str(batch), "--model_dir", d, "--log_steps", "100",
                  *(["--sync_replicas"] if sync else []), *extra], FIRST_RE, t0)
     out = p.wait(3600)
@@ -152,7 +152,7 @@ def run_ps_first(kind: str, steps: int) -> dict[str, float]:
     def argv(t):
         flags = plan.task_ref(t).to_flags()
         if kind == "tfps":
-            return [PY, "-m", "trainer", "run", *flags, "--train_steps", str(steps), "--model_dir", d,
+            return [PY, "-m", "tfps", "run", *flags, "--train_steps", str(steps), "--model_dir", d,
                     "--log_steps", "100"]
         return [PY, os.path.join(ROOT, "bench", "classic_replica.py"), *flags, "--train_steps", str(steps)]
 
@@ -362,7 +362,7 @@ def main() -> int:
     ap.add_argument("--skip", default="", help="comma-separated: startup,throughput,final_save,image,deploy")
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs per figure; each figure is their median, with their range (default 3)")
-    ap.add_argument("--image", default="tfps-trainer:latest", help="the image whose size is reported")
+    ap.add_argument("--image", default="tfps:latest", help="the image whose size is reported")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs"))
     a = ap.parse_args()
     if a.repeat < 1:

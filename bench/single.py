@@ -11,7 +11,7 @@ import time
 
 import tensorflow as tf
 
-from trainer import data, demo, models
+from tfps import data, demo, models
 
 v1 = tf.compat.v1
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGE = REPO / "trainer"
+PACKAGE = REPO / "tfps"
 OUT = REPO / "docs" / "errors.md"
 
 HEAD = """# Errors: every refusal of bad input

@@ -5,7 +5,7 @@ Use it with::
     PYTHONPATH=. tfps local --model examples.custom_model:model_fn --train_steps 300
 
 The module only has to be importable by every task (same PYTHONPATH on every host, or
-installed in the trainer image). tfps calls ``model_fn`` three times per job, each time in
+installed in the tfps image). tfps calls ``model_fn`` three times per job, each time in
 a new graph:
 
 * ``mode == "train"`` on every worker, with ``labels``; variables are placed on the ps
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from trainer.models import ModelParams, ModelSpec
+from tfps.models import ModelParams, ModelSpec
 
 v1 = tf.compat.v1
 

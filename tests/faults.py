@@ -8,9 +8,9 @@ step at the kill, the checkpoint training resumed from, the steps redone (at mos
 checkpoint interval).
 
 Where training resumed is read from tfps's own chief lines ``restored checkpoint of step N
-from PATH`` (trainer/task/hooks.py, logged each time the chief's session is created from a
+from PATH`` (tfps/task/hooks.py, logged each time the chief's session is created from a
 checkpoint, including when it recovers from a lost ps) and ``joined the live variables on
-the ps at step N`` (trainer/task/rejoin.py: a restarted chief whose ps kept the variables
+the ps at step N`` (tfps/task/rejoin.py: a restarted chief whose ps kept the variables
 restores nothing, so nothing is redone), never from TensorFlow's INFO text.
 
 tests/ is on sys.path (pytest inserts the directory of tests/conftest.py), so every suite
@@ -198,7 +198,7 @@ def recovered_after(records: list[dict], t_kill: float) -> float | None:
 
 
 def predict_script(export_dir: str) -> str:
-    """Python for a fresh trainer container: load the SavedModel, predict a batch of 4 random
+    """Python for a fresh tfps container: load the SavedModel, predict a batch of 4 random
     rows, print the batch size of every output as JSON."""
     return (f"import json, numpy as np, tensorflow as tf; m = tf.saved_model.load('{export_dir}'); "
             "f = m.signatures['serving_default']; "

@@ -87,7 +87,7 @@ class SMTPServer(_Server):
         logins: ``(mechanism, user, password)`` of every AUTH attempt, decoded.
     """
 
-    sender = "trainer@example.com"
+    sender = "tfps@example.com"
     recipient = "ops@example.com"
 
     def __init__(self, auth: tuple[str, str] | None = None, hostname: str = LOCALHOST, url_host: str | None = None):

@@ -1,6 +1,6 @@
 """Helpers for the integration tests: real clusters as processes, and nothing left behind.
 
-Every cluster is driven through the real command line (``python -m trainer ...``) as
+Every cluster is driven through the real command line (``python -m tfps ...``) as
 subprocesses in their own sessions, with their output in a log file that tests read while
 the job runs. A ``Processes`` registry remembers every process it started and, through a
 watcher thread, every descendant of those processes (the tasks that ``tfps local``
@@ -177,7 +177,7 @@ class Processes:
         return proc
 
     def tfps(self, name: str, *args: str, env: dict[str, str] | None = None, separate_stderr: bool = False) -> Proc:
-        return self.start(name, [sys.executable, "-m", "trainer", *map(str, args)], env, separate_stderr)
+        return self.start(name, [sys.executable, "-m", "tfps", *map(str, args)], env, separate_stderr)
 
     def _watch(self) -> None:
         while not self._stop.wait(0.25):
@@ -210,7 +210,7 @@ def base_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     for key in ("TF_CONFIG", "APPRISE_URLS"):   # no cluster or notification from the caller
         env.pop(key, None)
-    env.pop("TF_CPP_MIN_LOG_LEVEL", None)   # trainer.logs sets it, the one place that does
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)   # tfps.logs sets it, the one place that does
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env.update(extra)

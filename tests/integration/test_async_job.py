@@ -65,7 +65,7 @@ def test_eval_accuracy_well_above_chance(job):
 
 
 def test_saved_model_serves_the_eval_data(job, demo_dir):
-    from trainer import demo
+    from tfps import demo
     _, eval_glob = demo.demo_globs("mlp", str(demo_dir))
     x, y = load_csv(eval_glob)
     out = load_and_predict(job.results["export_dir"], x)

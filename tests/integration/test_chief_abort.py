@@ -48,8 +48,8 @@ def test_chief_whose_ps_has_gone_still_exits(procs, tmp_path):
     a chief whose ps exited (or was told "done" by a stray worker) used to hang after its
     report. Each end RPC is bounded as a whole; after the first finds no ps, the next is
     not tried; the process exits with the job's code."""
-    from trainer import timeouts
-    from trainer.cluster import local_plan
+    from tfps import timeouts
+    from tfps.cluster import local_plan
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     (model_dir / "tfps_run.json").write_text(json.dumps({"run_name": "someone-else", "model": "mlp"}))

@@ -15,7 +15,7 @@ CLUSTER = ["--ps_hosts", "127.0.0.1:1", "--worker_hosts", "127.0.0.1:2,127.0.0.1
 
 
 def tfps(*args, env=None, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "trainer", *map(str, args)], env=env or base_env(), cwd=str(cwd),
+    return subprocess.run([sys.executable, "-m", "tfps", *map(str, args)], env=env or base_env(), cwd=str(cwd),
                           capture_output=True, text=True, timeout=120)
 
 

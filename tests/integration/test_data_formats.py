@@ -59,7 +59,7 @@ def write_idx(directory: Path):
 
 
 def demo_npz(directory: Path):
-    from trainer import demo
+    from tfps import demo
     _, eval_glob = demo.demo_globs("cnn")
     with np.load(eval_glob) as z:
         x, y = z["x"][:200], z["y"][:200]

@@ -1,8 +1,8 @@
 """Fault injection: one task of a running job is SIGKILLed and restarted, the job still ends well.
 
 For each victim (the ps, the chief worker0, the non-chief worker1) in each mode (async,
-sync), a local cluster of 1 ps + 2 workers is started by hand (``python -m trainer run``
-with the classic flags of ``trainer.cluster.local_plan``). At a global step drawn at
+sync), a local cluster of 1 ps + 2 workers is started by hand (``python -m tfps run``
+with the classic flags of ``tfps.cluster.local_plan``). At a global step drawn at
 random (a fixed seed per case) between the first and the last periodic checkpoint, the
 victim gets SIGKILL and, a second later, is started again with the same command line and
 environment, the way a container restart policy would. Then:
@@ -80,8 +80,8 @@ def exits(proc: Proc, timeout: float) -> int:
 @pytest.mark.parametrize("victim,mode", CASES, ids=CASE_IDS)
 def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, tmp_path, smtp_server, demo_dir,
                                                 fault_table):
-    from trainer import demo
-    from trainer.cluster import local_plan
+    from tfps import demo
+    from tfps.cluster import local_plan
 
     row = Row(VICTIMS[victim], mode)
     fault_table.append(row)

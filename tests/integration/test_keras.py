@@ -272,7 +272,7 @@ def test_functional_model_with_named_inputs_trains_from_csv_columns(procs, tmp_p
 
 # ----------------------------------------------------------------------------- chief restart
 def test_killed_chief_rejoins_its_keras_model(procs, blob_data, tmp_path):
-    from trainer.cluster import local_plan
+    from tfps.cluster import local_plan
     model_dir = tmp_path / "model"
     steps = 400
     plan = local_plan(1, 2)

@@ -51,12 +51,12 @@ def test_each_task_is_its_own_process_and_the_job_trains(procs, tmp_path, fork):
     tasks = _tasks_of(proc.pid, 60)
     for name, pid in tasks.items():
         cmd = _cmdline(pid)
-        assert " -m trainer run " in cmd and f"127.0.0.1:{ports[0]}" in cmd, (name, cmd)
+        assert " -m tfps run " in cmd and f"127.0.0.1:{ports[0]}" in cmd, (name, cmd)
         assert os.getsid(pid) == pid, f"{name} is not the leader of its own session"
     # The launcher imported TensorFlow for its forked tasks, and only then.
     assert _maps_tensorflow(proc.pid) is fork
     assert len(set(tasks.values())) == 3
     assert proc.wait(300) == 0, proc.tail()
-    # An async job may end a step or two past train_steps (trainer.task.steps).
+    # An async job may end a step or two past train_steps (tfps.task.steps).
     assert re.search(r"SUCCEEDED at global step 150[0-2]/1500", proc.output()), proc.tail()
     assert_nothing_left(ports, proc)

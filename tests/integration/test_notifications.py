@@ -52,7 +52,7 @@ def test_success_message_by_email_and_webhook_dead_url_and_no_secret_anywhere(pr
     launcher = procs.tfps("tfps-local-notify", "local", *run_flags(model_dir, "--run_name", "notify-demo", steps=300),
                           env=env)
     launcher.wait_for(r"first training step done", 120)
-    running = [c for c in _cmdlines() if "trainer" in c]
+    running = [c for c in _cmdlines() if "tfps" in c]
     assert running and not [c for c in running if PASSWORD in c or quote(PASSWORD, safe="") in c]
     assert launcher.wait(300) == 0, launcher.tail()
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 def start_ps(procs, *flags):
     """ps0 of a 1 ps + 2 worker cluster, alone (its workers never start), once it serves.
     Returns (the process, its port, every port of the cluster)."""
-    from trainer.cluster import local_plan
+    from tfps.cluster import local_plan
     plan = local_plan(1, 2)
     ps = plan.tasks[0]
     proc = procs.tfps("ps0", "run", *plan.task_ref(ps).to_flags(), "--tf_threads", "1", *flags)
@@ -27,7 +27,7 @@ def start_ps(procs, *flags):
 def report_done(port: int, worker: int) -> None:
     """What a worker does at its end: put its index in ps 0's done queue."""
     import tensorflow as tf
-    from trainer.task.lifecycle import done_queue
+    from tfps.task.lifecycle import done_queue
     graph = tf.Graph()
     with graph.as_default():
         enqueue = done_queue(0, 2).enqueue(worker)

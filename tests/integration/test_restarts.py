@@ -1,7 +1,7 @@
 """Tasks killed with SIGKILL mid-run and started again with the same command line.
 
-Each task is started by hand (``python -m trainer run`` with the classic flags of
-``trainer.cluster.local_plan``), the way a container restart policy would restart it.
+Each task is started by hand (``python -m tfps run`` with the classic flags of
+``tfps.cluster.local_plan``), the way a container restart policy would restart it.
 Asynchronous training, so that the job keeps going while one worker is away.
 """
 
@@ -30,7 +30,7 @@ PACED_CHIEF_STEP_SECS = 0.05
 
 
 def start_cluster(procs: Processes, model_dir: Path, *extra: str, steps: int, chief_env: dict | None = None):
-    from trainer.cluster import local_plan
+    from tfps.cluster import local_plan
     plan = local_plan(1, 2)
     argv = {}
     tasks: dict[str, Proc] = {}

@@ -1,7 +1,7 @@
 """The job's whole story: restarts in results.json and the message, stall alerts, progress messages.
 
-Real local clusters (``python -m trainer run`` per task, the classic flags of
-``trainer.cluster.local_plan``) and a real webhook (tests/servers.py):
+Real local clusters (``python -m tfps run`` per task, the classic flags of
+``tfps.cluster.local_plan``) and a real webhook (tests/servers.py):
 
 * the ps and then the chief of a sync job are SIGKILLed under ``tfps run --restarts``: the
   job succeeds; results.json and the one final message tell both failures, the job's first
@@ -29,7 +29,7 @@ PACED_MODEL = "tests.fixtures.paced_model:model_fn"
 
 
 def start_cluster(procs: Processes, model_dir, *extra, steps: int, env: dict[str, dict[str, str]]):
-    from trainer.cluster import local_plan
+    from tfps.cluster import local_plan
     plan = local_plan(1, 2)
     tasks: dict[str, Proc] = {}
     for t in plan.tasks:

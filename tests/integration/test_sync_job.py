@@ -49,7 +49,7 @@ def test_sync_job_succeeds(job):
 
 
 def test_sync_export_loads_and_predicts(job, demo_dir):
-    from trainer import demo
+    from tfps import demo
     x, y = load_csv(demo.demo_globs("mlp", str(demo_dir))[1])
     out = load_and_predict(job.results["export_dir"], x)
     assert out["probabilities"].shape == (len(x), 3)

@@ -1,6 +1,6 @@
-"""Session fixtures shared by the system tests: the Docker engine and the trainer image.
+"""Session fixtures shared by the system tests: the Docker engine and the tfps image.
 
-The engine (with Compose and Buildx) is started by ``.ci/docker-up.sh`` and the trainer
+The engine (with Compose and Buildx) is started by ``.ci/docker-up.sh`` and the tfps
 image is built once per test session by ``.ci/build-image.sh`` (an unchanged tree rebuilds
 from the cache in seconds), so every system test runs the code of this checkout.
 """
@@ -17,7 +17,7 @@ from conftest_ansible import *  # noqa: F401,F403 - fixtures of the Ansible syst
 from servers import SMTPServer
 
 REPO = Path(__file__).resolve().parents[2]
-TRAINER_IMAGE = os.environ.get("TFPS_TEST_IMAGE", "tfps-trainer:latest")
+TFPS_IMAGE = os.environ.get("TFPS_TEST_IMAGE", "tfps:latest")
 
 
 def _script(name: str, *args: str) -> None:
@@ -45,10 +45,10 @@ def compose_cli(docker_client) -> None:
 
 
 @pytest.fixture(scope="session")
-def trainer_image(docker_client) -> str:
-    """The trainer image built from this checkout, once per session; returns its tag."""
-    _script("build-image.sh", TRAINER_IMAGE)
-    return TRAINER_IMAGE
+def tfps_image(docker_client) -> str:
+    """The tfps image built from this checkout, once per session; returns its tag."""
+    _script("build-image.sh", TFPS_IMAGE)
+    return TFPS_IMAGE
 
 
 def docker_bridge_gateway(client) -> str:
@@ -97,6 +97,6 @@ class ContainerSMTPServer(SMTPServer):
 
 @pytest.fixture
 def container_smtp_server(docker_client):
-    """A real SMTP server that the trainer containers can send to (see ContainerSMTPServer)."""
+    """A real SMTP server that the tfps containers can send to (see ContainerSMTPServer)."""
     with ContainerSMTPServer(docker_bridge_gateway(docker_client)) as server:
         yield server

@@ -1,7 +1,7 @@
 """Fixtures for the Ansible system tests (imported by tests/system/conftest.py).
 
 Created once per test session and shared: three bare-metal hosts (see hosts.py), the
-trainer image as a ``docker save`` archive on the controller, the pinned collections.
+tfps image as a ``docker save`` archive on the controller, the pinned collections.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="session")
-def docker_engine(docker_client, trainer_image):
-    """The outer Docker engine with the trainer image of this checkout and the host image.
+def docker_engine(docker_client, tfps_image):
+    """The outer Docker engine with the tfps image of this checkout and the host image.
 
-    ``docker_client`` and ``trainer_image`` are the system tests' shared fixtures
+    ``docker_client`` and ``tfps_image`` are the system tests' shared fixtures
     (tests/system/conftest.py); the host image comes from .ci/base-images.sh.
     """
     _run(["bash", str(REPO / ".ci/base-images.sh")])
@@ -47,10 +47,10 @@ def ansible_collections():
 
 
 @pytest.fixture(scope="session")
-def image_archive(docker_engine, trainer_image, tmp_path_factory) -> Path:
-    """`docker save` of the trainer image: what an air-gapped site copies to its hosts."""
-    path = tmp_path_factory.mktemp("image") / "tfps-trainer.tar"
-    _run(["docker", "save", trainer_image, "-o", str(path)])
+def image_archive(docker_engine, tfps_image, tmp_path_factory) -> Path:
+    """`docker save` of the tfps image: what an air-gapped site copies to its hosts."""
+    path = tmp_path_factory.mktemp("image") / "tfps.tar"
+    _run(["docker", "save", tfps_image, "-o", str(path)])
     return path
 
 

@@ -2,7 +2,7 @@
 
 Three host containers (hosts.py) on their own network play the machines of an
 inventory; Ansible reaches them over SSH with a key made for the test, exactly as it
-reaches real hosts. The trainer image reaches them as an image archive copied from the
+reaches real hosts. The tfps image reaches them as an image archive copied from the
 controller (no registry), the completion email goes to a real SMTP server on this
 machine, and every check of what happened on a host looks into that host itself.
 """
@@ -23,8 +23,8 @@ import faults
 from conftest_ansible import ANSIBLE_DIR, REPO
 from hardening import assert_hardened
 
-#: The trainer image the session fixtures build and save (see tests/system/conftest.py).
-IMAGE = os.environ.get("TFPS_TEST_IMAGE", "tfps-trainer:latest")
+#: The tfps image the session fixtures build and save (see tests/system/conftest.py).
+IMAGE = os.environ.get("TFPS_TEST_IMAGE", "tfps:latest")
 PLAYBOOKS = ["deploy.yml", "stop.yml", "status.yml", "cleanup.yml"]
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 LAYOUT = {"ps": ["host1"], "worker": ["host2", "host3"]}  # ps0 on host1, chief on host2, worker1 on host3
@@ -335,10 +335,10 @@ def test_bad_inventory_fails_in_the_check_phase(case, bare_metal, image_archive,
 def test_image_that_cannot_be_pulled_starts_nothing_and_sends_the_failure(bare_metal, image_archive,
                                                                           network_smtp_server, run_playbook,
                                                                           tmp_path):
-    """A trainer image no host can get (a typo, an unreachable registry) ends the play before
+    """A tfps image no host can get (a typo, an unreachable registry) ends the play before
     any task starts, says which hosts and why, and sends the failure message."""
     job = "noimage"
-    image = "127.0.0.1:5999/tfps-trainer:missing"      # a registry nobody runs
+    image = "127.0.0.1:5999/tfps:missing"      # a registry nobody runs
     inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
         job, image_archive, network_smtp_server, tfps_image=image, tfps_image_archive="")})
     result = run_playbook("deploy.yml", inventory, play_vars(tmp_path))

@@ -51,7 +51,7 @@ def ini_inventory(bare_metal, path: Path, job: str, archive: Path, steps: int) -
 
 
 @pytest.mark.system
-def test_ini_inventory_deploys_and_extra_vars_reach_the_trainer(bare_metal, image_archive, run_playbook,
+def test_ini_inventory_deploys_and_extra_vars_reach_the_tasks(bare_metal, image_archive, run_playbook,
                                                                 tmp_path):
     """deploy.yml with an INI inventory: the plan comes from the play (worker1 on host3's
     own tfps_base_port 2230), and -e tfps_train_steps beats group_vars/all."""
@@ -62,7 +62,7 @@ def test_ini_inventory_deploys_and_extra_vars_reach_the_trainer(bare_metal, imag
     assert re.search(r"worker1\s+host3\s+\S+:2230", result.output), result.output[-4000:]
     results = json.loads((tmp_path / "results" / "results.json").read_text())
     assert results["status"] == "succeeded"
-    # -e reached the trainer: the job ended at 120, not at group_vars/all's 300.
+    # -e reached the tfps: the job ended at 120, not at group_vars/all's 300.
     assert results["train_steps"] == 120
     assert 120 <= results["global_step"] < 300
     assert results["export_complete"] is True

@@ -39,7 +39,7 @@ UID = 10001
 MODEL_DIR = "/data/model"
 #: What the generated files and the README say to run (``-p`` is added per test).
 UP = ["up", "--exit-code-from", CHIEF, "--attach", CHIEF]
-STOPPED = 130  # trainer.exitcodes.ExitCode.STOPPED
+STOPPED = 130  # tfps.exitcodes.ExitCode.STOPPED
 
 
 class ComposeJob:
@@ -174,7 +174,7 @@ def write_url_file(path: Path, *urls: str) -> Path:
 def generate(directory: Path, *args: str, image: str) -> None:
     """``tfps compose ... -o directory/docker-compose.yml`` through the real command line."""
     directory.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "trainer", "compose", "--image", image, "-o",
+    cmd = [sys.executable, "-m", "tfps", "compose", "--image", image, "-o",
            str(directory / "docker-compose.yml"), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -191,7 +191,7 @@ def assert_nothing_running(job: ComposeJob) -> None:
 
 
 @pytest.fixture
-def compose_job(docker_client, compose_cli, trainer_image, tmp_path):
+def compose_job(docker_client, compose_cli, tfps_image, tmp_path):
     jobs: list[ComposeJob] = []
 
     def make(directory: Path, file: str = "docker-compose.yml") -> ComposeJob:
@@ -208,7 +208,7 @@ def compose_job(docker_client, compose_cli, trainer_image, tmp_path):
 # --------------------------------------------------------------------------------------
 
 
-def test_committed_file_runs_to_completion(compose_job, trainer_image, tmp_path):
+def test_committed_file_runs_to_completion(compose_job, tfps_image, tmp_path):
     """(a) + (d): the committed docker-compose.yml, unchanged, ends by itself with exit 0.
 
     Every task container is hardened (CapDrop ALL, no-new-privileges, read-only rootfs,
@@ -223,11 +223,11 @@ def test_committed_file_runs_to_completion(compose_job, trainer_image, tmp_path)
     directory = tmp_path / "compose"
     directory.mkdir()
     text = (COMPOSE_DIR / "docker-compose.yml").read_text()
-    if trainer_image != "tfps-trainer:latest":
+    if tfps_image != "tfps:latest":
         # The committed file quotes the image name: replace it quoted or not, and check
         # that the job really runs the image under test.
-        text = re.sub(r'image: "?tfps-trainer:latest"?', f'image: "{trainer_image}"', text)
-        assert "tfps-trainer:latest" not in text
+        text = re.sub(r'image: "?tfps:latest"?', f'image: "{tfps_image}"', text)
+        assert "tfps:latest" not in text
     (directory / "docker-compose.yml").write_text(text)
     job = compose_job(directory)
 
@@ -265,7 +265,7 @@ def test_committed_file_runs_to_completion(compose_job, trainer_image, tmp_path)
     print(f"compose job of 1000 steps: {elapsed:.1f} s")
 
 
-def test_stop_chief_writes_final_save_within_grace(compose_job, trainer_image, tmp_path):
+def test_stop_chief_writes_final_save_within_grace(compose_job, tfps_image, tmp_path):
     """(b) ``docker compose stop worker-0`` mid-run: final checkpoint + export, status "stopped".
 
     The model's export sleeps 12 s (tests/fixtures/slow_model.py), longer than Docker's
@@ -276,7 +276,7 @@ def test_stop_chief_writes_final_save_within_grace(compose_job, trainer_image, t
     directory = tmp_path / "stop"
     generate(directory, "--ps", "1", "--workers", "2", "--user_model_dir", str(REPO / "tests" / "fixtures"),
              "--model", "slow_model:model_fn", "--train_steps", "200000", "--log_steps", "20",
-             "--final_save_timeout", str(final_save_timeout), image=trainer_image)
+             "--final_save_timeout", str(final_save_timeout), image=tfps_image)
     job = compose_job(directory)
     job.start()
     reached = job.wait_for_step(100, timeout=240)
@@ -286,7 +286,7 @@ def test_stop_chief_writes_final_save_within_grace(compose_job, trainer_image, t
     stop_s = time.monotonic() - t0
     rc = job.wait(timeout=120)
 
-    from trainer.config import grace_period
+    from tfps.config import grace_period
 
     assert stop_s < grace_period(final_save_timeout), f"stop took {stop_s:.0f} s"
     assert rc == STOPPED, job.tail()
@@ -318,16 +318,16 @@ fault_table = faults.table_fixture(
 
 def task_process(container) -> int:
     """Host pid of the task's training process (the one the OOM killer would pick): the
-    ``python -m trainer`` child of the container's ``tfps run --restarts`` supervisor."""
+    ``python -m tfps`` child of the container's ``tfps run --restarts`` supervisor."""
     top = container.top(ps_args="-o pid,args")
-    pids = [int(row[0]) for row in top["Processes"] if "-m trainer run" in row[1]]
+    pids = [int(row[0]) for row in top["Processes"] if "-m tfps run" in row[1]]
     assert len(pids) == 1, top["Processes"]
     return pids[0]
 
 
 @pytest.mark.parametrize("mode", ["async", "sync"])
 @pytest.mark.parametrize("victim", ["ps-0", "worker-0", "worker-1"])
-def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, trainer_image, tmp_path,
+def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, tfps_image, tmp_path,
                                                    container_smtp_server, docker_client, fault_table):
     """A task's training process is SIGKILLed (as the OOM killer would) at a random step
     between the first and the last checkpoint: it starts again in its container, the job
@@ -342,7 +342,7 @@ def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, t
     urls = write_url_file(directory / "notify_urls", container_smtp_server.url())
     generate(directory, "--ps", "1", "--workers", "2", *(["--sync_replicas"] if mode == "sync" else []),
              "--train_steps", str(FAULT_STEPS), "--log_steps", "20", "--run_name", name,
-             "--final_save_timeout", "60", "--notify_urls_file", str(urls), image=trainer_image)
+             "--final_save_timeout", "60", "--notify_urls_file", str(urls), image=tfps_image)
     job = compose_job(directory)
     job.start()
     target = faults.kill_target(FAULT_STEPS, FAULT_CHECKPOINT, margin=20)
@@ -404,7 +404,7 @@ def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, t
 
     # The SavedModel loads and predicts, in a fresh container of the image, from the job's volume.
     volume = f"{job.project}_tfps-data"
-    out = docker_client.containers.run(trainer_image, ["python", "-c", faults.predict_script(f"{MODEL_DIR}/export")],
+    out = docker_client.containers.run(tfps_image, ["python", "-c", faults.predict_script(f"{MODEL_DIR}/export")],
                                        entrypoint=[], volumes={volume: {"bind": "/data", "mode": "ro"}}, remove=True)
     faults.assert_predicts(out.decode())
 
@@ -437,7 +437,7 @@ def test_default_file_settings_as_compose_reads_them(compose_cli, tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     services = json.loads(proc.stdout)["services"]
-    from trainer.config import DEFAULT_FINAL_SAVE_TIMEOUT, grace_period
+    from tfps.config import DEFAULT_FINAL_SAVE_TIMEOUT, grace_period
 
     grace = grace_period(DEFAULT_FINAL_SAVE_TIMEOUT)
     for name in ("ps-0", "worker-0", "worker-1"):
@@ -462,7 +462,7 @@ def test_default_file_settings_as_compose_reads_them(compose_cli, tmp_path):
     with_urls = tmp_path / "with-urls"
     with_urls.mkdir()
     urls = write_url_file(with_urls / "notify_urls", "mailto://ops:hunter2222@host.docker.internal?from=t@example.com")
-    generate(with_urls, "--notify_urls_file", str(urls), image="tfps-trainer:latest")
+    generate(with_urls, "--notify_urls_file", str(urls), image="tfps:latest")
     proc = subprocess.run(["docker", "compose", "config", "--format", "json"], cwd=with_urls, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

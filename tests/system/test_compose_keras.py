@@ -22,11 +22,11 @@ STEPS = 300
 
 
 @pytest.fixture
-def keras_job(docker_client, compose_cli, trainer_image, tmp_path):
+def keras_job(docker_client, compose_cli, tfps_image, tmp_path):
     directory = tmp_path / "keras"
     generate(directory, "--ps", "1", "--workers", "2", "--user_model_dir", str(REPO / "tests" / "fixtures"),
              "--model", "keras_models:bn_dropout", "--train_steps", str(STEPS), "--log_steps", "10",
-             image=trainer_image)
+             image=tfps_image)
     job = ComposeJob(docker_client, directory, "docker-compose.yml")
     yield job
     job.down()
@@ -35,7 +35,7 @@ def keras_job(docker_client, compose_cli, trainer_image, tmp_path):
 
 def test_keras_model_from_a_host_directory_trains_and_serves(keras_job, tmp_path):
     import tensorflow as tf
-    from trainer import demo
+    from tfps import demo
     rc = keras_job.run(timeout=600)
     assert rc == 0, keras_job.tail()
     assert exit_codes(keras_job) == {"ps-0": 0, "worker-0": 0, "worker-1": 0}

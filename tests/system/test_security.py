@@ -129,7 +129,7 @@ def auth_smtp_server(container_smtp_server):
 def generate(directory: Path, image: str, *args: str, env: dict) -> subprocess.CompletedProcess:
     """``tfps compose ... -o directory/docker-compose.yml``, run with ``env``."""
     directory.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "trainer", "compose", "--image", image, "-o", str(directory / "docker-compose.yml"),
+    cmd = [sys.executable, "-m", "tfps", "compose", "--image", image, "-o", str(directory / "docker-compose.yml"),
            *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -168,7 +168,7 @@ def snapshot_running_tasks(job, timeout: float) -> dict[str, dict]:
 
 
 def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
-        compose_job, trainer_image, auth_smtp_server, tmp_path):
+        compose_job, tfps_image, auth_smtp_server, tmp_path):
     """Requirements 1 and 2 on one compose job of 1 ps + 2 workers, 200 steps."""
     run_name = f"sec-{uuid.uuid4().hex[:8]}"
     url = auth_smtp_server.url(userinfo=f"{USER}:{ENCODED}")
@@ -176,7 +176,7 @@ def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
     directory.mkdir(parents=True)
     secret = write_url_file(directory / "notify_urls", url)
     # A user who has APPRISE_URLS in the shell generates the file: it must not end up in it.
-    generated = generate(directory, trainer_image, "--ps", "1", "--workers", "2", "--train_steps", "200",
+    generated = generate(directory, tfps_image, "--ps", "1", "--workers", "2", "--train_steps", "200",
                          "--run_name", run_name, "--notify_urls_file", str(secret),
                          env=dict(os.environ, APPRISE_URLS=url))
     job = compose_job(directory)
@@ -267,7 +267,7 @@ def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
         scan(f"volume /data/{name}", content)
     results = json.loads(volume["model/results.json"])
     assert results["status"] == "succeeded" and results["job"] == run_name
-    for cmd in (["docker", "history", "--no-trunc", trainer_image], ["docker", "image", "inspect", trainer_image]):
+    for cmd in (["docker", "history", "--no-trunc", tfps_image], ["docker", "image", "inspect", tfps_image]):
         scan(" ".join(cmd[:-1]), subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     message = messages[0]
     scan("message headers", "\n".join(f"{k}: {v}" for k, v in message.items()))
@@ -299,7 +299,7 @@ def test_ansible_firewall_admits_only_the_cluster_also_after_a_reboot(bare_metal
     steps = 10_000_000
     inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
         job, image_archive, tfps_train_steps=steps, tfps_checkpoint_steps=500, tfps_tensorboard=True)})
-    plan = json.loads(subprocess.run([sys.executable, "-m", "trainer", "plan", "-i", str(inventory), "--format",
+    plan = json.loads(subprocess.run([sys.executable, "-m", "tfps", "plan", "-i", str(inventory), "--format",
                                       "json"], check=True, capture_output=True, text=True, cwd=REPO).stdout)
     targets = {task["name"]: task["target"] for task in plan["tasks"]}
     ps_target, w1_target = targets["ps0"], targets["worker1"]
@@ -443,7 +443,7 @@ def test_ansible_vault_urls_reach_the_chief_as_a_file_and_leak_nowhere(bare_meta
     the password is neither in the play's output nor in `docker inspect` of any task.
 
     The same deploy covers one image everywhere: host3 holds a stale, different image
-    under the trainer's tag; the play gives it the archive's image, every task runs that
+    under tfps's tag; the play gives it the archive's image, every task runs that
     image, and results.json and the message record its id."""
     from servers import SMTPServer
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from trainer import logs
+from tfps import logs
 
 
 @pytest.fixture(autouse=True)

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from trainer import cli, logs
-from trainer.exitcodes import ExitCode
+from tfps import cli, logs
+from tfps.exitcodes import ExitCode
 
 
 @pytest.mark.parametrize("command", [["run", "--ps_hosts", "h:1", "--worker_hosts", "h:2", "--job_name", "worker",

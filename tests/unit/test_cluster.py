@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainer import cluster
-from trainer.cluster import (
+from tfps import cluster
+from tfps.cluster import (
     DEFAULT_BASE_PORT,
     LAYOUT_VARS,
     ClusterSpec,
@@ -32,8 +32,8 @@ from trainer.cluster import (
     plan_from_hosts,
     split_target,
 )
-from trainer.cluster.variables import catalogue, check_names
-from trainer.errors import ConfigError
+from tfps.cluster.variables import catalogue, check_names
+from tfps.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "ansible/roles/tfps"
@@ -67,7 +67,7 @@ def error(fn, *args, **kwargs) -> ConfigError:
 
 
 def test_importing_cluster_does_not_import_tensorflow_or_ansible():
-    code = ("import sys, trainer.cluster; assert 'tensorflow' not in sys.modules, 'tensorflow imported'; "
+    code = ("import sys, tfps.cluster; assert 'tensorflow' not in sys.modules, 'tensorflow imported'; "
             "assert 'ansible' not in sys.modules, 'ansible imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
@@ -690,7 +690,7 @@ def test_status_stop_and_cleanup_take_the_same_options_as_main():
 
 
 def test_example_inventory_sets_only_known_variables_and_gives_the_documented_plan():
-    from trainer.cluster.inventory import load_plan, plan_of
+    from tfps.cluster.inventory import load_plan, plan_of
 
     data = load_plan([str(REPO / "inventory/example")])
     p = plan_of(data)
@@ -707,12 +707,12 @@ def test_example_inventory_sets_only_known_variables_and_gives_the_documented_pl
     assert settings["tfps_model"] == "mlp"
     assert settings["tfps_sync_replicas"] is False
     assert settings["tfps_final_save_timeout"] == 1800
-    assert settings["tfps_image"] == "tfps-trainer:latest"
+    assert settings["tfps_image"] == "tfps:latest"
     assert "tfps_notify_urls" not in settings  # secrets go into a vault file
 
 
 def test_local_inventory_runs_everything_on_one_machine():
-    from trainer.cluster.inventory import load_plan, plan_of
+    from tfps.cluster.inventory import load_plan, plan_of
 
     p = plan_of(load_plan([str(REPO / "inventory/local")]))
     assert [(t.name, t.host, t.target) for t in p.tasks] == [
@@ -854,8 +854,8 @@ def tf_config(cluster=None, task=None, **extra) -> str:
             ["cluster.worker must be a list"],
         ),
         (
-            tf_config(cluster={"ps": ["p:1"], "worker": ["w:1"], "trainer": ["t:1"]}),
-            ["'trainer' job"],
+            tf_config(cluster={"ps": ["p:1"], "worker": ["w:1"], "tfps": ["t:1"]}),
+            ["'tfps' job"],
         ),
         (tf_config(cluster={"ps": ["p"], "worker": ["w:1"]}), ["has no port"]),
         (

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainer import cli
-from trainer.launch import compose
-from trainer.cluster import TaskRef, local_plan
-from trainer.config import DEFAULT_FINAL_SAVE_TIMEOUT, grace_period
-from trainer.errors import ConfigError
+from tfps import cli
+from tfps.launch import compose
+from tfps.cluster import TaskRef, local_plan
+from tfps.config import DEFAULT_FINAL_SAVE_TIMEOUT, grace_period
+from tfps.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = REPO / "compose"

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer import data, models
-from trainer.cli import build_parser, normalize_argv
-from trainer.cluster import TaskRef
-from trainer.config import DEFAULT_FINAL_SAVE_TIMEOUT, GRACE_MARGIN, RunConfig, from_args, grace_period
-from trainer.errors import ConfigError
+from tfps import data, models
+from tfps.cli import build_parser, normalize_argv
+from tfps.cluster import TaskRef
+from tfps.config import DEFAULT_FINAL_SAVE_TIMEOUT, GRACE_MARGIN, RunConfig, from_args, grace_period
+from tfps.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,7 +66,7 @@ def test_bad_run_option_names_its_field(field, value, words):
 
 
 def test_replicas_above_the_workers_are_refused_before_start():
-    from trainer.config import check_replicas
+    from tfps.config import check_replicas
     cfg = RunConfig(sync_replicas=True, replicas_to_aggregate=3).validate()
     assert "more than the 2 worker(s)" in refused("replicas_to_aggregate", check_replicas, cfg, 2)
     check_replicas(cfg, 3)
@@ -359,7 +359,7 @@ def test_user_model_without_the_function(repo_on_path):
 
 
 def test_user_model_with_the_wrong_signature(repo_on_path):
-    assert "must accept" in refused("model", models.resolve, "trainer.models:check_shape")
+    assert "must accept" in refused("model", models.resolve, "tfps.models:check_shape")
 
 
 def test_example_user_model_resolves(repo_on_path):
@@ -391,7 +391,7 @@ def test_example_user_model_builds_in_every_mode(repo_on_path):
 def test_only_the_chief_needs_the_evaluation_data(tmp_path):
     """A non-chief worker never evaluates: its host need not hold --eval_data (with
     tfps_data_src only the chief's host gets it), while the chief refuses a missing one."""
-    from trainer.task.setup import JobSetup
+    from tfps.task.setup import JobSetup
     train = write(tmp_path / "train.csv", "a,b,label\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(20)))
     cfg = RunConfig(model="mlp", train_data=str(train), eval_data=str(tmp_path / "eval-*.csv"))
     with pytest.raises(ConfigError, match="eval_data: no files match"):

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer import data as data_mod
-from trainer.cluster import datasrc
-from trainer.cluster.plan import DATA_MOUNT
-from trainer.cluster.variables import TRAIN_LIST_PATH
-from trainer.errors import ConfigError
+from tfps import data as data_mod
+from tfps.cluster import datasrc
+from tfps.cluster.plan import DATA_MOUNT
+from tfps.cluster.variables import TRAIN_LIST_PATH
+from tfps.errors import ConfigError
 
 TFPS = Path(sys.executable).parent / "tfps"
 

@@ -1,4 +1,4 @@
-"""GPU readiness decisions (trainer/cluster/gpu.py) on recorded nvidia-smi outputs.
+"""GPU readiness decisions (tfps/cluster/gpu.py) on recorded nvidia-smi outputs.
 
 No GPU is available to these tests: tests/fixtures/nvidia-smi/ holds what nvidia-smi
 prints on real hosts (an A100 pair under driver 535 / CUDA 12.2 with one GPU busy, a V100
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.cluster import gpu
+from tfps.cluster import gpu
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 
@@ -106,7 +106,7 @@ def test_the_smoke_script_prints_the_sections_the_parser_reads(tmp_path):
     (bindir / "python3").write_text("#!/bin/sh\necho 12.3.2\n")
     for f in bindir.iterdir():
         f.chmod(0o755)
-    argv = gpu.smoke_argv("tfps-trainer:gpu", "1")
+    argv = gpu.smoke_argv("tfps:gpu", "1")
     assert argv[:5] == ["docker", "run", "--rm", "--gpus", "device=1"]
     script = argv[argv.index("-c") + 1]
     proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True,

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from trainer.config import RunConfig
-from trainer.errors import ConfigError
-from trainer.outcome import results
-from trainer.task.loopback import is_loopback_host
-from trainer.task.setup import JobSetup
+from tfps.config import RunConfig
+from tfps.errors import ConfigError
+from tfps.outcome import results
+from tfps.task.loopback import is_loopback_host
+from tfps.task.setup import JobSetup
 
 
 def refused(field: str, fn, *args) -> str:
@@ -106,7 +106,7 @@ def test_a_tensorflow_server_on_a_loopback_address_listens_there_only():
 import os, socket
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import tensorflow as tf
-from trainer.task.loopback import ensure_loopback_bind
+from tfps.task.loopback import ensure_loopback_bind
 assert ensure_loopback_bind()
 s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
 server = tf.distribute.Server(tf.train.ClusterSpec({"ps": [f"127.0.0.1:{port}"]}), job_name="ps",

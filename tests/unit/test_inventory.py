@@ -390,8 +390,8 @@ def test_the_play_agrees_with_tfps_plan_for_every_kind_of_source(case, env, tmp_
 
 def test_a_second_plan_in_the_same_process_brings_its_own_options(env, tmp_path, vault_password, monkeypatch):
     """tfps compose -i and tests plan several times in one process: no option may leak."""
-    from trainer.cluster.inventory import load_plan
-    from trainer.errors import ConfigError
+    from tfps.cluster.inventory import load_plan
+    from tfps.errors import ConfigError
 
     monkeypatch.setenv("ANSIBLE_LOCAL_TEMP", env["ANSIBLE_LOCAL_TEMP"])
     vaulted = vaulted_port(env, tmp_path / "v", vault_password)

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from trainer.config import RunConfig
-from trainer.errors import ConfigError
-from trainer.notify.message import format_message
-from trainer.outcome import journal, results
+from tfps.config import RunConfig
+from tfps.errors import ConfigError
+from tfps.notify.message import format_message
+from tfps.outcome import journal, results
 
 
 def test_a_first_run_has_no_restarts_and_starts_when_it_started(tmp_path):

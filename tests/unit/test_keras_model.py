@@ -1,4 +1,4 @@
-"""Keras models (trainer.keras_model) without a cluster: which functions are Keras
+"""Keras models (tfps.keras_model) without a cluster: which functions are Keras
 builders, what is refused before anything starts (with both shapes named), which
 optimizer is used, and that the adapter's graph trains, updates BatchNormalization's
 moving statistics and exports under the model's input names.
@@ -14,10 +14,10 @@ import pytest
 
 pytest.importorskip("tf_keras")
 
-from trainer import keras_model, models  # noqa: E402
-from trainer.config import RunConfig  # noqa: E402
-from trainer.errors import ConfigError  # noqa: E402
-from trainer.task.setup import JobSetup  # noqa: E402
+from tfps import keras_model, models  # noqa: E402
+from tfps.config import RunConfig  # noqa: E402
+from tfps.errors import ConfigError  # noqa: E402
+from tfps.task.setup import JobSetup  # noqa: E402
 
 FIX = "tests.fixtures.keras_models"
 
@@ -87,7 +87,7 @@ REFUSALS = {
 @pytest.mark.parametrize("model", sorted(REFUSALS))
 def test_a_model_that_does_not_fit_is_refused_by_the_cli_naming_both_sides(model, request, tmp_path, capsys):
     """`tfps local` refuses it before anything starts: exit 2, one line, no model_dir."""
-    from trainer.cli import main
+    from tfps.cli import main
     data, says = REFUSALS[model]
     model_dir = tmp_path / "model"
     rc = main(["local", "--model", f"{FIX}:{model}", "--train_data", request.getfixturevalue(data),
@@ -162,8 +162,8 @@ def test_explicit_flags_reach_every_task_even_when_equal_to_the_default():
 # ----------------------------------------------------------------------------- graph
 def test_adapter_trains_updates_moving_statistics_and_exports_named_inputs(named_csv, tmp_path):
     import tensorflow as tf
-    from trainer import data
-    from trainer.task import export
+    from tfps import data
+    from tfps.task import export
     v1 = tf.compat.v1
     s = setup_of(f"{FIX}:named_inputs", named_csv)
     assert s.model_fn.serving_inputs == {"score": ([1], "float32"), "age": ([1], "float32"),

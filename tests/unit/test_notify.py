@@ -18,13 +18,13 @@ import apprise
 import pytest
 from servers import free_port
 
-from trainer.errors import ConfigError
-from trainer.exitcodes import ExitCode
-from trainer.notify.message import format_message
-from trainer.notify.notifier import EVENTS, Notifier, notify_test
-from trainer.notify.secrets import mask_url
-from trainer.notify.urls import collect_urls
-from trainer.outcome.plot import plot_history
+from tfps.errors import ConfigError
+from tfps.exitcodes import ExitCode
+from tfps.notify.message import format_message
+from tfps.notify.notifier import EVENTS, Notifier, notify_test
+from tfps.notify.secrets import mask_url
+from tfps.notify.urls import collect_urls
+from tfps.outcome.plot import plot_history
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PASSWORD = "p@ss%w;rd/1"
@@ -41,7 +41,7 @@ RESULTS = {
 }
 TRACEBACK_TAIL = textwrap.dedent("""\
     Traceback (most recent call last):
-      File "/app/trainer/worker.py", line 112, in after_run
+      File "/app/tfps/worker.py", line 112, in after_run
         raise FloatingPointError(...)
     FloatingPointError: NaN loss at step 120""")
 FAILED = {
@@ -107,7 +107,7 @@ def test_failure_email_says_failed_and_carries_the_error_and_traceback_tail(smtp
     assert msg["Subject"] == "[tfps] ✘ job demo FAILED at step 120: NaN loss at step 120"
     body = text_of(msg)
     assert "FloatingPointError: NaN loss at step 120" in body
-    assert 'File "/app/trainer/worker.py", line 112, in after_run' in body
+    assert 'File "/app/tfps/worker.py", line 112, in after_run' in body
     assert "/data/model/model.ckpt-100" in body
     assert "✔" not in msg["Subject"]
 

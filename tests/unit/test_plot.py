@@ -1,11 +1,11 @@
-"""The loss plot attached to the completion message (trainer.outcome.plot)."""
+"""The loss plot attached to the completion message (tfps.outcome.plot)."""
 
 from __future__ import annotations
 
 import math
 import struct
 
-from trainer.outcome.plot import plot_history
+from tfps.outcome.plot import plot_history
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

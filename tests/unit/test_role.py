@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from trainer.cluster.variables import markdown_table
+from tfps.cluster.variables import markdown_table
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "ansible" / "roles" / "tfps"
@@ -23,7 +23,7 @@ def test_docs_list_exactly_the_variables_of_argument_specs():
     text = (REPO / "docs" / "ansible.md").read_text()
     block = re.search(r"<!-- variables:begin -->\n(.*?)<!-- variables:end -->", text, re.S)
     assert block, "docs/ansible.md has no variables block"
-    assert block.group(1) == markdown_table(), "regenerate it: python -m trainer.cluster.variables"
+    assert block.group(1) == markdown_table(), "regenerate it: python -m tfps.cluster.variables"
     specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
     listed = re.findall(r"^\| `(tfps_\w+)` \|", block.group(1), re.M)
     assert listed == list(specs)
@@ -189,6 +189,6 @@ def test_documented_commands_read_ansible_cfg(tmp_path):
 
 def test_the_roles_settle_timeout_is_tfps_locals():
     """One fact, two homes that cannot hold Python: the role's default and tfps local's."""
-    from trainer import timeouts
+    from tfps import timeouts
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     assert defaults["tfps_settle_timeout"] == timeouts.SETTLE_SECS

@@ -1,5 +1,5 @@
-"""How an async worker's steps run (trainer.task.steps) and how many threads a task gets
-(trainer.task.lifecycle.auto_threads), without a cluster: the loop of K steps stops at
+"""How an async worker's steps run (tfps.task.steps) and how many threads a task gets
+(tfps.task.lifecycle.auto_threads), without a cluster: the loop of K steps stops at
 the last step, packed gradients update the variables exactly as ``minimize`` does.
 """
 
@@ -10,8 +10,8 @@ import re
 import numpy as np
 import pytest
 
-from trainer.cluster.spec import ClusterSpec, TaskRef
-from trainer.task.lifecycle import auto_threads
+from tfps.cluster.spec import ClusterSpec, TaskRef
+from tfps.task.lifecycle import auto_threads
 
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
@@ -53,7 +53,7 @@ def _model(seed: int = 3):
 
 
 def _train(packed: bool, steps: int = 4) -> dict:
-    from trainer.task.steps import apply_packed
+    from tfps.task.steps import apply_packed
     g = tf.Graph()
     with g.as_default():
         gs = v1.train.get_or_create_global_step()
@@ -87,7 +87,7 @@ def test_packed_gradients_update_the_variables_as_minimize_does():
 
 
 def test_the_loop_of_k_steps_ends_at_the_last_step():
-    from trainer.task.steps import step_loop
+    from tfps.task.steps import step_loop
     g = tf.Graph()
     with g.as_default():
         gs = v1.train.get_or_create_global_step()
@@ -117,7 +117,7 @@ def test_a_task_imports_tensorflow_without_keras_and_keras_still_imports_later()
     import subprocess
     import sys
     code = ("import sys\n"
-            "from trainer.task import import_tensorflow\n"
+            "from tfps.task import import_tensorflow\n"
             "tf = import_tensorflow()\n"
             "assert 'keras' not in sys.modules, 'Keras was imported with TensorFlow'\n"
             "assert float(tf.constant(2.0) * 3) == 6.0\n"
@@ -133,8 +133,8 @@ def test_the_chiefs_history_follows_the_jobs_global_step(tmp_path):
     record per ``every`` global steps, though the chief itself ran only a few."""
     import types
 
-    from trainer.outcome import results
-    from trainer.task.hooks import ProgressHook
+    from tfps.outcome import results
+    from tfps.task.hooks import ProgressHook
 
     job = types.SimpleNamespace(first_step_at=None, started_wall=0.0, last_seen_step=0, local_steps=0,
                                 watchdog=types.SimpleNamespace(progress=lambda: None))
@@ -158,9 +158,9 @@ def test_the_chiefs_history_follows_the_jobs_global_step(tmp_path):
 
 def test_a_board_write_carries_the_global_step_read_with_it():
     """A worker's board write needs no run of its own to read the global step first: the
-    write itself stores at least the step the ps holds (trainer.task.board)."""
-    from trainer.cluster.local import free_ports
-    from trainer.task.board import Board
+    write itself stores at least the step the ps holds (tfps.task.board)."""
+    from tfps.cluster.local import free_ports
+    from tfps.task.board import Board
     cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{free_ports(1, '127.0.0.1')[0]}"]})
     server = tf.distribute.Server(cluster, job_name="ps", task_index=0)   # the board lives on ps 0
     g = tf.Graph()
@@ -184,8 +184,8 @@ def _cluster_loop(pack: bool, k: int = 3) -> tuple[dict, dict]:
     tells the worker the loop is over)."""
     import collections
 
-    from trainer.cluster.local import free_ports
-    from trainer.task.steps import apply_packed, step_loop, with_packed_reads
+    from tfps.cluster.local import free_ports
+    from tfps.task.steps import apply_packed, step_loop, with_packed_reads
     ports = free_ports(3, "127.0.0.1")
     cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"],
                                     "worker": [f"127.0.0.1:{ports[2]}"]})

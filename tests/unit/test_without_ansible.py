@@ -18,7 +18,7 @@ class _NoAnsible:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 sys.meta_path.insert(0, _NoAnsible())
-from trainer.cli import main
+from tfps.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

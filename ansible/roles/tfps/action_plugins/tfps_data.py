@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 """Action tfps_data: which training files of tfps_data_src each worker host gets.
 
-Runs on the controller and contacts no host. ``trainer.cluster.datasrc.assign`` decides,
-with the trainer's own sharding function (``trainer.data.shard_files``), so the files a
+Runs on the controller and contacts no host. ``tfps.cluster.datasrc.assign`` decides,
+with tfps's own sharding function (``tfps.data.shard_files``), so the files a
 host receives are the files its workers read. With ``checksums``, the result also holds
 the sha256 and size of every file (read on the controller) and the text of the job's list
 of training files the workers shard.
@@ -24,8 +24,8 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = self._task.args
-        from trainer.cluster import datasrc
-        from trainer.errors import ConfigError
+        from tfps.cluster import datasrc
+        from tfps.errors import ConfigError
 
         try:
             data = datasrc.assign(str(args["src"]), args.get("train_data") or None, args.get("eval_data") or None,

@@ -4,7 +4,7 @@
 Runs on the controller and contacts no host. It hands the play's own ``groups`` and
 every job host's variables (``hostvars``, so -e, group_vars beside the inventory or
 the playbook, Vault and every precedence rule count) to tfps's planning code,
-``trainer.cluster.inventory.plan_from_view``: the same function ``tfps plan -i``
+``tfps.cluster.inventory.plan_from_view``: the same function ``tfps plan -i``
 calls, so the two cannot disagree, and there is no Jinja copy of the task numbering.
 The plan becomes the fact ``tfps_plan`` of every host of the play.
 
@@ -41,8 +41,8 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         try:
-            from trainer.cluster.inventory import plan_from_view
-            from trainer.errors import ConfigError
+            from tfps.cluster.inventory import plan_from_view
+            from tfps.errors import ConfigError
         except ImportError as exc:
             raise AnsibleActionFail(
                 f"the tfps role needs tfps on the controller, in the Python that runs ansible-playbook "

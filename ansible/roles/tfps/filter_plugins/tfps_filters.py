@@ -58,11 +58,11 @@ def tfps_data_mismatch(hosts, hostvars, what):
 
     Reads each host's ``tfps_data_files`` (check.yml's find of tfps_train_data, whose first
     result is the training data) and compares names (below the host's tfps_data_dir),
-    sizes and, when found, sha256 with ``trainer.cluster.datasrc.compare_hosts``.
+    sizes and, when found, sha256 with ``tfps.cluster.datasrc.compare_hosts``.
     """
     import posixpath
 
-    from trainer.cluster.datasrc import compare_hosts
+    from tfps.cluster.datasrc import compare_hosts
 
     listings = {}
     for host in hosts:

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 """Filters of the GPU readiness check (tasks/gpu.yml): tfps's own decision logic,
-trainer.cluster.gpu, on the controller."""
+tfps.cluster.gpu, on the controller."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ansible.errors import AnsibleFilterError
 
 def _gpu():
     try:
-        from trainer.cluster import gpu
+        from tfps.cluster import gpu
     except ImportError as exc:
         raise AnsibleFilterError(f"the tfps role needs tfps on the controller ({exc})") from None
     return gpu

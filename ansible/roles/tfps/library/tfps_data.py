@@ -9,7 +9,7 @@ module: tfps_data
 short_description: Which training files of tfps_data_src each worker host gets
 description:
   - Expands tfps_data_src (a directory or glob on the controller) and assigns its training
-    files to the worker hosts with the trainer's own sharding rule, so that each host gets
+    files to the worker hosts with tfps's own sharding rule, so that each host gets
     only the files its workers read (and the chief's host the evaluation files).
   - Runs on the controller and contacts no host. Needs tfps installed in the Python that
     runs ansible-playbook.

@@ -1,0 +1,270 @@
+"""The ``tfps`` command: a thin layer over the library.
+
+    tfps run          one task of a cluster (classic flags or TF_CONFIG); what containers run
+    tfps local        a whole cluster as local processes, or a user's classic script
+    tfps plan         the cluster plan of an inventory: tasks, flags, TF_CONFIG
+    tfps notify-test  send a test message to every configured notification URL
+    tfps compose      a docker-compose.yml for a cluster, from the same plan
+    tfps notify-failure  the failure message for a chief that died silently
+    tfps healthcheck  container HEALTHCHECK: is this task's gRPC port up
+    tfps demo-data    write the demo datasets to a directory
+
+Flags accept dashes or underscores (``--train-steps`` = ``--train_steps``); ``-v`` works
+before or after the command. Each command is a ``cmd_*`` function that the parser
+dispatches to (``set_defaults(func=...)``) and that returns an ``ExitCode``. Bad input
+prints one line ``tfps: error: FIELD: what to change`` on stderr and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import sys
+import time
+
+from tfps import __version__, logs
+from tfps.config import add_run_options, from_args
+from tfps.errors import ConfigError
+from tfps.exitcodes import ExitCode
+
+PROCESS_START = time.time()
+
+
+def normalize_argv(argv: list[str]) -> list[str]:
+    """``--train-steps=5`` -> ``--train_steps=5``; nothing after a bare ``--`` is touched."""
+    out = []
+    for i, a in enumerate(argv):
+        if a == "--":
+            return out + argv[i:]
+        if a.startswith("--") and len(a) > 2:
+            name, eq, value = a[2:].partition("=")
+            if name.startswith("no-"):
+                name = "no-" + name[3:].replace("-", "_")
+            else:
+                name = name.replace("-", "_")
+            a = f"--{name}{eq}{value}"
+        out.append(a)
+    return out
+
+
+def _cluster_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("cluster (classic flags; or set TF_CONFIG)")
+    g.add_argument("--ps_hosts", help="comma-separated host:port of the ps tasks")
+    g.add_argument("--worker_hosts", help="comma-separated host:port of the workers (the first is the chief)")
+    g.add_argument("--job_name", help="ps or worker")
+    g.add_argument("--task_index", type=int, help="index of this task in its job")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tfps", description="TensorFlow parameter-server training that ends cleanly.")
+    p.add_argument("--version", action="version", version=f"tfps {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="debug logging, and TensorFlow's own log lines (hidden otherwise)")
+    # -v after the command as well; SUPPRESS keeps a -v given before it.
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", parents=[verbose], help="run one task of a cluster (what each container runs)")
+    _cluster_options(run)
+    add_run_options(run)
+    run.add_argument("--restarts", type=int, default=0, metavar="N",
+                     help="start the task's process again, up to N times, when a signal kills it (the OOM "
+                          "killer, a crash) and nobody asked it to stop; the container or launcher around it "
+                          "sees one process that lives on (default %(default)s)")
+    run.set_defaults(func=cmd_run)
+
+    local = sub.add_parser("local", parents=[verbose], help="run a whole cluster on this machine as processes")
+    local.add_argument("--ps", type=int, default=1, help="number of ps tasks (default %(default)s)")
+    local.add_argument("--workers", type=int, default=2, help="number of workers (default %(default)s)")
+    local.add_argument("--script", help="run a classic script (taking --ps_hosts ... --task_index) instead")
+    local.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
+    local.add_argument("--restarts", type=int, default=0, metavar="N",
+                       help="start a task's process again, up to N times, when a signal kills it (as tfps run "
+                            "--restarts); by default a killed task fails the job within --sync_timeout "
+                            "(default %(default)s)")
+    add_run_options(local)
+    local.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: arguments for --script")
+    local.set_defaults(func=cmd_local)
+
+    plan = sub.add_parser("plan", help="print the cluster plan of an inventory, as Ansible resolves it",
+                          description="The cluster plan of an Ansible inventory: ansible-core resolves the "
+                                      "inventory (every format and precedence rule), tfps numbers the tasks. "
+                                      "The play computes the same plan. Needs pip install 'tfps[ansible]'.")
+    plan.add_argument("-i", "--inventory", action="append", required=True, metavar="SOURCE",
+                      help="inventory source as for ansible-playbook -i: INI or YAML file, directory, "
+                           "executable script, plugin configuration; repeatable")
+    plan.add_argument("-e", "--extra_vars", "--extra-vars", action="append", default=[], metavar="VARS",
+                      help="extra variables as for ansible-playbook -e (key=value, YAML/JSON, @file); repeatable")
+    plan.add_argument("--vault_id", "--vault-id", action="append", default=[], metavar="ID",
+                      help="vault identity, as for ansible-playbook; repeatable")
+    plan.add_argument("--vault_password_file", "--vault-password-file", action="append", default=[],
+                      metavar="FILE", help="vault password file, as for ansible-playbook; repeatable")
+    plan.add_argument("--playbook_dir", "--playbook-dir", metavar="DIR",
+                      help="also read group_vars/ and host_vars/ beside the playbook in DIR, as the play does")
+    plan.add_argument("--format", choices=("table", "json"), default="table")
+
+    nt = sub.add_parser("notify_test", aliases=["notify-test"], parents=[verbose], help="send a test notification")
+    nt.add_argument("--notify", action="append", default=[], metavar="URL")
+    nt.add_argument("--notify_config", metavar="FILE")
+    nt.set_defaults(func=cmd_notify_test)
+
+    nf = sub.add_parser("notify_failure", aliases=["notify-failure"], parents=[verbose],
+                        help="send the failure message for a chief that died without one (orchestrators)")
+    nf.add_argument("--reason", required=True, help="what happened, e.g. 'chief container exited 137'")
+    add_run_options(nf)
+    nf.set_defaults(func=cmd_notify_failure)
+
+    hc = sub.add_parser("healthcheck", parents=[verbose], help="exit 0 if this container's task serves its port")
+    hc.set_defaults(func=cmd_healthcheck)
+
+    from tfps.launch import compose
+    compose.add_arguments(sub.add_parser("compose", help="write a docker-compose.yml for a cluster plan"))
+
+    dd = sub.add_parser("demo_data", aliases=["demo-data"], parents=[verbose], help="write the demo datasets")
+    dd.add_argument("directory")
+    dd.set_defaults(func=cmd_demo_data)
+
+    # plan and compose dispatch here, leaving their definitions above as they are.
+    sub.choices["plan"].set_defaults(func=cmd_plan)
+    sub.choices["compose"].set_defaults(func=cmd_compose)
+    return p
+
+
+#: What to install when TensorFlow is missing: tfps itself installs without it.
+TF_EXTRAS_HINT = "pip install 'tfps[cpu]' (or 'tfps[gpu]' on a host with NVIDIA GPUs)"
+
+
+def require_tensorflow() -> None:
+    """Refuse a training command before anything starts when TensorFlow is not installed.
+
+    ``find_spec`` only looks the package up; importing TensorFlow takes seconds.
+    """
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ConfigError(f"TensorFlow is not installed, and tfps needs it to train; install it with {TF_EXTRAS_HINT}")
+
+
+def cmd_run(ns) -> ExitCode:
+    from tfps.cluster import TaskRef
+    require_tensorflow()
+    cfg = from_args(ns)
+    task = TaskRef.resolve(ns.ps_hosts, ns.worker_hosts, ns.job_name, ns.task_index)
+    from tfps.config import check_replicas
+    check_replicas(cfg, task.num_workers)
+    if task.is_chief:   # refuse malformed notification URLs before anything starts
+        from tfps.notify import notifier_for
+        notifier_for(cfg.notify, cfg.notify_config)
+    if ns.restarts < 0:
+        raise ConfigError(f"{ns.restarts} is negative; use 0 (never) or how many times to restart", "restarts")
+    from tfps.task.supervise import SUPERVISED_ENV, supervise
+    if ns.restarts > 0 and not os.environ.get(SUPERVISED_ENV):
+        return supervise(ns.argv, ns.restarts, task.name)
+    from tfps.task import run_task
+    from tfps.task.lifecycle import StopSignal
+    code = run_task(task, cfg, StopSignal(), PROCESS_START)
+    # The task is over and its exit status decided; only the interpreter and TensorFlow
+    # shut down now (a second or two), and Python restores SIGTERM's default action for
+    # that. An orchestrator cleaning up at this moment (`docker compose up --exit-code-from`
+    # stops the other tasks as soon as the chief exits) must not turn a clean exit into
+    # "killed by SIGTERM" (143).
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    from tfps.task.lifecycle import rpc_abandoned
+    if rpc_abandoned():   # a thread still waits in TensorFlow for a ps that has gone
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(code))
+    return code
+
+
+def cmd_local(ns) -> ExitCode:
+    from tfps.launch.local import run_local
+    require_tensorflow()
+    from tfps.task import single_threaded_blas
+    single_threaded_blas()   # the launcher's checks may load NumPy, and its tasks fork from it
+    cfg = from_args(ns)
+    if ns.model_dir is None:    # a fresh directory per launch: never resume by accident
+        cfg.model_dir = os.path.join("runs", f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    args = list(ns.script_args)
+    if args and args[0] == "--":
+        args = args[1:]
+    if ns.restarts < 0:
+        raise ConfigError(f"{ns.restarts} is negative; use 0 (never) or how many times to restart", "restarts")
+    if ns.restarts and ns.script:
+        raise ConfigError("restarts tfps's own tasks only; drop --restarts with --script", "restarts")
+    return run_local(cfg, num_ps=ns.ps, num_workers=ns.workers, script=ns.script,
+                     script_args=args, python=ns.python, verbose=ns.verbose, restarts=ns.restarts)
+
+
+def cmd_plan(ns) -> int:
+    import json
+    from tfps.cluster.inventory import load_plan, plan_of
+    data = load_plan(ns.inventory, extra_vars=ns.extra_vars, vault_ids=ns.vault_id,
+                     vault_password_files=ns.vault_password_file, playbook_dir=ns.playbook_dir)
+    if ns.format == "json":
+        print(json.dumps(data, indent=2))
+    else:
+        job = data["job"]
+        print(plan_of(data).render_table(), end="")
+        print(f"\njob {job['name']}: model_dir {job['model_dir']} on the chief's host; every task runs:")
+        print("  " + " ".join(data["tasks"][0]["argv"] if not data["tasks"][0]["entrypoint"]
+                              else data["tasks"][0]["entrypoint"] + ["<classic flags>"]))
+    return ExitCode.OK
+
+
+def cmd_notify_test(ns) -> ExitCode:
+    from tfps.notify.notifier import notify_test
+    return notify_test(ns.notify, ns.notify_config)
+
+
+def cmd_notify_failure(ns) -> ExitCode:
+    from tfps.notify.urls import collect_urls
+    from tfps.outcome.report import orphan_failure
+    cfg = from_args(ns)
+    return ExitCode.OK if orphan_failure(cfg, collect_urls(cfg.notify), ns.reason) else ExitCode.TRAINING_FAILED
+
+
+def cmd_healthcheck(ns) -> ExitCode:
+    from tfps.task.lifecycle import healthcheck
+    return healthcheck()
+
+
+def cmd_compose(ns) -> ExitCode:
+    from tfps.launch import compose
+    return ExitCode(compose.main(ns))
+
+
+def cmd_demo_data(ns) -> ExitCode:
+    from tfps.demo import ensure_demo_data
+    for k, v in ensure_demo_data(ns.directory).items():
+        print(f"{k}: {v}")
+    return ExitCode.OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if getattr(ns, "func", None) is None:
+        parser.print_help()
+        return int(ExitCode.BAD_CONFIG)
+    ns.argv = argv   # `tfps run --restarts` starts the same command line again
+    logs.setup(ns.verbose)
+    try:
+        return int(ns.func(ns))
+    except ConfigError as e:
+        print(f"tfps: error: {e}", file=sys.stderr)
+        return int(ExitCode.BAD_CONFIG)
+    except KeyboardInterrupt:
+        return int(ExitCode.STOPPED)
+    except BrokenPipeError:
+        # `tfps plan ... | head`: the reader has gone; say nothing more (not even at exit).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return int(ExitCode.OK)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""The cluster: who runs what where (pure Python; never imports TensorFlow).
+
+    spec.py       ClusterSpec, TaskRef (classic flags and TF_CONFIG), host:port parsing
+    plan.py       Task, Plan, Launch: task numbering, ports, GPUs, what starts each task
+    local.py      every task on this machine, on free ports (tfps local, compose, tests)
+    variables.py  the tfps_* variables (the role's argument_specs) and the job settings
+    inventory.py  the plan from Ansible's own view of an inventory (needs ansible-core)
+    datasrc.py    data on the controller: which files each worker's host gets (tfps_data_src)
+    gpu.py        judging a host's GPU smoke run (nvidia-smi) against the image's CUDA
+"""
+
+from tfps.cluster.local import free_ports, local_plan
+from tfps.cluster.plan import (
+    DEFAULT_BASE_PORT,
+    LAYOUT_VARS,
+    Launch,
+    Plan,
+    Task,
+    container_name,
+    plan_from_hosts,
+)
+from tfps.cluster.spec import JOBS, PS, WORKER, ClusterSpec, TaskRef, join_target, split_target
+
+__all__ = [
+    "DEFAULT_BASE_PORT", "JOBS", "LAYOUT_VARS", "PS", "WORKER", "ClusterSpec", "Launch", "Plan", "Task",
+    "TaskRef", "container_name", "free_ports", "join_target", "local_plan", "plan_from_hosts", "split_target",
+]

@@ -1,0 +1,319 @@
+"""A plan from Ansible's own view of an inventory.
+
+Ansible is the authority on inventories: which hosts are in ``ps`` and ``worker``, in
+which order, and what each host's variables are after every precedence rule (INI, YAML,
+directories, scripts, inventory plugins, ``group_vars``/``host_vars`` beside the
+inventory or the playbook, ``-e``, Vault). So tfps never parses an inventory itself:
+
+* :func:`plan_from_view` computes the plan from what Ansible resolved: the ``groups``
+  and each host's raw variables, templated with Ansible's own templar. The role's
+  ``tfps_plan`` action calls it with the play's ``groups`` and ``hostvars``.
+* :func:`load_plan` is ``tfps plan -i SOURCE ...``: it builds the same view with
+  ansible-core's InventoryManager and VariableManager, exactly as ``ansible-inventory``
+  does, and calls the same function. Both therefore give the same plan.
+
+ansible-core is imported only here, and only when called (``pip install 'tfps[ansible]'``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tfps.cluster.plan import LAYOUT_VARS, PS, WORKER, Plan, Task, plan_from_hosts
+from tfps.cluster.variables import DEFAULTS, JOB_VARS, check_names, launch_from_vars
+from tfps.errors import ConfigError
+
+#: The variables the plan reads; only these are templated (a vaulted notification URL
+#: stays encrypted when no vault password is given).
+PLAN_VARS = LAYOUT_VARS + JOB_VARS
+
+Template = Callable[[Any, Mapping[str, Any]], Any]
+
+
+def plain(value: Any) -> Any:
+    """Ansible's tagged str/int/... as plain Python data (JSON and YAML ready)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return str(value)
+
+
+def origin(value: Any) -> str | None:
+    """Where Ansible read a value or a variable name (``file:line``), when it knows."""
+    try:
+        from ansible._internal._datatag._tags import Origin
+    except ImportError:  # another ansible-core: the message just names no file
+        return None
+    tag = Origin.get_tag(value)
+    return str(tag) if tag is not None else None
+
+
+def _resolve(host: str, raw: Mapping[str, Any], defaults: Mapping[str, Any], template: Template) -> dict:
+    """The plan's variables of one host: role defaults under its own, templates rendered."""
+    merged = {**defaults, **raw}
+    resolved = {}
+    for name in PLAN_VARS:
+        if name not in merged:
+            continue
+        value = merged[name]
+        try:
+            resolved[name] = plain(template(value, merged))
+        except Exception as exc:  # noqa: BLE001 - Ansible raises many kinds; all mean "fix this value"
+            where = origin(value) or origin(next((k for k in raw if k == name), name))
+            text = " ".join(str(exc).split())
+            hint = ("pass --vault-password-file or --vault-id, or keep the cluster layout and job settings in "
+                    "plain text" if "vault" in text.lower() else "fix the value")
+            raise ConfigError(f"host {host!r}{f' ({where})' if where else ''}: cannot resolve it: {text}; {hint}",
+                              name) from None
+    return resolved
+
+
+def plan_from_view(
+    groups: Mapping[str, Sequence[str]],
+    host_vars: Mapping[str, Mapping[str, Any]],
+    defaults: Mapping[str, Any],
+    template: Template,
+) -> dict:
+    """The plan's JSON from Ansible's view: ``groups``, raw variables per host, role defaults.
+
+    ``template(value, variables)`` renders a value as the play would. Unknown ``tfps_*``
+    names are refused with the file and line that set them; job settings must be the
+    same on every host of the job (the chief's host is the one that counts).
+    """
+    ps_hosts, worker_hosts = list(groups.get(PS) or []), list(groups.get(WORKER) or [])
+    for job, hosts in ((PS, ps_hosts), (WORKER, worker_hosts)):
+        if not hosts:
+            raise _missing_group(job, groups)
+    resolved: dict[str, dict] = {}
+    for host in dict.fromkeys(ps_hosts + worker_hosts):
+        raw = host_vars[host]
+        names = {str(k): k for k in raw}
+        check_names(list(names), f"host {host!r}", origin=lambda n, names=names: origin(names[n]))
+        resolved[host] = _resolve(host, raw, defaults, template)
+    try:
+        plan = plan_from_hosts(ps_hosts, worker_hosts, resolved)
+    except ConfigError as exc:
+        raise _with_origin(exc, host_vars) from None
+    chief_host = plan.chief.host
+    job = resolved[chief_host]
+    for host, values in resolved.items():
+        for name in JOB_VARS:
+            if values.get(name) != job.get(name):
+                where = origin(host_vars[host].get(name)) or origin(host_vars[chief_host].get(name))
+                raise ConfigError(
+                    f"is {values.get(name)!r} on host {host!r} but {job.get(name)!r} on the chief's host "
+                    f"{chief_host!r}{f' ({where})' if where else ''}; every task of a job needs the same job "
+                    "settings, so set it for the whole job (group_vars/all, or the vars of a group of all its hosts)",
+                    name,
+                )
+    _, launch = launch_from_vars(job, where=f"host {chief_host!r}")
+    data = plan.to_json(launch)
+    data["hosts"] = {host: {k: v for k, v in values.items() if k in LAYOUT_VARS} for host, values in resolved.items()}
+    return data
+
+
+def _with_origin(exc: ConfigError, host_vars: Mapping[str, Mapping[str, Any]]) -> ConfigError:
+    """The same error, saying in which file and line the host's bad variable was set."""
+    import re
+
+    for host in re.findall(r"host '([^']+)'", exc.message):
+        where = origin(host_vars.get(host, {}).get(exc.field)) if exc.field else None
+        if where:
+            return ConfigError(f"{exc.message} (set in {where})", exc.field)
+    return exc
+
+
+def _missing_group(job: str, groups: Mapping[str, Sequence[str]]) -> ConfigError:
+    import difflib
+
+    others = [g for g in groups if g not in ("all", "ungrouped", PS, WORKER)]
+    hint = difflib.get_close_matches(job, others, n=1, cutoff=0.5)
+    kind = "parameter servers" if job == PS else "workers"
+    what = f"the inventory has no hosts in group {job!r}" if job in groups else f"the inventory has no {job!r} group"
+    fix = f"; it has a group {hint[0]!r}: rename it to {job!r}" if hint else ""
+    return ConfigError(f"{what}; put the host(s) that run {kind} in a group named {job}{fix}", job)
+
+
+def _ansible():
+    try:
+        from ansible.cli.inventory import InventoryCLI  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "reading an inventory needs ansible-core on this machine; install it with "
+            "pip install 'tfps[ansible]' (or pip install ansible-core)",
+            "inventory",
+        ) from None
+
+
+def load_view(
+    sources: Sequence[str],
+    extra_vars: Sequence[str] = (),
+    vault_ids: Sequence[str] = (),
+    vault_password_files: Sequence[str] = (),
+    playbook_dir: str | None = None,
+):
+    """Ansible's view of the inventory, built exactly as ``ansible-inventory --list`` builds it.
+
+    Returns ``(groups, host_vars, defaults, template)`` for :func:`plan_from_view`.
+    """
+    _ansible()
+    import os
+
+    from ansible import context
+    from ansible.cli.inventory import InventoryCLI
+    from ansible.errors import AnsibleError
+    from ansible.template import Templar
+
+    for source in sources:
+        if "," not in source and not os.path.exists(source):
+            raise ConfigError("no such file or directory; pass an inventory file, directory, script or plugin "
+                              "configuration, as for ansible-playbook -i", source)
+    args = ["ansible-inventory", "--list"]
+    for source in sources:
+        args += ["-i", source]
+    for value in extra_vars:
+        args += ["-e", value]
+    for value in vault_ids:
+        args += ["--vault-id", value]
+    for value in vault_password_files:
+        args += ["--vault-password-file", value]
+    if playbook_dir:
+        args += ["--playbook-dir", playbook_dir]
+    cli = InventoryCLI(args)
+    previous = context.CLIARGS
+    warnings = _Warnings()
+    try:
+        _forget_cli_state()
+        cli.parse()
+        _plugin_loader()
+        with warnings:
+            loader, inventory, manager = cli._play_prereqs()
+        unparsed = warnings.unparsed(sources)
+        if unparsed or not _parsed_sources(inventory):
+            raise ConfigError(f"Ansible could not read it as an inventory: {warnings.reason()}; fix it and check "
+                              "it with ansible-inventory -i SOURCE --list", unparsed or ",".join(sources))
+        warnings.replay()
+        groups = inventory.get_groups_dict()
+        host_vars = {}
+        for host in dict.fromkeys(list(groups.get(PS) or []) + list(groups.get(WORKER) or [])):
+            host_vars[host] = manager.get_vars(host=inventory.get_host(host), include_hostvars=False, stage="all")
+        defaults = loader.load_from_file(str(DEFAULTS), trusted_as_template=True) or {}
+    except AnsibleError as exc:
+        text = " ".join(str(exc).split())
+        where = getattr(exc, "obj", None)
+        where = origin(where) if where is not None else None
+        if "vault" in text.lower() and ("secret" in text.lower() or "decrypt" in text.lower()):
+            where = where or _vault_file(list(sources) + ([playbook_dir] if playbook_dir else []))
+            raise ConfigError(f"a vault-encrypted file or value{f' ({where})' if where else ''} cannot be "
+                              f"decrypted ({text}); pass --vault-password-file or --vault-id as for "
+                              "ansible-playbook", "inventory") from None
+        raise ConfigError(f"{text}; fix the inventory", where or "inventory") from None
+    finally:
+        context.CLIARGS = previous
+
+    def template(value, variables):
+        return Templar(loader=loader, variables=variables).template(value)
+
+    return groups, host_vars, defaults, template
+
+
+class _Warnings:
+    """Ansible's warnings while it parses the inventory, held back to make one clear message."""
+
+    def __init__(self):
+        self.messages: list[str] = []
+
+    def __enter__(self):
+        from ansible.utils.display import Display
+
+        self._display = Display()
+        self._original = self._display.warning
+        self._original_error = self._display.error_as_warning
+        self._display.warning = lambda msg, *a, **k: self.messages.append(str(msg))
+        self._display.error_as_warning = lambda msg, exception=None, **k: self.messages.append(
+            f"{msg} {exception}" if exception is not None else str(msg))
+        return self
+
+    def __exit__(self, *exc):
+        self._display.warning = self._original
+        self._display.error_as_warning = self._original_error
+        return False
+
+    def unparsed(self, sources: Sequence[str]) -> str | None:
+        """The first source Ansible could not parse (it only warns and goes on without it)."""
+        for message in self.messages:
+            if message.startswith("Unable to parse ") and message.endswith(" as an inventory source"):
+                return message[len("Unable to parse "):-len(" as an inventory source")]
+        return None
+
+    def reason(self) -> str:
+        details = [m for m in self.messages if "Failed to parse" in m] or self.messages or ["no hosts were found"]
+        return " ".join(details[0].split())
+
+    def replay(self) -> None:
+        for message in self.messages:
+            self._original(message)
+
+
+def _vault_file(places: Sequence[str]) -> str | None:
+    """A vault-encrypted vars file beside these inventory sources (Ansible's error names none)."""
+    from pathlib import Path
+
+    for place in places:
+        base = Path(place) if Path(place).is_dir() else Path(place).parent
+        for kind in ("group_vars", "host_vars"):
+            for path in sorted((base / kind).rglob("*")) if (base / kind).is_dir() else []:
+                try:
+                    with open(path, "rb") as fh:
+                        if path.is_file() and fh.read(14) == b"$ANSIBLE_VAULT":
+                            return str(path)
+                except OSError:
+                    continue
+    return None
+
+
+def _forget_cli_state() -> None:
+    """Ansible's CLI keeps its arguments, extra vars and vault secrets once per process;
+    a second plan in the same process (tests, ``tfps compose -i``) brings its own."""
+    from ansible.parsing.vault import VaultSecretsContext
+    from ansible.utils import context_objects, vars as ansible_vars
+
+    context_objects.GlobalCLIArgs._Singleton__instance = None
+    ansible_vars.load_extra_vars.extra_vars = None
+    VaultSecretsContext._current = None
+
+
+def _plugin_loader() -> None:
+    """What ``ansible-inventory`` sets up before it reads: the collection finder (once per process)."""
+    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+
+    if not any(isinstance(f, _AnsibleCollectionFinder) for f in __import__("sys").meta_path):
+        from ansible.plugins.loader import init_plugin_loader
+
+        init_plugin_loader([])
+
+
+def _parsed_sources(inventory) -> bool:
+    """Whether Ansible parsed at least one source (it only warns when none works)."""
+    return bool(getattr(inventory, "_sources", None)) and bool(inventory.hosts or inventory.groups.get(PS))
+
+
+def load_plan(sources: Sequence[str], **options) -> dict:
+    """``tfps plan``: the plan's JSON for inventory sources, as the play would compute it."""
+    return plan_from_view(*load_view(sources, **options))
+
+
+def plan_of(data: Mapping) -> Plan:
+    """The :class:`Plan` object back from the plan's JSON."""
+    return Plan.from_tasks([Task(t["host"], t["address"], t["job"], t["index"], t["port"], t["gpu"])
+                            for t in data["tasks"]])

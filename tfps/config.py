@@ -1,0 +1,244 @@
+"""Run options shared by ``tfps run`` and ``tfps local``, and their validation.
+
+One dataclass, one argparse definition: the launcher forwards the same options to every
+task it starts, so a flag means the same thing however a job is launched. Every timeout
+that can cut the chief's final save derives from ``final_save_timeout`` (see
+``tfps.timeouts``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+
+from tfps import models as _models
+from tfps.errors import ConfigError
+# Re-exported: compose generation and the tests read these from tfps.config.
+from tfps.timeouts import GRACE_MARGIN, grace_period  # noqa: F401
+
+#: Default seconds the chief may spend on its final checkpoint + export. Generous on purpose:
+#: cutting a final save loses the whole job's last interval, waiting longer costs nothing.
+DEFAULT_FINAL_SAVE_TIMEOUT = 1800
+#: Shortest accepted final_save_timeout: below this even a small model's export can be cut.
+MIN_FINAL_SAVE_TIMEOUT = 30
+
+#: The built-in models' names: the registry itself is tfps.models.BUILTIN (no TensorFlow import).
+BUILTIN_MODELS = tuple(_models.BUILTIN)
+OPTIMIZERS = ("sgd", "adam", "adagrad")
+#: Used when neither the command line nor a Keras model's compile() chooses
+#: (``tfps.task.setup.choose_optimizer``); RunConfig keeps None for "not given".
+DEFAULT_OPTIMIZER = "adam"
+DEFAULT_LEARNING_RATE = 0.01
+#: The largest step count or size a flag may hold: the global step is an int64, and an async
+#: worker's loop adds up to a run's steps to it (tfps.task.steps), so keep headroom.
+MAX_INT64_FLAG = 2**62
+
+
+def check_replicas(cfg: "RunConfig", num_workers: int) -> None:
+    """Refuse --replicas_to_aggregate above the number of workers before anything starts."""
+    if cfg.replicas_to_aggregate and cfg.replicas_to_aggregate > num_workers:
+        raise ConfigError(f"{cfg.replicas_to_aggregate} is more than the {num_workers} worker(s) of the cluster, so "
+                          "no sync step could ever complete; use at most the number of workers",
+                          "replicas_to_aggregate")
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """Everything a task needs besides its place in the cluster."""
+
+    model: str = "mlp"
+    train_data: str | None = None
+    eval_data: str | None = None
+    label_column: str = "label"
+    num_classes: int | None = None
+    hidden_units: str = "64,32"
+    model_dir: str = "tfps-model"
+    export_dir: str | None = None
+    run_name: str | None = None
+    train_steps: int = 1000
+    batch_size: int = 64
+    learning_rate: float | None = None     # None: the Keras model's, else DEFAULT_LEARNING_RATE
+    optimizer: str | None = None           # None: the Keras model's, else DEFAULT_OPTIMIZER
+    sync_replicas: bool = False
+    replicas_to_aggregate: int | None = None
+    checkpoint_steps: int | None = None
+    checkpoint_secs: int | None = None
+    summary_steps: int = 50
+    log_steps: int = 50
+    final_save_timeout: float = DEFAULT_FINAL_SAVE_TIMEOUT
+    sync_timeout: float = 300.0
+    startup_timeout: float = 600.0
+    tf_threads: int | None = None   # None: tfps.task.lifecycle.auto_threads
+    seed: int = 7
+    notify: list[str] = dataclasses.field(default_factory=list)
+    notify_config: str | None = None
+    notify_started: bool = False
+    notify_every: float = 0.0
+    stall_timeout: float = 900.0
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def export_path(self) -> str:
+        return self.export_dir or os.path.join(self.model_dir, "export")
+
+    @property
+    def name(self) -> str:
+        return self.run_name or f"tfps-{os.path.basename(self.model.split(':')[-1])}"
+
+    @property
+    def hidden(self) -> list[int]:
+        return [int(x) for x in self.hidden_units.split(",") if x.strip()]
+
+    @property
+    def checkpoint_every_steps(self) -> int | None:
+        if self.checkpoint_secs:
+            return None
+        return self.checkpoint_steps or max(1, min(500, self.train_steps // 5))
+
+    # --------------------------------------------------------------- validation
+    def validate(self) -> "RunConfig":
+        """Raise ConfigError naming the first bad field and what to change."""
+        def positive(field: str, value, kind=int):
+            if value is None:
+                return
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"must be a positive {'integer' if kind is int else 'number'}, got {value!r}", field)
+            if kind is int and value > MAX_INT64_FLAG:
+                raise ConfigError(f"{value} is too large: TensorFlow counts in 64-bit integers, so use at most "
+                                  f"{MAX_INT64_FLAG}", field)
+
+        positive("train_steps", self.train_steps)
+        positive("batch_size", self.batch_size)
+        positive("learning_rate", self.learning_rate, float)
+        positive("checkpoint_steps", self.checkpoint_steps)
+        positive("checkpoint_secs", self.checkpoint_secs)
+        positive("summary_steps", self.summary_steps)
+        positive("log_steps", self.log_steps)
+        positive("replicas_to_aggregate", self.replicas_to_aggregate)
+        positive("sync_timeout", self.sync_timeout, float)
+        positive("startup_timeout", self.startup_timeout, float)
+        positive("tf_threads", self.tf_threads)
+        if self.replicas_to_aggregate is not None and not self.sync_replicas:
+            raise ConfigError("is used only by synchronous training; add --sync_replicas, or drop "
+                              "--replicas_to_aggregate", "replicas_to_aggregate")
+        for field in ("notify_every", "stall_timeout"):
+            value = getattr(self, field)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ConfigError(f"must be a number of seconds, 0 to turn it off; got {value!r}", field)
+        if self.num_classes is not None and self.num_classes < 0:
+            raise ConfigError("must be 0 (regression) or the number of classes (>= 2)", "num_classes")
+        if self.num_classes == 1:
+            raise ConfigError("1 class cannot be learned; use 0 for regression or >= 2 classes", "num_classes")
+        if self.checkpoint_steps and self.checkpoint_secs:
+            raise ConfigError("give checkpoint_steps or checkpoint_secs, not both", "checkpoint_secs")
+        if (not isinstance(self.final_save_timeout, (int, float)) or not math.isfinite(self.final_save_timeout)
+                or self.final_save_timeout < MIN_FINAL_SAVE_TIMEOUT):
+            raise ConfigError(
+                f"{self.final_save_timeout!r} s is too short to write a final checkpoint and export; "
+                f"use at least {MIN_FINAL_SAVE_TIMEOUT} (default {DEFAULT_FINAL_SAVE_TIMEOUT})",
+                "final_save_timeout")
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"unknown optimizer {self.optimizer!r}; use one of {', '.join(OPTIMIZERS)}", "optimizer")
+        try:
+            hidden = self.hidden
+        except ValueError:
+            raise ConfigError(f"{self.hidden_units!r} is not a comma-separated list of integers, e.g. 64,32",
+                              "hidden_units") from None
+        if any(h <= 0 for h in hidden):
+            raise ConfigError("layer sizes must be positive, e.g. 64,32", "hidden_units")
+        if ":" not in self.model and self.model not in BUILTIN_MODELS:
+            import difflib
+            near = difflib.get_close_matches(self.model, BUILTIN_MODELS, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise ConfigError(f"unknown model {self.model!r}; {hint}use one of {', '.join(BUILTIN_MODELS)} "
+                              "or package.module:function", "model")
+        if not self.model_dir:
+            raise ConfigError("must name a directory for checkpoints and results", "model_dir")
+        return self
+
+    # ------------------------------------------------------------ command line
+    def to_args(self) -> list[str]:
+        """The flags that reproduce this config (secrets excluded: URLs travel in the environment)."""
+        out: list[str] = []
+        for f in dataclasses.fields(self):
+            if f.name in ("notify", "notify_config"):
+                continue
+            value = getattr(self, f.name)
+            if value is None or value == f.default:
+                continue
+            if isinstance(value, bool):
+                out.append(f"--{f.name}" if value else f"--no-{f.name}")
+            elif isinstance(value, float) and value.is_integer():
+                out.append(f"--{f.name}={int(value)}")   # 60, not 60.0: the same flag however it was given
+            else:
+                out.append(f"--{f.name}={value}")
+        if self.notify_config:
+            out.append(f"--notify_config={self.notify_config}")
+        return out
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options common to ``tfps run`` and ``tfps local``."""
+    d = RunConfig()
+    g = parser.add_argument_group("model and data")
+    g.add_argument("--model", default=d.model,
+                   help="built-in model (linear, mlp, cnn) or package.module:function (default %(default)s)")
+    g.add_argument("--train_data", help="glob of training files: .csv, .tfrecord, .npz, MNIST idx (default: demo data); "
+                   "or @FILE, a file listing them one a line (each worker needs only its own shard)")
+    g.add_argument("--eval_data", help="glob of evaluation files, same format as train_data")
+    g.add_argument("--label_column", default=d.label_column, help="label column or feature key (default %(default)s)")
+    g.add_argument("--num_classes", type=int, help="0 for regression; inferred from the labels when not given")
+    g.add_argument("--hidden_units", default=d.hidden_units, help="MLP layer sizes (default %(default)s)")
+    g = parser.add_argument_group("training")
+    g.add_argument("--train_steps", type=int, default=d.train_steps, help="global steps to train (default %(default)s)")
+    g.add_argument("--batch_size", type=int, default=d.batch_size, help="examples per step per worker (default %(default)s)")
+    g.add_argument("--learning_rate", type=float,
+                   help=f"(default: a Keras model's compiled one, else {DEFAULT_LEARNING_RATE})")
+    g.add_argument("--optimizer", help=f"one of {', '.join(OPTIMIZERS)} (default: a Keras model's compiled one, "
+                                      f"else {DEFAULT_OPTIMIZER})")
+    g.add_argument("--sync_replicas", "--issync", dest="sync_replicas", action=argparse.BooleanOptionalAction,
+                   default=False, help="synchronous updates (SyncReplicasOptimizer); default asynchronous")
+    g.add_argument("--replicas_to_aggregate", type=int,
+                   help="gradients averaged per sync step (default: number of workers)")
+    g.add_argument("--sync_timeout", type=float, default=d.sync_timeout,
+                   help="seconds a sync step may wait for missing workers before the job fails (default %(default)s)")
+    g.add_argument("--startup_timeout", type=float, default=d.startup_timeout,
+                   help="seconds from a worker's start to its first training step before it gives up and, "
+                        "on the chief, reports the job failed: a ps or worker that can never start (bad "
+                        "image, port taken) must not hang the job (default %(default)s)")
+    g.add_argument("--seed", type=int, default=d.seed, help=argparse.SUPPRESS)
+    g.add_argument("--tf_threads", type=int, default=d.tf_threads,
+                   help="TensorFlow intra/inter-op threads per task (default: the CPUs this task may "
+                        "use, shared among the tfps tasks that listen on the same host: a worker shares "
+                        "them with the other workers there, a ps with every task there)")
+    g = parser.add_argument_group("checkpoints, export and results")
+    g.add_argument("--model_dir", help="checkpoints, TensorBoard summaries and results.json "
+                                       f"(default {d.model_dir}; for tfps local runs/JOB-TIME)")
+    g.add_argument("--export_dir", help="SavedModel directory (default MODEL_DIR/export)")
+    g.add_argument("--run_name", help="name of the job in results and messages (default tfps-MODEL)")
+    g.add_argument("--checkpoint_steps", type=int, help="checkpoint every N global steps (default train_steps/5, max 500)")
+    g.add_argument("--checkpoint_secs", type=int, help="checkpoint every N seconds instead")
+    g.add_argument("--summary_steps", type=int, default=d.summary_steps, help="TensorBoard summaries every N steps")
+    g.add_argument("--log_steps", type=int, default=d.log_steps, help="progress line every N steps")
+    g.add_argument("--final_save_timeout", type=float, default=d.final_save_timeout,
+                   help="seconds the final checkpoint + export may take; every stop grace derives from it "
+                        "(default %(default)s)")
+    g = parser.add_argument_group("notifications (apprise)")
+    g.add_argument("--notify", action="append", default=[], metavar="URL",
+                   help="apprise URL, repeatable; prefer APPRISE_URLS or --notify_config: "
+                        "command lines are visible to every user of the machine")
+    g.add_argument("--notify_config", metavar="FILE", help="apprise YAML/text config file (tags route events)")
+    g.add_argument("--notify_started", action="store_true", help="also send a message when training starts")
+    g.add_argument("--notify_every", type=float, default=d.notify_every, metavar="SECONDS",
+                   help="send a progress message (step, loss, metrics, examples/s, ETA; tag progress) at most "
+                        "every SECONDS; 0 sends none (default %(default)g)")
+    g.add_argument("--stall_timeout", type=float, default=d.stall_timeout, metavar="SECONDS",
+                   help="send one \"stalled\" message (tag stalled) when a worker, or the whole job, makes no "
+                        "progress for SECONDS; it never fails the job; 0 turns it off (default %(default)g)")
+
+
+def from_args(ns: argparse.Namespace) -> RunConfig:
+    names = {f.name for f in dataclasses.fields(RunConfig)}
+    return RunConfig(**{k: v for k, v in vars(ns).items() if k in names and v is not None}).validate()

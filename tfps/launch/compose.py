@@ -1,0 +1,534 @@
+"""``tfps compose``: a docker-compose.yml for one job on one machine, from the cluster plan.
+
+The services are the plan's tasks (``ps-0``, ``worker-0``, ``worker-1``, ...) and the
+service names are the hostnames in the plan: every service has its own network
+namespace, so every task listens on the same port (2222) and peers reach it by name on
+the project's network. The TF ports are never published on the host (an open TF port
+runs any graph sent to it).
+
+What the file encodes, and why:
+
+* ``TF_CONFIG`` per service comes from :meth:`TaskRef.to_tf_config`, the same rendering
+  ``tfps plan`` shows and the playbook uses; the task numbering is the plan's.
+* Every task exits by itself (the ps after every worker's "done" token, the chief last,
+  once the ps has gone), so the job ends with the chief. Run it as ``docker compose up --exit-code-from worker-0 --attach
+  worker-0``: compose then watches only the chief, returns its exit status, and stops
+  whatever is left when it exits. Without ``--attach``, ``--exit-code-from`` aborts the
+  job when any task exits first (a worker that finished, or one that crashed and is
+  being restarted); plain ``up`` always returns 0 (checked on Compose 2.26.1).
+* ``stop_grace_period`` of every task is ``grace_period(final_save_timeout)``: the
+  chief's final checkpoint and export must fit, and the ps must outlive them.
+* ``restart: on-failure:3``: a crashed task (SIGKILL, out of memory) comes back and
+  resumes; a task that exited 0, or that ``docker compose stop`` stopped, stays down.
+* No ``init: true``: the image's entrypoint already runs tini as PID 1, which forwards
+  SIGTERM to tfps; a second init in front of it makes tini warn that it is not PID 1.
+* Checkpoints, the SavedModel, TensorBoard logs and results.json go to the named volume
+  ``tfps-data`` at /data. On first use Docker copies the image's /data into an empty
+  named volume, owner included, so the non-root user (uid 10001) can write it.
+* Hardened like the Ansible role's containers (docs/security.md): every capability
+  dropped, ``no-new-privileges``, a read-only root filesystem with a tmpfs on /tmp
+  (the plan's ``tmpfs``; XDG_CACHE_HOME and MPLCONFIGDIR point there), a pids limit,
+  optional memory/CPU limits per role, and json-file logs that rotate.
+* Notification URLs are secrets: they never go into this file, nor into any task's
+  environment (``docker inspect`` shows it). ``--notify_urls_file FILE`` names a host file
+  of URLs, owned by the image's user with mode 0400; it becomes the compose secret
+  ``notify_urls``, mounted read-only into the chief only, which finds it through
+  ``APPRISE_URLS_FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import shlex
+import sys
+
+from tfps.cluster import WORKER, Launch, Plan, Task, local_plan
+from tfps.cluster.plan import DATA_MOUNT, DEFAULT_PIDS_LIMIT, USER_MODEL_MOUNT
+from tfps.config import RunConfig, add_run_options, from_args, grace_period
+from tfps.errors import ConfigError
+from tfps.exitcodes import ExitCode
+from tfps.notify.urls import ENV_URLS_FILE, URLS_FILE_MOUNT
+
+#: Every task has its own network namespace, so all of them use TensorFlow's usual port.
+TASK_PORT = 2222
+MODEL_DIR = "/data/model"
+VOLUME = "tfps-data"
+DEFAULT_IMAGE = "tfps:latest"
+#: Tag of an image built with ``--build-arg TF_PACKAGE="tensorflow[and-cuda]==..."``.
+DEFAULT_GPU_IMAGE = "tfps:gpu"
+DEFAULT_RESTART = "on-failure:3"
+#: How often `tfps run --restarts` starts a task process killed by a signal again in its container.
+TASK_RESTARTS = 3
+#: Where --data_dir, --user_model_dir and --notify_config appear inside the containers.
+NOTIFY_CONFIG_MOUNT = "/etc/tfps/notify.yml"
+#: The image's user (Dockerfile: useradd --uid 10001).
+USER = "10001:10001"
+UID = 10001
+TENSORBOARD_PORT = 6006
+#: The compose secret that holds the notification URLs (--notify_urls_file).
+SECRET = "notify_urls"
+#: json-file log rotation of every task: at most LOG_MAX_FILE files of LOG_MAX_SIZE each.
+DEFAULT_LOG_MAX_SIZE = "50m"
+DEFAULT_LOG_MAX_FILE = 5
+#: Environment keys of the plan's entries that do not go into the compose file (the
+#: service name already says which task and host it is).
+_PLAN_ONLY_ENV = ("TFPS_HOST", "TFPS_TASK")
+
+
+def service_name(task: Task) -> str:
+    """``ps-0``, ``worker-1``: the plan's service name of the task (a valid hostname)."""
+    return task.service
+
+
+def chief_service(plan: Plan) -> str:
+    return service_name(plan.chief)
+
+
+#: Files ``docker compose`` reads without ``-f``.
+DEFAULT_FILES = ("compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml")
+
+
+def up_command(plan: Plan, output: str | None = None) -> str:
+    """How to run the job: compose watches only the chief and returns its exit status.
+
+    ``--exit-code-from`` alone would abort the job as soon as any task exits (a worker
+    that finished first, or one that crashed and is being restarted); ``--attach`` limits
+    what compose watches to the chief. Plain ``up`` always returns 0.
+    """
+    chief = chief_service(plan)
+    name = os.path.basename(output) if output and output != "-" else ""
+    f = f"-f {shlex.quote(name)} " if name and name not in DEFAULT_FILES else ""
+    return f"docker compose {f}up --exit-code-from {chief} --attach {chief}"
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+def compose_plan(plan: Plan) -> Plan:
+    """The same tasks, each on its own service: address = service name, port 2222.
+
+    Only the layout of ``plan`` is kept (how many ps and workers, which GPU each worker
+    gets); on one machine two workers cannot share a GPU id, so that is refused.
+    """
+    gpus: dict[str, str] = {}
+    for task in plan.tasks:
+        if task.gpu is None:
+            continue
+        if task.gpu in gpus:
+            raise ConfigError(
+                f"{gpus[task.gpu]} and {task.name} both use GPU {task.gpu}; compose runs every task on this one "
+                "machine, so give each worker its own GPU id",
+                "gpus",
+            )
+        gpus[task.gpu] = task.name
+    tasks = []
+    for task in plan.tasks:
+        name = service_name(task)
+        tasks.append(dataclasses.replace(task, host=name, address=name, port=TASK_PORT))
+    return Plan.from_tasks(tasks)
+
+
+def _parse_gpus(text: str) -> list[str]:
+    ids = [g.strip() for g in text.split(",") if g.strip()]
+    if not ids:
+        raise ConfigError(f"{text!r} names no GPU; give ids such as 0,1", "gpus")
+    for gpu in ids:
+        # nvidia-smi's device indices, or its GPU-/MIG- UUIDs (what NVIDIA_VISIBLE_DEVICES takes)
+        if not re.fullmatch(r"\d+|(?:GPU|MIG)-[A-Za-z0-9/-]+", gpu):
+            raise ConfigError(f"{gpu!r} is not a GPU id; use device indices such as 0,1 (nvidia-smi -L) "
+                              "or GPU UUIDs (GPU-...)", "gpus")
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"{text!r} lists a GPU twice; one worker per GPU", "gpus")
+    return ids
+
+
+def plan_from_args(ns: argparse.Namespace) -> Plan:
+    """The layout asked for: an inventory, GPU ids, or numbers of ps and workers."""
+    if ns.inventory:
+        given = [f"--{n}" for n in ("ps", "workers", "gpus") if getattr(ns, n) is not None]
+        if given:
+            raise ConfigError(f"take the layout from the inventory or from {' '.join(given)}, not both", "inventory")
+        from tfps.cluster.inventory import load_plan, plan_of  # needs ansible-core; --ps/--workers do not
+        return compose_plan(plan_of(load_plan([ns.inventory])))
+    num_ps = 1 if ns.ps is None else ns.ps
+    for value, field in ((num_ps, "ps"), (ns.workers, "workers")):
+        if value is not None and value < 1:
+            raise ConfigError(f"is {value}; a job needs at least one ps and one worker", field)
+    if ns.gpus is not None:
+        gpus = _parse_gpus(ns.gpus)
+        if ns.workers is not None and ns.workers != len(gpus):
+            raise ConfigError(
+                f"--workers {ns.workers} does not match {len(gpus)} GPU id(s) in --gpus; a GPU worker per GPU, "
+                "so drop --workers",
+                "workers",
+            )
+        base = local_plan(num_ps, len(gpus), ports=list(range(TASK_PORT, TASK_PORT + num_ps + len(gpus))))
+        tasks = [dataclasses.replace(t, gpu=gpus[t.index]) if t.job == WORKER else t for t in base.tasks]
+        return compose_plan(Plan.from_tasks(tasks))
+    num_workers = 2 if ns.workers is None else ns.workers
+    return compose_plan(local_plan(num_ps, num_workers, ports=list(range(TASK_PORT, TASK_PORT + num_ps + num_workers))))
+
+
+# ----------------------------------------------------------------------------- options
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Write a docker-compose.yml that runs one job on this machine: one service per task of the "
+        "cluster plan (ps-0, worker-0, ...), TF_CONFIG from the plan, the job settings as the command. "
+        "Run it with: docker compose up --exit-code-from worker-0 --attach worker-0"
+    )
+    g = parser.add_argument_group("cluster layout (one of)")
+    g.add_argument("--ps", type=int, help="number of ps tasks (default 1)")
+    g.add_argument("--workers", type=int, help="number of CPU workers (default 2)")
+    g.add_argument("--gpus", metavar="IDS",
+                   help="comma-separated GPU ids, one worker service per GPU (e.g. 0,1)")
+    g.add_argument("-i", "--inventory", help="take the layout from an inventory (as `tfps plan` shows it)")
+    g = parser.add_argument_group("compose file")
+    g.add_argument("-o", "--output", default="-", help="file to write (default: standard output)")
+    g.add_argument("--image", help=f"tfps image (default {DEFAULT_IMAGE}, with --gpus {DEFAULT_GPU_IMAGE})")
+    g.add_argument("--data_dir", metavar="DIR",
+                   help=f"host directory mounted read-only at {DATA_MOUNT} (then --train_data {DATA_MOUNT}/...)")
+    g.add_argument("--user_model_dir", metavar="DIR",
+                   help=f"host directory of model modules, mounted read-only at {USER_MODEL_MOUNT} "
+                        "(then --model module:function)")
+    g.add_argument("--notify_urls_file", metavar="FILE",
+                   help=f"host file of apprise URLs for the completion message, owned by uid {UID} with mode 0400: "
+                        f"the compose secret {SECRET}, read by the chief only (default: no message)")
+    g.add_argument("--restart_policy", default=DEFAULT_RESTART,
+                   help="restart policy of every task (default %(default)s: crashed tasks come back, at most 3 times)")
+    g = parser.add_argument_group("container limits and logs")
+    g.add_argument("--pids_limit", type=int, default=DEFAULT_PIDS_LIMIT,
+                   help="most processes/threads per task container (default %(default)s)")
+    for role in ("ps", "worker"):
+        g.add_argument(f"--{role}_memory", metavar="SIZE",
+                       help=f"memory limit of each {role} container, e.g. 8g (default: none)")
+        g.add_argument(f"--{role}_cpus", type=float, metavar="N",
+                       help=f"CPU limit of each {role} container, e.g. 2.5 (default: none)")
+    g.add_argument("--log_max_size", default=DEFAULT_LOG_MAX_SIZE, metavar="SIZE",
+                   help="json-file log rotation: size of one log file (default %(default)s)")
+    g.add_argument("--log_max_file", type=int, default=DEFAULT_LOG_MAX_FILE, metavar="N",
+                   help="json-file log rotation: log files kept per task (default %(default)s)")
+    add_run_options(parser)
+    # Checkpoints and results live on the named volume.
+    parser.set_defaults(model_dir=MODEL_DIR)
+
+
+_RESTART = re.compile(r"no|always|unless-stopped|on-failure(:[0-9]+)?")
+_SIZE = re.compile(r"[0-9]+[bkmg]?", re.I)
+
+
+def _check(ns: argparse.Namespace, cfg: RunConfig) -> None:
+    if cfg.notify:
+        raise ConfigError(
+            "notification URLs hold passwords and tokens and do not belong in a compose file; write them to a "
+            f"file owned by uid {UID} with mode 0400 and pass --notify_urls_file FILE (see docs/security.md)",
+            "notify",
+        )
+    if ns.notify_urls_file:
+        check_secret_file(ns.notify_urls_file)
+    if not _RESTART.fullmatch(ns.restart_policy):
+        raise ConfigError(f"{ns.restart_policy!r} is not a restart policy; use no, always, unless-stopped or "
+                          "on-failure[:N]", "restart_policy")
+    if ns.pids_limit < 32:
+        raise ConfigError(f"is {ns.pids_limit}; TensorFlow needs a few hundred threads, use at least 256 "
+                          f"(default {DEFAULT_PIDS_LIMIT})", "pids_limit")
+    for field in ("ps_memory", "worker_memory", "log_max_size"):
+        value = getattr(ns, field)
+        if value is not None and not _SIZE.fullmatch(value):
+            raise ConfigError(f"{value!r} is not a size; use a number with b, k, m or g, e.g. 8g", field)
+    for field in ("ps_cpus", "worker_cpus"):
+        value = getattr(ns, field)
+        if value is not None and not value > 0:
+            raise ConfigError(f"is {value}; use a positive number of CPUs, e.g. 2 or 0.5", field)
+    if ns.log_max_file < 1:
+        raise ConfigError(f"is {ns.log_max_file}; keep at least 1 log file", "log_max_file")
+    for field in ("model_dir", "export_dir"):
+        value = getattr(cfg, field)
+        if value and not (value == "/data" or value.startswith("/data/")):
+            raise ConfigError(f"{value} is not on the {VOLUME} volume; use a path under /data "
+                              f"(default {MODEL_DIR})", field)
+
+
+def check_secret_file(path: str) -> None:
+    """Refuse a URL file the chief could not read, or that others on the host can."""
+    fix = (f"create it with: sudo install -m 0400 -o {UID} -g {UID} /dev/stdin {shlex.quote(path)}  "
+           "(then type the URLs and Ctrl-D)")
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ConfigError(f"cannot read {path} ({e.strerror}); {fix}", "notify_urls_file") from None
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path} is not a file; {fix}", "notify_urls_file")
+    if st.st_uid != UID or st.st_mode & 0o777 != 0o400:
+        raise ConfigError(f"{path} is owned by uid {st.st_uid} with mode {st.st_mode & 0o777:04o}; the chief runs as "
+                          f"uid {UID} and compose mounts the file as it is, so make it {UID}'s and 0400: sudo chown "
+                          f"{UID}:{UID} {shlex.quote(path)} && sudo chmod 0400 {shlex.quote(path)}", "notify_urls_file")
+
+
+def _host_path(path: str, output: str, field: str) -> str:
+    """A bind-mount source as compose reads it: relative to the compose file's directory.
+
+    A path inside that directory stays relative (the directory can move); any other
+    becomes absolute.
+    """
+    if not os.path.exists(path):
+        raise ConfigError(f"{path} does not exist; Docker would mount an empty root-owned directory instead", field)
+    base = os.path.dirname(os.path.abspath(output)) if output != "-" else os.getcwd()
+    rel = os.path.relpath(os.path.abspath(path), base)
+    if rel == "." or rel.startswith(".."):
+        return os.path.abspath(path) if rel != "." else "."
+    return f"./{rel}"
+
+
+def regenerate_args(ns: argparse.Namespace, cfg: RunConfig) -> list[str]:
+    """The canonical ``tfps compose`` arguments that produce this file (shown in its header)."""
+    args: list[str] = []
+    if ns.inventory:
+        args += ["-i", ns.inventory]
+    else:
+        args += ["--ps", str(1 if ns.ps is None else ns.ps)]
+        if ns.gpus is not None:
+            args += ["--gpus", ",".join(_parse_gpus(ns.gpus))]
+        else:
+            args += ["--workers", str(2 if ns.workers is None else ns.workers)]
+    if ns.image:
+        args += ["--image", ns.image]
+    for opt in ("data_dir", "user_model_dir", "notify_urls_file"):
+        if getattr(ns, opt):
+            args += [f"--{opt}", getattr(ns, opt)]
+    if ns.restart_policy != DEFAULT_RESTART:
+        args += ["--restart_policy", ns.restart_policy]
+    if ns.pids_limit != DEFAULT_PIDS_LIMIT:
+        args += ["--pids_limit", str(ns.pids_limit)]
+    for opt in ("ps_memory", "ps_cpus", "worker_memory", "worker_cpus"):
+        if getattr(ns, opt) is not None:
+            args += [f"--{opt}", f"{getattr(ns, opt):g}" if isinstance(getattr(ns, opt), float) else getattr(ns, opt)]
+    if ns.log_max_size != DEFAULT_LOG_MAX_SIZE:
+        args += ["--log_max_size", ns.log_max_size]
+    if ns.log_max_file != DEFAULT_LOG_MAX_FILE:
+        args += ["--log_max_file", str(ns.log_max_file)]
+    args += [a for a in cfg.to_args() if a != f"--model_dir={MODEL_DIR}"]
+    return args
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def project_name(cfg: RunConfig) -> str:
+    """Compose project name from the job name: a new job gets its own containers and volume."""
+    name = re.sub(r"[^a-z0-9_-]+", "-", cfg.name.lower()).strip("-_")
+    return name or "tfps"
+
+
+def _q(value: str) -> str:
+    """A YAML scalar: plain when unambiguous, else quoted (single quotes around JSON)."""
+    import yaml   # here, not at the top: every task's CLI imports this module
+    if re.fullmatch(r"[A-Za-z0-9/_.-][A-Za-z0-9/_.=,+-]*", value):
+        try:
+            if yaml.safe_load(value) == value:
+                return value
+        except yaml.YAMLError:
+            pass
+    if '"' in value:
+        return "'" + value.replace("'", "''") + "'"
+    return json.dumps(value)
+
+
+def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
+    """The compose file for the parsed ``tfps compose`` options."""
+    cfg = cfg or from_args(ns)
+    _check(ns, cfg)
+    plan = plan_from_args(ns)
+    gpu = any(t.gpu is not None for t in plan.tasks)
+    image = ns.image or (DEFAULT_GPU_IMAGE if gpu else DEFAULT_IMAGE)
+    grace = grace_period(cfg.final_save_timeout)
+    chief = chief_service(plan)
+    n_ps, n_workers = len(plan.cluster.ps), len(plan.cluster.worker)
+    output = ns.output or "-"
+    # --restarts: a task process killed by a signal (the OOM killer) starts again inside its
+    # container. Docker's restart policy would restart the container too, but `up
+    # --exit-code-from` ends the whole job at the chief container's first exit.
+    run_args = [f"--restarts={TASK_RESTARTS}", f"--model_dir={cfg.model_dir}"]
+    run_args += [a for a in cfg.to_args() if not a.startswith("--model_dir=") and not a.startswith("--notify_config=")]
+    launch = Launch(name=cfg.name, run_args=tuple(run_args), stop_timeout=grace)
+    # What starts each task comes from the plan (as for the Ansible role): argv, stop
+    # timeout and environment are read from its entries, not derived again here.
+    entries = {t["name"]: t for t in plan.to_json(launch)["tasks"]}
+    command = entries[plan.chief.name]["argv"]
+    grace = entries[plan.chief.name]["stop_timeout"]
+    regen = shlex.join(["tfps", "compose", *regenerate_args(ns, cfg)])
+    volumes = [f"{VOLUME}:/data"]
+    secret_source = _host_path(ns.notify_urls_file, output, "notify_urls_file") if ns.notify_urls_file else None
+    if ns.data_dir:
+        volumes.append(f"{_host_path(ns.data_dir, output, 'data_dir')}:{DATA_MOUNT}:ro")
+    if ns.user_model_dir:
+        volumes.append(f"{_host_path(ns.user_model_dir, output, 'user_model_dir')}:{USER_MODEL_MOUNT}:ro")
+
+    layout = f"{n_ps} ps + {n_workers} worker(s)" + (" (one per GPU)" if gpu else "")
+    L: list[str] = [
+        f"# A tfps job on one machine: {layout}; worker-0 is the chief.",
+        "#",
+        f"# Generated by `{regen}`.",
+        "# Change the job by regenerating (add -o FILE) rather than by editing: the cluster plan",
+        "# (service names, TF_CONFIG) and the stop grace period must stay consistent.",
+        "#",
+        "# Run (in this directory); it returns the chief's exit status and leaves nothing running:",
+        f"#   {up_command(plan, output)}",
+        "# Other tasks' logs: docker compose logs -f.  Results: docker compose cp",
+        f"#   {chief}:{cfg.model_dir} ./model   (checkpoints, export/, results.json, TensorBoard logs)",
+        (f"# Notifications: the secret {SECRET} (URLs in {secret_source}), read by the chief only."
+         if ns.notify_urls_file else
+         "# Notifications: none; regenerate with --notify_urls_file FILE (docs/security.md) for a message."),
+        "",
+        f"name: {_q(project_name(cfg))}",
+        "",
+        "x-tfps-task: &tfps-task",
+        f"  image: {_q(image)}",
+        "  # The image runs tini as PID 1 (it forwards SIGTERM to tfps), so no `init: true`.",
+        f"  user: {_q(USER)}",
+        "  # grace_period(final_save_timeout): after SIGTERM the chief writes its final checkpoint",
+        "  # and SavedModel, and the ps must serve it until then, so every task gets this long.",
+        f"  stop_grace_period: {grace}s",
+        "  # A crashed task comes back and resumes; one that exited 0 or was stopped stays down.",
+        f"  restart: {_q(ns.restart_policy)}",
+        "  volumes:",
+        *(f"    - {_q(v)}" for v in volumes),
+        "  # An open TF port runs any graph sent to it (docs/security.md): no capabilities, no",
+        "  # privilege gain, nothing written outside the volumes and the tmpfs, bounded processes.",
+        "  cap_drop: [ALL]",
+        "  security_opt: [no-new-privileges:true]",
+        "  read_only: true",
+        "  tmpfs:",
+        *(f"    - {_q(t)}" for t in entries[plan.chief.name]["tmpfs"]),
+        f"  pids_limit: {ns.pids_limit}",
+        "  # json-file logs rotate: a long job does not fill the disk.",
+        "  logging:",
+        "    driver: json-file",
+        "    options:",
+        f"      max-size: {_q(ns.log_max_size)}",
+        f"      max-file: {_q(str(ns.log_max_file))}",
+    ]
+    L += [
+        "  # The healthcheck is the image's: `tfps healthcheck` (this task's TF port accepts connections).",
+        "  # The job settings, the same for every task (TF_CONFIG tells each task its role).",
+        "  command:",
+        *(f"    - {_q(arg)}" for arg in command),
+        "",
+        "services:",
+    ]
+    for task in plan.tasks:
+        name = service_name(task)
+        entry = entries[task.name]
+        note = "  # the chief: checkpoints, exports, writes results.json, notifies" if task.is_chief else ""
+        L += [f"  {name}:{note}", "    <<: *tfps-task", f"    hostname: {name}"]
+        if task.is_chief:
+            if cfg.notify_config:
+                # The apprise config file only on the chief (merging replaces lists, hence the repeats).
+                config = f"{_host_path(cfg.notify_config, output, 'notify_config')}:{NOTIFY_CONFIG_MOUNT}:ro"
+                L += ["    command:", *(f"      - {_q(a)}" for a in command + [f"--notify_config={NOTIFY_CONFIG_MOUNT}"])]
+                L += ["    volumes:", *(f"      - {_q(v)}" for v in volumes + [config])]
+            if ns.notify_urls_file:
+                L += [
+                    "    # The URLs of the completion message, as a read-only file: never in the environment.",
+                    "    secrets:",
+                    f"      - source: {SECRET}",
+                    f"        target: {SECRET}",
+                ]
+            L += [
+                "    # Lets a notification URL name a mail relay or webhook on this machine.",
+                "    extra_hosts:",
+                '      - "host.docker.internal:host-gateway"',
+            ]
+        memory, cpus = getattr(ns, f"{task.job}_memory"), getattr(ns, f"{task.job}_cpus")
+        if memory is not None:
+            L += [f"    mem_limit: {_q(memory)}"]
+        if cpus is not None:
+            L += [f"    cpus: {cpus:g}"]
+        L += ["    environment:"]
+        L += [f"      {k}: {_q(v)}" for k, v in entry["env"].items() if k not in _PLAN_ONLY_ENV]
+        if task.is_chief and ns.notify_urls_file:
+            L += [f"      {ENV_URLS_FILE}: {_q(URLS_FILE_MOUNT)}"]
+        if task.gpu is not None:
+            L += [
+                "    deploy:",
+                "      resources:",
+                "        reservations:",
+                "          devices:",
+                "            - driver: nvidia",
+                f"              device_ids: [{_q(task.gpu)}]",
+                "              capabilities: [gpu]",
+            ]
+    L += [
+        "",
+        "  # TensorBoard on http://127.0.0.1:" + str(TENSORBOARD_PORT) + " while or after the job runs:",
+        "  #   docker compose --profile tensorboard up -d tensorboard",
+        "  tensorboard:",
+        "    profiles: [tensorboard]",
+        f"    image: {_q(image)}",
+        f"    user: {_q(USER)}",
+        "    entrypoint: [/usr/bin/tini, --, tensorboard]",
+        "    cap_drop: [ALL]",
+        "    security_opt: [no-new-privileges:true]",
+        f"    command: [{_q('--logdir=' + cfg.model_dir)}, --bind_all, --port={TENSORBOARD_PORT}]",
+        "    healthcheck:",
+        "      disable: true",
+        "    ports:",
+        f"      - {_q(f'127.0.0.1:{TENSORBOARD_PORT}:{TENSORBOARD_PORT}')}",
+        "    volumes:",
+        f"      - {VOLUME}:/data:ro",
+        "",
+        "volumes:",
+        f"  {VOLUME}:",
+    ]
+    if ns.notify_urls_file:
+        L += ["", "secrets:", f"  {SECRET}:", f"    file: {_q(secret_source)}"]
+    text = "\n".join(L) + "\n"
+    _self_check(text, plan, command)
+    return text
+
+
+class RenderError(RuntimeError):
+    """The rendered YAML does not read back as the intended services: a bug in the quoting."""
+
+
+def _self_check(text: str, plan: Plan, command: list[str]) -> None:
+    """The rendered YAML must read back as the intended services (guards the hand-written quoting).
+
+    Real checks, not ``assert``: ``python -O`` would drop those.
+    """
+    import yaml
+    data = yaml.safe_load(text)
+    for task in plan.tasks:
+        name = service_name(task)
+        service = data["services"][name]
+        checks = [
+            ("TF_CONFIG", json.loads(service["environment"]["TF_CONFIG"]), json.loads(plan.task_ref(task).to_tf_config())),
+            ("command", service["command"][: len(command)], command),
+        ]
+        if task.gpu is not None:
+            checks.append(("device_ids", service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"],
+                           [task.gpu]))
+        for what, got, want in checks:
+            if got != want:
+                raise RenderError(f"service {name}: {what} reads back as {got!r}, not {want!r}")
+
+
+def main(ns: argparse.Namespace) -> int:
+    text = render(ns)
+    if ns.output in (None, "-"):
+        sys.stdout.write(text)
+        return ExitCode.OK
+    directory = os.path.dirname(os.path.abspath(ns.output))
+    if not os.path.isdir(directory):
+        raise ConfigError(f"directory {directory} does not exist; create it or write elsewhere", "output")
+    with open(ns.output, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    plan = plan_from_args(ns)
+    print(f"wrote {ns.output}: {', '.join(service_name(t) for t in plan.tasks)}", file=sys.stderr)
+    print(f"run it in {directory}: {up_command(plan, ns.output)}", file=sys.stderr)
+    return ExitCode.OK

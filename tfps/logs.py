@@ -1,0 +1,111 @@
+"""The one logging setup of every tfps process: tfps's lines on stderr, TensorFlow's quiet.
+
+tfps's own lines (logger ``tfps`` and its children, such as ``tfps.notify``) go to
+stderr, one per event, for people; stdout stays for what a command prints as its
+result (``tfps plan``, ``notify-test``'s per-service lines, ``tfps local``'s summary).
+
+TensorFlow stays out of the console unless ``-v`` is given:
+
+* Its Python logger (``tensorflow``) has no level of its own, so it inherits the root
+  logger's. tfps used to configure the root logger (``logging.basicConfig``) before
+  TensorFlow was imported, and TensorFlow's INFO chatter came along. So only the
+  ``tfps`` logger is configured here; ``tensorflow`` is set to WARNING, and its
+  deprecation notices ("... is deprecated ...", "Instructions for updating") are dropped,
+  as is StepCounterHook's "global step ... has not been increased", which parameter-server
+  training triggers harmlessly (the hook reads the step on the ps alongside the train op,
+  so two steps can read the same value before the updates land).
+* Its C++ side (absl, oneDNN) reads ``TF_CPP_MIN_LOG_LEVEL`` once, when TensorFlow is
+  loaded. :func:`setup` sets it here, before anything imports TensorFlow, and child
+  processes (``tfps local``'s tasks, ``tfps run --restarts``) inherit it. A value the
+  user set in the environment wins.
+
+With ``-v``: tfps logs DEBUG, TensorFlow INFO with its deprecation notices, and the C++
+side everything (``TF_CPP_MIN_LOG_LEVEL=0``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+#: The logger of tfps's own lines; modules use it or a child (``tfps.notify``).
+LOGGER = "tfps"
+#: ``TF_CPP_MIN_LOG_LEVEL`` when not verbose: 2 hides INFO and WARNING of absl and oneDNN.
+TF_CPP_QUIET = "2"
+TF_CPP_VERBOSE = "0"
+#: Parts of TensorFlow's deprecation notices (logged as warnings, one per deprecated call).
+DEPRECATION_MARKERS = ("is deprecated", "Instructions for updating")
+#: TensorFlow warnings that say nothing wrong about a parameter-server job (see above).
+NOISE_MARKERS = ("It seems that global step (tf.train.get_global_step) has not been increased",)
+
+FORMAT = "%(asctime)s %(levelname).1s %(message)s"
+DATEFMT = "%H:%M:%S"
+
+
+class DropDeprecations(logging.Filter):
+    """Drops TensorFlow's deprecation notices (they speak to TensorFlow's developers, not to
+    tfps's users) and the warnings of ``NOISE_MARKERS``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a broken record is not ours to judge
+            return True
+        return not any(marker in message for marker in DEPRECATION_MARKERS + NOISE_MARKERS)
+
+
+_DROP = DropDeprecations()
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a line is logged (as logging's lastResort does),
+    so a process that swaps stderr (pytest's capture, a daemonising launcher) keeps its lines."""
+
+    def __init__(self):
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
+def _attach(logger: logging.Logger, handler: logging.Handler) -> None:
+    for h in list(logger.handlers):
+        if getattr(h, "_tfps", False):
+            logger.removeHandler(h)
+    logger.addHandler(handler)
+
+
+def setup(verbose: bool = False, stream=None) -> logging.Logger:
+    """Configure the ``tfps``, ``tensorflow`` and ``apprise`` loggers and TF's C++ log level.
+
+    Idempotent. apprise's warnings (a service that refused a message, scrubbed of
+    secrets by tfps.notify.secrets) share tfps's handler; its INFO lines only with -v.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", TF_CPP_VERBOSE if verbose else TF_CPP_QUIET)
+
+    handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
+    handler.setFormatter(logging.Formatter(FORMAT, datefmt=DATEFMT))
+    handler._tfps = True  # type: ignore[attr-defined]
+
+    log = logging.getLogger(LOGGER)
+    _attach(log, handler)
+    log.setLevel(logging.DEBUG if verbose else logging.INFO)
+    log.propagate = False   # the root logger stays unconfigured: TensorFlow inherits nothing
+
+    apprise_log = logging.getLogger("apprise")
+    _attach(apprise_log, handler)
+    apprise_log.setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+    tf_log = logging.getLogger("tensorflow")
+    tf_log.setLevel(logging.INFO if verbose else logging.WARNING)
+    if verbose:
+        tf_log.removeFilter(_DROP)
+    elif _DROP not in tf_log.filters:
+        tf_log.addFilter(_DROP)
+    return log

@@ -1,0 +1,35 @@
+"""The interface of every model form: what a model function is given and what it returns.
+
+A model is a function ``(features, labels, mode, params) -> ModelSpec``: the built-in
+models (tfps.models), a user's ``tf.compat.v1`` model_fn, and a tf_keras model
+wrapped by tfps.keras_model all have this shape, so one training lifecycle serves all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelParams:
+    feature_shape: tuple[int, ...]
+    num_classes: int
+    hidden_units: tuple[int, ...] = (64, 32)
+    learning_rate: float = 0.01
+    seed: int = 7
+
+    def __getitem__(self, key: str) -> Any:   # params["num_classes"] works too
+        return getattr(self, key)
+
+
+@dataclasses.dataclass
+class ModelSpec:
+    loss: Any
+    predictions: dict
+    metrics: dict = dataclasses.field(default_factory=dict)
+    #: Ops to run with every training step (a Keras model's BatchNormalization updates).
+    update_ops: list = dataclasses.field(default_factory=list)
+
+
+ModelFn = Callable[[Any, Any, str, ModelParams], ModelSpec]

@@ -1,0 +1,156 @@
+"""The chief's report of a job: results.json, the loss plot and the one notification.
+
+Exactly one completion message per job: the chief sends it after the final save. If the
+chief dies without one, the orchestrator (``tfps local``, Ansible) sends the failure
+message instead, using ``orphan_failure``. Notification URLs live only in the Notifier;
+nothing here writes them anywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import traceback
+
+from tfps.outcome import journal, results
+
+log = logging.getLogger("tfps")
+
+
+def host_name() -> str:
+    """The host a task runs on, as people know it (``TFPS_HOST`` set by the orchestrator)."""
+    return os.environ.get("TFPS_HOST") or socket.gethostname()
+
+
+def image_id() -> str | None:
+    """The id of the image the task runs in (``TFPS_IMAGE_ID`` set by the orchestrator), or None."""
+    return os.environ.get("TFPS_IMAGE_ID") or None
+
+
+def format_error(error: BaseException | None) -> dict | None:
+    """An exception as results.json and the message show it: type, first line, traceback tail."""
+    if error is None:
+        return None
+    tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    message = getattr(error, "message", None) or str(error)
+    return {"type": type(error).__name__, "message": message.strip().splitlines()[0] if message else "",
+            "traceback_tail": "\n".join(tb.strip().splitlines()[-15:])}
+
+
+def _notifier(cfg):
+    from tfps.notify import notifier_for
+    try:
+        return notifier_for(cfg.notify, cfg.notify_config)
+    except Exception as e:  # a bad URL was refused before the job started; never fail here
+        log.error("notifications disabled: %s", e)
+        return None
+
+
+class Reporter:
+    """The chief's report of one job: the "started" message, then results.json and the end message."""
+
+    def __init__(self, cfg, task, setup, started_iso: str, started_wall: float, story=None):
+        self.cfg, self.task, self.setup = cfg, task, setup
+        self.started_iso, self.started_wall = started_iso, started_wall
+        self.story = story   # tfps.outcome.journal.Story: the job's first start and its restarts
+        if story is not None:
+            self.started_wall = story.first_start()
+            self.started_iso = journal.iso(self.started_wall)
+        self.notifier = _notifier(cfg)
+
+    def base(self) -> dict:
+        cfg, task = self.cfg, self.task
+        return {
+            "job": cfg.name, "model": cfg.model, "mode": "sync" if cfg.sync_replicas else "async",
+            "task": task.name, "host": host_name(), "cluster": task.cluster.as_dict(),
+            "train_steps": cfg.train_steps, "batch_size": cfg.batch_size,
+            "train_data": self.setup.train_glob if self.setup else cfg.train_data,
+            "eval_data": self.setup.eval_glob if self.setup else cfg.eval_data,
+            "model_dir": os.path.abspath(cfg.model_dir), "started_at": self.started_iso,
+            **({"image": image_id()} if image_id() else {}),
+        }
+
+    def started(self) -> None:
+        if self.story is not None and self.story.attempt > 0:
+            return   # a restarted chief: the job started once, and said so then
+        if self.cfg.notify_started and self.notifier is not None and self.notifier.enabled:
+            self.notifier.send("started", {**self.base(), "status": "started"})
+
+    def notify_only(self, status: str, exit_code: int, error: BaseException) -> None:
+        """The message for a job that ended before it had anything to write (bad input)."""
+        res = {**self.base(), "status": status, "exit_code": exit_code, "ended_at": results.now_iso(),
+               "duration_s": round(time.time() - self.started_wall, 3), "global_step": 0,
+               "error": format_error(error)}
+        if self.notifier is not None and self.notifier.enabled:
+            self.notifier.send(status, res)
+
+    def send_event(self, event: str, res: dict) -> None:
+        """A message during the job (progress, stalled): from the chief's watch thread."""
+        if self.notifier is not None and self.notifier.enabled:
+            self.notifier.send(event, res)
+
+    def send_budget(self) -> float:
+        """Seconds one message may take at most (the Notifier's bound), plus a margin."""
+        return (self.notifier.timeout if self.notifier is not None else 0.0) + 5.0
+
+    def finished(self, *, status, exit_code, step, checkpoint, export_dir, train_summary, eval_metrics,
+                 error, times, watched: dict | None = None) -> dict:
+        ended = time.time()
+        res = self.base()
+        final_loss = train_summary.pop("loss", None) if train_summary else None
+        res.update({
+            "status": status, "exit_code": exit_code, "ended_at": results.now_iso(),
+            "duration_s": round(ended - self.started_wall, 3), "global_step": step,
+            "final_loss": final_loss, "metrics": train_summary or {}, "eval_metrics": eval_metrics or {},
+            "times": times, "checkpoint": checkpoint, "export_dir": export_dir,
+            "export_complete": bool(export_dir and results.export_complete(export_dir)),
+        })
+        if self.story is not None:
+            res["restarts"] = self.story.restarts()
+            res["attempt_started_at"] = journal.iso(self.story.started_wall)
+        res.update(watched or {})
+        err = format_error(error)
+        if err:
+            res["error"] = err
+        path = os.path.join(self.cfg.model_dir, results.RESULTS)
+        results.write_json_atomic(path, res)
+        if self.story is not None:
+            self.story.end(status)   # the next run in this model_dir tells a story of its own
+        log.info("chief: job %s %s at step %d; results in %s", res["job"], status, step, path)
+        self.notify(res)
+        return res
+
+    def notify(self, res: dict) -> None:
+        if self.notifier is None or not self.notifier.enabled:
+            return
+        attachments = [os.path.join(self.cfg.model_dir, results.RESULTS)]
+        try:
+            from tfps.outcome.plot import plot_history
+            png = plot_history(results.read_history(self.cfg.model_dir),
+                               os.path.join(self.cfg.model_dir, "loss.png"))
+            if png:
+                attachments.append(png)
+        except Exception as e:  # noqa: BLE001 - a plot never blocks the message
+            log.warning("no loss plot: %s", e)
+        self.notifier.send(res["status"], res, attachments)
+
+
+def orphan_failure(cfg, urls: list[str], reason: str, results_extra: dict | None = None) -> bool:
+    """Send the failure message for a chief that died without sending one (orchestrators).
+
+    Returns True when every configured service took the message (or none is configured).
+    """
+    from tfps.notify.notifier import Notifier
+    try:
+        notifier = Notifier(urls, cfg.notify_config)
+    except Exception as e:  # noqa: BLE001
+        log.error("cannot send the failure message: %s", e)
+        return False
+    if not notifier.enabled:
+        return True
+    res = {"job": cfg.name, "model": cfg.model, "status": "failed", "ended_at": results.now_iso(),
+           "model_dir": os.path.abspath(cfg.model_dir), "train_steps": cfg.train_steps,
+           "error": {"type": "ChiefLost", "message": reason, "traceback_tail": ""}, **(results_extra or {})}
+    return all(d.ok for d in notifier.send("failed", res))

@@ -1,0 +1,192 @@
+"""The job's record on the chief's disk: results.json, history.jsonl, the run identity.
+
+Only the chief writes here. ``tfps_run.json`` identifies the job that owns a model_dir so
+that a new, different job never silently resumes from another job's checkpoints.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import tempfile
+
+from tfps.errors import ConfigError
+
+RESULTS = "results.json"
+HISTORY = "history.jsonl"
+RUN_IDENTITY = "tfps_run.json"
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_json_atomic(path: str, data: dict) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True, default=str)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> dict | None:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def append_history(model_dir: str, record: dict) -> None:
+    with open(os.path.join(model_dir, HISTORY), "a") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+def read_jsonl(path: str) -> list:
+    """The records of a JSON-lines file; a line cut short by a kill is skipped."""
+    out = []
+    try:
+        with open(path) as fh:
+            for line in fh:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+    except OSError:
+        pass
+    return out
+
+
+def read_history(model_dir: str) -> list[dict]:
+    return read_jsonl(os.path.join(model_dir, HISTORY))
+
+
+#: Free space a model_dir or export_dir must have before a job starts (two checkpoints and
+#: an export of the models tfps is used with fit many times over).
+MIN_FREE_BYTES = 64 << 20
+
+#: Entries a directory may hold that nobody put there on purpose (a file system's root).
+_BENIGN = {"lost+found"}
+
+
+def _foreign(directory: str, own: set[str] | None = None) -> list[str]:
+    """Entries of ``directory`` that tfps did not write (hidden temporary files of ours aside)."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    return [n for n in names if n not in _BENIGN and n not in (own or set()) and not n.startswith(".tmp-")]
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _nearest_existing(path: str) -> str:
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def check_writable_dir(path: str, field: str) -> None:
+    """Refuse a directory tfps must write into that is a file, or lies where it cannot write."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise ConfigError(f"{path} is a file, not a directory; give --{field} a directory (new or empty)", field)
+    base = _nearest_existing(path)
+    if not os.path.isdir(base):
+        raise ConfigError(f"{path} cannot be created: {base} is a file; give --{field} another path", field)
+    try:   # a real write: permissions alone miss read-only mounts, and root passes every access check
+        fd, probe = tempfile.mkstemp(dir=base, prefix=".tmp-tfps-probe-")
+        try:
+            os.write(fd, b"\0" * 4096)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as e:
+        raise ConfigError(f"{path} cannot be written: {base}: {e.strerror or e}; give --{field} a directory "
+                          "this user may write, on a disk with room", field) from None
+    free = shutil.disk_usage(base).free
+    if free < MIN_FREE_BYTES:
+        raise ConfigError(f"{path} is on a disk with only {free / 2**20:.0f} MiB free, and checkpoints and the "
+                          f"export need at least {MIN_FREE_BYTES // 2**20} MiB; free some space or give "
+                          f"--{field} another disk", field)
+
+
+def check_export_dir(export_dir: str, model_dir: str) -> None:
+    """Refuse an export directory that holds anything but a tfps export, before the job starts.
+
+    The chief replaces its export directory as a whole, so a directory with a user's files
+    in it would lose them; a file at that path likewise, and model_dir or a directory above it.
+    """
+    exp, md = os.path.realpath(export_dir), os.path.realpath(model_dir)
+    if md == exp or md.startswith(exp.rstrip(os.sep) + os.sep):
+        raise ConfigError(f"{export_dir} is or holds the model_dir {model_dir}, and the export replaces its "
+                          "directory as a whole; give --export_dir a directory of its own (default "
+                          "MODEL_DIR/export)", "export_dir")
+    check_writable_dir(export_dir, "export_dir")
+    if os.path.isdir(export_dir) and not os.path.isfile(os.path.join(export_dir, EXPORT_MARKER)):
+        foreign = _foreign(export_dir)
+        if foreign:
+            raise ConfigError(f"{export_dir} holds files that tfps did not write ({_shown(foreign)}); the export "
+                              "replaces this directory as a whole, so give --export_dir a new or empty directory, "
+                              "or move those files away", "export_dir")
+
+
+def check_model_dir(model_dir: str, identity: dict) -> bool | None:
+    """Refuse a ``model_dir`` that holds another job, or files tfps did not write; write nothing.
+
+    Returns True when it holds this job's checkpoints (a resume), False when it is this
+    job's without checkpoints, None when no job owns it yet.
+    """
+    check_writable_dir(model_dir, "model_dir")
+    has_ckpt = os.path.exists(os.path.join(model_dir, "checkpoint"))
+    existing = read_json(os.path.join(model_dir, RUN_IDENTITY))
+    if existing is None:
+        if has_ckpt:
+            raise ConfigError(f"{model_dir} holds checkpoints that tfps did not write; use a new --model_dir "
+                              "or move them away", "model_dir")
+        foreign = _foreign(model_dir)
+        if foreign:
+            raise ConfigError(f"{model_dir} holds files that tfps did not write ({_shown(foreign)}); give "
+                              "--model_dir a new or empty directory (tfps resumes only a model_dir of its own)",
+                              "model_dir")
+        return None
+    diff = [k for k in identity if existing.get(k) != identity[k]]
+    if diff:
+        what = ", ".join(f"{k} {existing.get(k)!r} (now {identity[k]!r})" for k in diff)
+        raise ConfigError(f"{model_dir} belongs to another job: {what}. Use a new --model_dir, or the same "
+                          "settings to resume it", "model_dir")
+    return has_ckpt
+
+
+def claim_model_dir(model_dir: str, identity: dict) -> bool:
+    """Record which job owns ``model_dir``; refuse a directory that holds another job.
+
+    Returns True when the directory already holds this job's checkpoints (a resume).
+    """
+    owned = check_model_dir(model_dir, identity)
+    if owned is not None:
+        return owned
+    try:
+        os.makedirs(model_dir, exist_ok=True)
+        write_json_atomic(os.path.join(model_dir, RUN_IDENTITY), {**identity, "created_at": now_iso()})
+    except OSError as e:
+        raise ConfigError(f"{model_dir} cannot be written: {e.strerror or e}; give --model_dir a directory "
+                          "with room that this user may write", "model_dir") from None
+    return False
+
+
+#: Written into the SavedModel directory last: its presence means the export is complete.
+EXPORT_MARKER = "tfps_export.json"
+
+
+def export_complete(export_dir: str) -> bool:
+    """Whether ``export_dir`` holds a whole SavedModel (the chief's export writes the marker last)."""
+    return os.path.isfile(os.path.join(export_dir, EXPORT_MARKER)) and \
+        os.path.isfile(os.path.join(export_dir, "saved_model.pb"))

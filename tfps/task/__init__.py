@@ -1,0 +1,59 @@
+"""One task of a cluster, from start to exit code: what ``tfps run`` runs.
+
+``ps`` serves the variables until every worker is done; ``worker`` trains, and ``chief``
+(worker 0) also checkpoints, exports and reports. ``lifecycle`` holds what they share
+(signals, the "done" queues, session settings), ``setup`` what a job trains, ``hooks``
+the MonitoredSession hooks, ``watchdog`` the startup bound, ``export`` the final
+SavedModel, ``supervise`` the ``--restarts`` supervisor, ``board`` each worker's progress
+on ps 0, ``watch`` the chief's stall and progress watch, ``rejoin`` the chief's session
+creator that joins the live ps, ``steps`` an async worker's several steps per run. Only ``run_task`` and the
+modules it loads import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+#: What ``import tensorflow`` imports eagerly only to register Keras's optimizers for
+#: SavedModels of Keras objects (tensorflow/__init__.py): it loads all of Keras, about half
+#: a second of every task's start. A task never loads such a SavedModel, and a Keras model
+#: imports Keras itself when it is built.
+EAGER_KERAS = ("keras.src.optimizers", "tf_keras.src.optimizers")
+
+
+def single_threaded_blas() -> None:
+    """Before NumPy loads: its OpenBLAS would start a spinning thread per CPU, next to
+    TensorFlow's own pools (``lifecycle.auto_threads``); a task does no BLAS work of its own
+    in NumPy. A value the user set wins."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+def import_tensorflow():
+    """``import tensorflow`` without its eager import of Keras; later imports of Keras work as usual."""
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"]
+    single_threaded_blas()
+    blocked = [name for name in EAGER_KERAS if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None   # import_module raises ImportError, which TensorFlow ignores there
+    try:
+        import tensorflow
+    finally:
+        for name in blocked:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+    return tensorflow
+
+
+def run_task(task, cfg, stop, started_wall: float | None = None):
+    """Run this process's task (ps, worker or chief) and return its ExitCode."""
+    import_tensorflow()
+    if task.job == "ps":
+        from tfps.task.ps import serve
+        return serve(task, cfg, stop)
+    if task.is_chief:
+        from tfps.task.chief import Chief
+        return Chief(task, cfg, stop, started_wall).run()
+    from tfps.task.worker import Worker
+    return Worker(task, cfg, stop, started_wall).run()

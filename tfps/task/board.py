@@ -1,0 +1,110 @@
+"""The progress board: each worker's own progress, published on ps 0 for the chief to watch.
+
+The global step says that the job advances, not that every worker does: in async mode a
+frozen worker goes unnoticed while the others train on. So each worker writes a small
+vector, its board, into a variable of its own on ps 0 (shared by name, like the stop
+flag) about once a second, as part of a training step it runs anyway:
+
+    [steps this process trained, the global step, when this process started, the signal
+     that ended its predecessor (0: unknown or none)]
+
+The chief reads every board from a thread of its own (tfps.task.watch): stalls, restarts
+of workers, per-worker figures. The variables are in no collection: never checkpointed,
+never initialised by anyone but their writer (assigning initialises them), so a worker that
+joins never resets another's board; a board nobody wrote yet cannot be read.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from tfps import timeouts
+from tfps.outcome.journal import RESTART_SIGNAL_ENV
+
+#: Seconds between two writes of a worker's board.
+PUBLISH_SECS = 1.0
+FIELDS = ("local_steps", "global_step", "started", "restart_signal")
+
+
+class Board:
+    """The board variables of every worker and the ops to write this worker's, read anyone's."""
+
+    def __init__(self, num_workers: int, index: int, global_step):
+        import tensorflow as tf
+        v1 = tf.compat.v1
+        self.index = index
+        # The global step field is at least the job's step as the write happens, read where
+        # the step lives, with the write: a write needs no run of its own first.
+        with v1.device(global_step.device):
+            step = tf.cast(global_step.read_value() if hasattr(global_step, "read_value") else global_step,
+                           tf.float64)
+        with v1.device("/job:ps/task:0"):
+            self.vars = [v1.get_variable(f"tfps_board_worker{i}", shape=[len(FIELDS)], dtype=tf.float64,
+                                         initializer=v1.zeros_initializer(), trainable=False, collections=[])
+                         for i in range(num_workers)]
+            self.value = v1.placeholder(tf.float64, shape=[len(FIELDS)], name="tfps_board_value")
+            value = tf.concat([self.value[:1], tf.maximum(self.value[1:2], tf.reshape(step, [1])), self.value[2:]], 0)
+            self.publish = self.vars[index].assign(value).op
+        self.read = [v.read_value() if hasattr(v, "read_value") else v.value() for v in self.vars]
+
+
+def restart_signal() -> int:
+    """The signal that killed this task's predecessor, when a supervisor said so (else 0)."""
+    try:
+        return int(os.environ.get(RESTART_SIGNAL_ENV, "0"))
+    except ValueError:
+        return 0
+
+
+def publish_hook(board: Board, job, extra_fetches: dict | None = None):
+    """A SessionRunHook that writes this worker's board at most every PUBLISH_SECS.
+
+    ``extra_fetches`` (the chief's loss and metrics) are fetched with the same steps, for
+    the chief's progress messages: one step a second, never a step of its own.
+    """
+    import tensorflow as tf
+    v1 = tf.compat.v1
+
+    class BoardPublishHook(v1.train.SessionRunHook):
+        def __init__(self):
+            self.next_write = 0.0
+            self.signal = restart_signal()
+            self.latest: dict = {}
+
+        def value(self) -> list:
+            return [job.local_steps, job.last_seen_step, job.started_wall, self.signal]
+
+        def write(self, session) -> None:
+            """Write the board outside a training step (bounded; the ps may be gone)."""
+            options = v1.RunOptions(timeout_in_ms=timeouts.BOARD_WRITE_TIMEOUT_MS)
+            try:
+                session.run(board.publish, feed_dict={board.value: self.value()}, options=options)
+            except tf.errors.OpError:
+                pass
+
+        def after_create_session(self, session, coord):
+            # With the session's first run, which starts at once: the write then costs no run
+            # of its own before the first step. A worker restarted near the job's end may
+            # train none; it writes as its session ends (``end``), and the chief still learns
+            # of its restart (and its step).
+            self.next_write = 0.0
+
+        def before_run(self, run_context):
+            now = time.monotonic()
+            if now < self.next_write:
+                return None
+            self.next_write = now + PUBLISH_SECS
+            return v1.train.SessionRunArgs({"publish": board.publish, **(extra_fetches or {})},
+                                           feed_dict={board.value: self.value()})
+
+        def end(self, session):
+            self.write(session)   # the last figures, for the chief's final report
+
+        def after_run(self, run_context, run_values):
+            # The steps themselves are counted by ProgressHook (job.local_steps): an async
+            # run is several steps (tfps.task.steps).
+            if run_values.results:
+                self.latest = {k: v for k, v in run_values.results.items() if k != "publish"}
+
+    return BoardPublishHook()

@@ -1,0 +1,222 @@
+"""The chief worker (worker 0): trains like any worker, then saves, exports and reports.
+
+The end of the job is the point of this module (README, "The end of a job"): the
+chief's last checkpoint is written by ``CheckpointSaverHook.end``; the SavedModel is
+exported afterwards from the newest checkpoint in a fresh graph (tfps.task.export),
+then results.json and the one completion message (tfps.outcome.report), and only
+then the "done" tokens that let the ps exit. When it starts, the chief joins the live
+variables of the ps if every ps still holds them (a restarted chief: ``joined the live
+variables on the ps at step N``), else restores the newest checkpoint of its model_dir
+(``restored checkpoint of step N``; tfps.task.rejoin). It keeps the job's story across
+its restarts (tfps.outcome.journal) and watches the workers' progress while they train
+(tfps.task.watch).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+
+from tfps import data as data_mod
+from tfps import timeouts
+from tfps.cluster.spec import split_target
+from tfps.exitcodes import ExitCode
+from tfps.outcome import journal, report, results
+from tfps.task.lifecycle import session_config
+from tfps.task.setup import JobSetup
+from tfps.task.watch import JobWatch
+from tfps.task.worker import Worker
+
+log = logging.getLogger("tfps")
+
+
+class Chief(Worker):
+    """Worker 0 from start to exit code: it alone writes to model_dir and sends messages."""
+
+    story: journal.Story | None = None   # the job's story (tfps.outcome.journal), once model_dir is claimed
+    publisher = None                      # this chief's board hook (tfps.task.board), with the latest loss
+    sessions = 0                          # sessions created so far (MonitoredSession recreates them)
+    session_step: int | None = None       # the step the newest session started from
+
+    def report_untrained_failure(self, error: Exception, code: ExitCode, write_results: bool,
+                                 lost_tasks: list[str] | None = None) -> None:
+        """The chief's "failed" report for a job that cannot go on training (bad input, a task
+        that never started or died for good): results.json from the newest checkpoint, naming
+        the ``lost_tasks``, and the message; or, when model_dir may not be written (another
+        job's, or not claimed yet), the message only."""
+        import tensorflow as tf
+        reporter = report.Reporter(self.cfg, self.task, self.setup, self.started_iso, self.started_wall,
+                                   story=self.story)
+        if not write_results:
+            reporter.notify_only("failed", int(code), error)
+            return
+        ckpt = tf.train.latest_checkpoint(self.cfg.model_dir)
+        reporter.finished(
+            status="failed", exit_code=int(code), step=int(ckpt.rsplit("-", 1)[1]) if ckpt else 0,
+            checkpoint=ckpt, export_dir=None, train_summary={}, eval_metrics={}, error=error,
+            times={"startup_s": round((self.first_step_at or time.time()) - self.started_wall, 3),
+                   "training_s": round(time.time() - self.first_step_at, 3) if self.first_step_at else 0.0,
+                   "final_save_s": 0.0},
+            watched={"lost_tasks": list(lost_tasks)} if lost_tasks else None)
+
+    def _prepare(self, setup: JobSetup) -> None:
+        """Claim model_dir before building anything: a directory of another job is refused."""
+        cfg = self.cfg
+        results.check_export_dir(cfg.export_path, cfg.model_dir)
+        resuming = results.claim_model_dir(cfg.model_dir, setup.identity())
+        self.claimed = True
+        self.story = journal.Story(cfg.model_dir, self.task.name).begin(
+            self.started_wall, os.environ.get(journal.RESTART_CAUSE_ENV))
+        if resuming:
+            self._refuse_nonfinite_checkpoint()
+            log.info("resuming from the newest checkpoint in %s", cfg.model_dir)
+
+    def _refuse_nonfinite_checkpoint(self) -> None:
+        """A diverged run's checkpoint is never restored silently: it would fail again at once."""
+        import tensorflow as tf
+        from tfps.errors import ConfigError
+        from tfps.task.export import nonfinite_variables
+        ckpt = tf.train.latest_checkpoint(self.cfg.model_dir)
+        bad = nonfinite_variables(ckpt) if ckpt else []
+        if bad:
+            raise ConfigError(
+                f"the newest checkpoint {ckpt} holds NaN or infinite values ({', '.join(bad[:3])}"
+                f"{' ...' if len(bad) > 3 else ''}): an earlier run diverged there. Start fresh with a new "
+                f"--model_dir, or remove {os.path.join(self.cfg.model_dir, 'checkpoint')} and the "
+                "model.ckpt-* files to train from the start", "model_dir")
+
+    def _role_hooks(self, server, scaffold) -> tuple[list, object]:
+        import tensorflow as tf
+        from tfps.task.board import publish_hook
+        from tfps.task.hooks import CheckpointSaverHook, ReleaseSyncTokensHook
+        from tfps.task.rejoin import LiveJoiningChiefSessionCreator
+        v1 = tf.compat.v1
+        cfg, task = self.cfg, self.task
+        hooks = [
+            CheckpointSaverHook(cfg.model_dir, save_steps=cfg.checkpoint_every_steps,
+                                save_secs=cfg.checkpoint_secs, scaffold=scaffold,
+                                session_step=lambda: self.session_step),
+            v1.train.SummarySaverHook(save_steps=cfg.summary_steps, output_dir=cfg.model_dir, scaffold=scaffold),
+            v1.train.StepCounterHook(every_n_steps=cfg.summary_steps, output_dir=cfg.model_dir),
+        ]
+        if self.ops["release_tokens"] is not None:
+            hooks.append(ReleaseSyncTokensHook(self.ops["release_tokens"]))
+        self.publisher = publish_hook(self.ops["board"], self, {"loss": self.ops["loss"], **self.ops["metrics"]})
+        hooks.append(self.publisher)
+        creator = LiveJoiningChiefSessionCreator(scaffold=scaffold, master=server.target,
+                                                 config=session_config(task, cfg), checkpoint_dir=cfg.model_dir,
+                                                 global_step=self.ops["global_step"],
+                                                 token_queue=self.ops["token_queue"], on_session=self._on_session,
+                                                 first_attempt=self.story is not None and self.story.attempt == 0)
+        return hooks, creator
+
+    def _on_session(self, how: str, step: int, lost: list[str]) -> None:
+        """A session of this chief was created: the job's story learns where training resumed."""
+        self.sessions += 1
+        self.session_step = step
+        if self.sessions == 1:
+            if self.story.attempt > 0:
+                self.story.resumed(step, how)
+        elif how != "joined":
+            # MonitoredSession recreated the session: a ps was lost, and it lost the variables.
+            who = ", ".join(lost) or "a ps"
+            log.warning("chief: %s lost its variables; training resumed from step %d", who, step)
+            self.story.restart(who, "lost peer: the ps came back without its variables", time.time(), step,
+                               self.last_seen_step - step, how)
+
+    def _run_trained(self, setup: JobSetup, server, graph, ops) -> ExitCode:
+        import tensorflow as tf
+        from tfps.task import export
+        self.ops = ops
+        cfg, task = self.cfg, self.task
+        reporter = report.Reporter(cfg, task, setup, self.started_iso, self.started_wall, story=self.story)
+        reporter.started()
+        error = None
+        progress = None
+        t_train = time.time()
+        watch = JobWatch(self, server, graph, ops["board"], ops["global_step"], reporter)
+        try:
+            watch.start()
+            progress = self._train(server, graph)
+            status = "stopped" if self.stop.requested else "succeeded"
+        except Exception as e:  # noqa: BLE001 - every failure must be reported
+            error = e
+            status = "failed"
+            log.error("chief: training failed: %s: %s", type(e).__name__, e)
+            self._end_rpc(server, graph, ops["raise_flag"], "ask the other workers to stop")
+        # No progress or stall message may follow the final one.
+        watch.stop(reporter.send_budget())
+        t_save = time.time()
+        # The final save starts when the last step ends: it holds the final checkpoint
+        # (written as the session closes) and the export.
+        t_trained = min(self.trained_at or t_save, t_save)
+        ckpt = tf.train.latest_checkpoint(cfg.model_dir)
+        ckpt_step = int(ckpt.rsplit("-", 1)[1]) if ckpt else 0
+        step = max(ckpt_step, self.last_seen_step)
+        export_dir = None
+        eval_metrics = {}
+        if ckpt and error is None:
+            from tfps.task.export import nonfinite_variables
+            bad = nonfinite_variables(ckpt)
+            if bad:
+                error, status = FloatingPointError(
+                    f"the variables at step {ckpt_step} hold NaN or infinite values ({', '.join(bad[:3])}"
+                    f"{' ...' if len(bad) > 3 else ''}): training diverged; check the data and lower "
+                    "--learning_rate"), "failed"
+                log.error("chief: %s", error)
+        # A failed job keeps its checkpoints for a resume but exports nothing, unless the
+        # checkpoint already reached the target (a ps lost after the last step, say).
+        if ckpt and (error is None or (ckpt_step >= cfg.train_steps and not isinstance(error, FloatingPointError))):
+            try:
+                export_dir = export.export_saved_model(setup.model_fn, setup.params, ckpt, cfg.export_path,
+                                                       ckpt_step)
+                log.info("chief: exported the SavedModel of step %d to %s (%.1f s)", ckpt_step, export_dir,
+                         time.time() - t_save)
+                if setup.eval_schema is not None:
+                    eval_metrics = export.evaluate(
+                        setup.model_fn, setup.params, ckpt,
+                        lambda: data_mod.make_dataset(setup.eval_schema, cfg.label_column, 256, train=False))
+                    log.info("chief: evaluation of step %d: %s", ckpt_step, eval_metrics)
+            except Exception as e:  # noqa: BLE001
+                log.error("chief: final export failed: %s: %s", type(e).__name__, e)
+                if error is None:
+                    error, status = e, "failed"
+        elif not ckpt and error is None:
+            error, status = RuntimeError(f"no checkpoint was written to {cfg.model_dir}"), "failed"
+        t_end = time.time()
+        code = {"succeeded": ExitCode.OK, "stopped": ExitCode.STOPPED}.get(status, ExitCode.TRAINING_FAILED)
+        reporter.finished(status=status, exit_code=int(code), step=step, checkpoint=ckpt, export_dir=export_dir,
+                          train_summary=progress.summary() if progress else {}, eval_metrics=eval_metrics,
+                          error=error, watched=watch.summary(), times={
+                              "startup_s": round((self.first_step_at or t_train) - self.started_wall, 3),
+                              "training_s": round(t_trained - (self.first_step_at or t_train), 3),
+                              "final_save_s": round(t_end - t_trained, 3)})
+        self._send_done(server, graph)
+        self._wait_for_ps_exit()
+        return code
+
+    def _wait_for_ps_exit(self) -> None:
+        """Exit last: give the ps tasks (which exit once every worker is done) a moment to go.
+
+        An orchestrator that watches only the chief (``docker compose up --exit-code-from
+        worker-0``, the Ansible play) stops whatever still runs when the chief exits; a
+        worker finishing its last step a moment after the chief would then be stopped
+        instead of ending by itself. Bounded, so a worker that never reports cannot hold
+        the chief, and well inside the grace that follows a stop request.
+        """
+        deadline = time.monotonic() + timeouts.PS_EXIT_WAIT_SECS
+        for target in self.task.cluster.ps:
+            host, port = split_target(target, "ps_hosts", "ps address")
+            while time.monotonic() < deadline:
+                try:
+                    with socket.create_connection((host, port), timeout=1):
+                        pass
+                except OSError:
+                    break   # refused or no longer resolvable: this ps has exited
+                time.sleep(0.2)
+            else:
+                log.info("chief: ps at %s still runs %.0f s after the final save; exiting anyway",
+                         target, timeouts.PS_EXIT_WAIT_SECS)
+                return

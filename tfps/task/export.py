@@ -1,0 +1,104 @@
+"""Final export and evaluation, from the last checkpoint, in a fresh local graph.
+
+``hook.end()`` is skipped when training ends with an exception, and a graph built under
+``replica_device_setter`` pins variables to ``/job:ps``; so the SavedModel is never
+written from the training session. After the session closes, the chief rebuilds the
+model in predict mode in a new graph on its own CPU, restores the checkpoint (which a
+non-sharded saver wrote on the chief's own disk) and writes the SavedModel into a
+temporary directory that is renamed into place together with its completion marker.
+A reader therefore sees either the previous complete export or the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+from tfps.outcome.results import EXPORT_MARKER, export_complete  # noqa: F401 - what a finished export leaves
+
+
+def nonfinite_variables(checkpoint: str) -> list[str]:
+    """Names of the checkpoint's floating-point variables that hold NaN or infinity.
+
+    A job whose variables went non-finite has failed, whatever its loss said; and such a
+    checkpoint must never be restored silently (the next run would fail the same way).
+    Reads each variable once, on the chief, at the start and the end of a job.
+    """
+    import numpy as np
+    import tensorflow as tf
+    reader = tf.train.load_checkpoint(checkpoint)
+    return sorted(name for name, dtype in reader.get_variable_to_dtype_map().items()
+                  if dtype.is_floating and not np.isfinite(reader.get_tensor(name)).all())
+
+
+def _restore(sess, checkpoint: str):
+    import tensorflow as tf
+    tf.compat.v1.train.Saver(sharded=False).restore(sess, checkpoint)
+
+
+def export_saved_model(model_fn, params, checkpoint: str, export_dir: str, global_step: int) -> str:
+    import tensorflow as tf
+    v1 = tf.compat.v1
+    export_dir = os.path.abspath(export_dir)
+    parent = os.path.dirname(export_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp = f"{export_dir}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.device("/cpu:0"):
+        # A Keras model serves under its own input names (keras_model.KerasModelFn.serving_inputs).
+        named = getattr(model_fn, "serving_inputs", None)
+        if named:
+            features = {n: v1.placeholder(tf.as_dtype(dt), [None, *shape], name=n) for n, (shape, dt) in named.items()}
+        else:
+            features = v1.placeholder(tf.float32, [None, *params.feature_shape], name="features")
+        inputs = features if named else {"features": features}
+        spec = model_fn(features, None, "predict", params)
+        with v1.Session(graph=graph) as sess:
+            _restore(sess, checkpoint)
+            signature = v1.saved_model.predict_signature_def(inputs=inputs,
+                                                            outputs=dict(spec.predictions))
+            builder = v1.saved_model.Builder(tmp)
+            builder.add_meta_graph_and_variables(
+                sess, [v1.saved_model.tag_constants.SERVING],
+                signature_def_map={"serving_default": signature}, strip_default_attrs=True)
+            builder.save()
+    with open(os.path.join(tmp, EXPORT_MARKER), "w") as fh:
+        json.dump({"global_step": global_step, "checkpoint": checkpoint,
+                   "completed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                   "inputs": {n: [None, *t.shape.as_list()[1:]] for n, t in inputs.items()},
+                   "outputs": sorted(spec.predictions)}, fh, indent=2)
+    old = f"{export_dir}.old-{os.getpid()}"
+    if os.path.exists(export_dir):
+        os.replace(export_dir, old)
+    os.replace(tmp, export_dir)
+    shutil.rmtree(old, ignore_errors=True)
+    return export_dir
+
+
+def evaluate(model_fn, params, checkpoint: str, dataset) -> dict[str, float]:
+    """Average loss and metrics of the checkpoint over one pass of ``dataset``."""
+    import numpy as np
+    import tensorflow as tf
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.device("/cpu:0"):
+        features, labels = v1.data.make_one_shot_iterator(dataset()).get_next()
+        spec = model_fn(features, labels, "eval", params)
+        fetch = {"loss": spec.loss, **spec.metrics, "_n": tf.shape(features)[0]}
+        totals: dict[str, float] = {}
+        count = 0
+        with v1.Session(graph=graph) as sess:
+            _restore(sess, checkpoint)
+            while True:
+                try:
+                    out = sess.run(fetch)
+                except tf.errors.OutOfRangeError:
+                    break
+                n = int(out.pop("_n"))
+                count += n
+                for k, v in out.items():
+                    totals[k] = totals.get(k, 0.0) + float(np.asarray(v)) * n
+    return {k: round(v / count, 6) for k, v in totals.items()} if count else {}

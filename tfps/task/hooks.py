@@ -1,0 +1,237 @@
+"""The SessionRunHooks and session creators of a worker's MonitoredSession.
+
+They derive from TensorFlow classes, so this module imports TensorFlow at the top: import
+it only where a graph is built (tfps.task.worker, tfps.task.chief), never from the
+CLI or a launcher.
+
+* ``ProgressHook``: progress lines, NaN detection, the chief's history.jsonl.
+* ``StopFlagHook``: SIGTERM or the chief's cluster-wide stop flag -> request_stop.
+* ``ReleaseSyncTokensHook``: lets blocked sync workers see the final step.
+* ``CheckpointSaverHook``: the chief's checkpoints; its first save follows the first step.
+* ``FastWorkerSessionCreator``: non-chief workers join about a second after the chief.
+* ``RestoreLoggingChiefSessionCreator``: the chief's ``restored checkpoint of step N`` line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tfps import timeouts
+from tfps.outcome import results
+from tfps.task.lifecycle import StopSignal
+
+v1 = tf.compat.v1
+log = logging.getLogger("tfps")
+
+
+class ProgressHook(v1.train.SessionRunHook):
+    """Progress lines (step, loss, examples/s, ETA); the chief also keeps the history."""
+
+    def __init__(self, job, fetches, every, batch_size, last_step, is_chief, model_dir, name):
+        self.job, self.fetches, self.every = job, fetches, every
+        self.batch_size, self.last_step, self.is_chief = batch_size, last_step, is_chief
+        self.model_dir, self.name = model_dir, name
+        self.local_steps = 0
+        self.t_last = None
+        self.step_last = None
+        self.local_last = 0
+        self.recent: list[dict] = []
+        self.examples_s = 0.0     # of the last progress line
+        self.history_step: int | None = None   # global step of the chief's last history record
+
+    def before_run(self, run_context):
+        return v1.train.SessionRunArgs(self.fetches)
+
+    def after_run(self, run_context, run_values):
+        out = dict(run_values.results)
+        steps = int(out.pop("steps", 1))   # an async run is several steps (tfps.task.steps)
+        if steps == 0:
+            return
+        before, self.local_steps = self.local_steps, self.local_steps + steps
+        now = time.monotonic()
+        self.job.watchdog.progress()   # the next step is bounded by --sync_timeout
+        if before == 0:
+            self.job.first_step_at = time.time()
+            log.info("%s: first training step done %.2f s after start", self.name,
+                     self.job.first_step_at - self.job.started_wall)
+            self.t_last, self.step_last, self.local_last = now, int(out["global_step"]), self.local_steps
+        rec = {k: float(np.asarray(v)) for k, v in out.items() if k != "global_step"}
+        rec["step"] = int(out["global_step"])
+        self.recent = (self.recent + [rec])[-20:]
+        self.job.last_seen_step, self.job.local_steps = rec["step"], self.local_steps
+        if not np.isfinite(rec["loss"]):
+            raise FloatingPointError(f"loss is {rec['loss']} at global step {rec['step']}: training "
+                                     "diverged; lower --learning_rate")
+        if self.local_steps // self.every > before // self.every:
+            dt_ = max(now - self.t_last, 1e-6)
+            ex_s = (self.local_steps - self.local_last) * self.batch_size / dt_
+            gs_s = (rec["step"] - self.step_last) / dt_
+            eta = (self.last_step - rec["step"]) / gs_s if gs_s > 0 else float("nan")
+            metrics = " ".join(f"{k} {v:.4f}" for k, v in rec.items() if k not in ("step",))
+            log.info("%s: step %d/%d %s | %.0f examples/s | %.1f steps/s | ETA %.0f s", self.name,
+                     rec["step"], self.last_step, metrics, ex_s, gs_s, max(eta, 0))
+            self.t_last, self.step_last, self.local_last = now, rec["step"], self.local_steps
+            self.examples_s = ex_s
+        # The history follows the job's global step, not the chief's own steps: the other
+        # workers may train most of a short job (the chief also checkpoints, and may join late).
+        if self.is_chief and rec["step"] > 0 and (self.history_step is None
+                                                  or rec["step"] // self.every > self.history_step // self.every):
+            self.history_step = rec["step"]
+            results.append_history(self.model_dir, {**rec, "time": round(time.time(), 3),
+                                                    "examples_per_sec": round(self.examples_s, 1)})
+
+    def summary(self) -> dict:
+        if not self.recent:
+            return {}
+        keys = [k for k in self.recent[-1] if k != "step"]
+        return {k: round(float(np.mean([r[k] for r in self.recent])), 6) for k in keys}
+
+class StopFlagHook(v1.train.SessionRunHook):
+    """Turns SIGTERM on any worker, or the chief's cluster-wide stop flag, into request_stop.
+
+    The flag lives on ps 0; reading it costs a round trip, so a worker reads it with
+    at most one step per ``timeouts.FLAG_READ_SECS`` instead of with every step.
+    """
+
+    def __init__(self, flag, raise_op, stop: StopSignal, is_chief: bool):
+        self.flag, self.raise_op, self.stop, self.is_chief = flag, raise_op, stop, is_chief
+        self.next_read = 0.0
+
+    def before_run(self, run_context):
+        now = time.monotonic()
+        if now < self.next_read:
+            return None
+        self.next_read = now + timeouts.FLAG_READ_SECS
+        return v1.train.SessionRunArgs(self.flag)
+
+    def after_run(self, run_context, run_values):
+        if self.stop.requested:
+            if self.is_chief:
+                run_context.session.run(self.raise_op)
+            run_context.request_stop()
+        elif run_values.results:
+            log.warning("the chief asked every worker to stop")
+            run_context.request_stop()
+
+
+class CheckpointSaverHook(v1.train.CheckpointSaverHook):
+    """TensorFlow's CheckpointSaverHook, whose first save waits for the first training step.
+
+    The original writes graph.pbtxt, the meta graph and a checkpoint of the starting step
+    as the session is created, before the first step: on the chief that is most of a
+    second of start-up that every worker waits for. Here the same writes follow the first
+    run (a checkpoint of that step instead of the one before it), or the session's end if
+    it runs no step. Later saves are as before.
+    """
+
+    _initial_pending = False
+    _start_step = 0
+
+    def __init__(self, *args, session_step=None, **kw):
+        """``session_step()``: the step the session just created starts from, when its
+        creator knows it (then no run of its own reads it), else None."""
+        super().__init__(*args, **kw)
+        self._session_step = session_step
+
+    def after_create_session(self, session, coord):
+        self._initial_pending = True
+        known = self._session_step() if self._session_step is not None else None
+        self._start_step = int(session.run(self._global_step_tensor)) if known is None else known
+
+    def _initial_save(self, session) -> None:
+        self._initial_pending = False
+        super().after_create_session(session, None)
+        # Periodic saves count from the session's first step, as before: every N steps
+        # from there (a job with --checkpoint_steps 100 started at 0 saves at 100, 200, ...).
+        self._timer.update_last_triggered_step(self._start_step)
+
+    def after_run(self, run_context, run_values):
+        if self._initial_pending:
+            self._initial_save(run_context.session)
+            return
+        super().after_run(run_context, run_values)
+
+    def end(self, session):
+        if self._initial_pending:
+            self._initial_save(session)
+        super().end(session)
+
+
+class ReleaseSyncTokensHook(v1.train.SessionRunHook):
+    """At the end, give blocked sync workers a token so they see the final step and stop."""
+
+    def __init__(self, op):
+        self.op = op
+
+    def end(self, session):
+        try:
+            session.run(self.op, options=v1.RunOptions(timeout_in_ms=timeouts.END_RPC_TIMEOUT_MS))
+        except tf.errors.OpError as e:
+            log.debug("releasing sync tokens failed: %s", e)
+
+class FastWorkerSessionCreator(v1.train.WorkerSessionCreator):
+    """A non-chief's session creator that polls for the chief's initialisation every
+    ``timeouts.JOIN_POLL_SECS`` instead of the 30 s TensorFlow hard-codes.
+
+    Its first session waits with ``wait_for_chief(session, ready_for_local_init_op,
+    ready_op)`` (the worker's own wait, which may give up) in the session it returns, and
+    runs the local initialisation there: both readiness checks are set up while the chief
+    still initialises, not after it is done, in a new session. A recreated session (a
+    ps was lost) waits the way TensorFlow does, every JOIN_POLL_SECS.
+    """
+
+    def __init__(self, *args, wait_for_chief=None, **kw):
+        super().__init__(*args, **kw)
+        self._wait_for_chief = wait_for_chief
+
+    def _get_session_manager(self):
+        if self._session_manager is None:
+            s = self._scaffold
+            self._session_manager = v1.train.SessionManager(
+                local_init_op=s.local_init_op, ready_op=s.ready_op,
+                ready_for_local_init_op=s.ready_for_local_init_op,
+                graph=v1.get_default_graph(), recovery_wait_secs=timeouts.JOIN_POLL_SECS,
+                local_init_feed_dict=s.local_init_feed_dict)
+        return self._session_manager
+
+    def create_session(self):
+        wait, self._wait_for_chief = self._wait_for_chief, None
+        if wait is None:
+            return super().create_session()
+        s = self._scaffold.finalize()
+        session = v1.Session(self._master, graph=v1.get_default_graph(), config=self._config)
+        try:
+            wait(session, s.ready_for_local_init_op, s.ready_op)
+            if s.local_init_op is not None:
+                session.run(s.local_init_op, feed_dict=s.local_init_feed_dict)
+            if s.ready_op is None or np.asarray(session.run(s.ready_op)).size == 0:
+                return session
+        except tf.errors.OpError as e:
+            log.debug("joining in the waiting session failed: %s", e.message.splitlines()[0])
+        except BaseException:
+            session.close()
+            raise
+        session.close()   # not ready after all (the chief restarted meanwhile): wait as TensorFlow does
+        return super().create_session()
+
+
+class RestoreLoggingChiefSessionCreator(v1.train.ChiefSessionCreator):
+    """TensorFlow's chief session creator that says which checkpoint it restored.
+
+    The chief restores the newest checkpoint when it starts and again whenever
+    MonitoredSession recreates its session (a ps was lost and restarted: the chief
+    repopulates it). Each time it logs ``restored checkpoint of step N from PATH``: the
+    line people, tests and tools read, since TensorFlow's own "Restoring parameters from"
+    is INFO chatter that tfps keeps out of the console.
+    """
+
+    def create_session(self):
+        checkpoint = tf.train.latest_checkpoint(self._checkpoint_dir) if self._checkpoint_dir else None
+        session = super().create_session()
+        if checkpoint:
+            log.info("restored checkpoint of step %d from %s", int(checkpoint.rsplit("-", 1)[1]), checkpoint)
+        return session

@@ -1,0 +1,239 @@
+"""Signals, the "done" queue on each ps, the shared session settings, the health file.
+
+The ps never blocks in ``server.join()``: it waits for one token per worker on a queue it
+hosts (``done_queue``) and exits 0 by itself. Workers enqueue their index when they are
+finished; the chief does so only after its final checkpoint and export are on disk, so the
+ps always outlives the final save.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+from tfps import timeouts
+from tfps.errors import ConfigError
+from tfps.exitcodes import ExitCode
+
+log = logging.getLogger("tfps")
+
+#: Room for many duplicate tokens (a restarted worker reports again): enqueues never block.
+DONE_QUEUE_CAPACITY = 1024
+
+
+_abandoned_rpc = False
+
+
+def abandon_rpc() -> None:
+    """A thread is left blocked in TensorFlow (an end RPC to a ps that has gone)."""
+    global _abandoned_rpc
+    _abandoned_rpc = True
+
+
+def rpc_abandoned() -> bool:
+    """True when the process must end without the interpreter's shutdown, which could wait
+    on (or tear TensorFlow down under) the abandoned thread."""
+    return _abandoned_rpc
+
+
+class StopSignal:
+    """SIGTERM/SIGINT become a stop request instead of killing the process mid-save."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first_at: float | None = None
+        self.signame = ""
+        self._event = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, _frame) -> None:
+        self.count += 1
+        self.signame = signal.Signals(signum).name
+        if self.first_at is None:
+            self.first_at = time.monotonic()
+        self._event.set()
+        log.warning("received %s (%d): finishing the current step, then the final save", self.signame, self.count)
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity, capped by a cgroup v2 CPU quota (docker --cpus)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as fh:
+            quota, period = fh.read().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cpus)
+
+
+def auto_threads(task, cpus: int | None = None) -> int:
+    """Threads for a task's op pools when ``--tf_threads`` is not given.
+
+    Every task starts pools as large as the machine by default, so tasks that share a host
+    (``tfps local``, several workers on one host) would run several times more threads than
+    there are CPUs, and time-slice each other's steps. A worker shares this host's CPUs with
+    the other workers on it; a ps, which only applies updates, with every task on it.
+    """
+    cpus = cpus or usable_cpus()
+    ps_here, workers_here = task.neighbours()
+    return max(1, cpus // (workers_here if task.job == "worker" else ps_here + workers_here))
+
+
+def session_config(task, cfg):
+    """ConfigProto for a task. Device filters keep a worker from waiting on other workers."""
+    import tensorflow as tf
+    threads = cfg.tf_threads or auto_threads(task)
+    c = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=threads,
+        inter_op_parallelism_threads=threads,
+        allow_soft_placement=True,
+    )
+    # Grappler's MLIR ("tfg") passes sort and infer every graph a session runs again, for
+    # each new set of fetches: about 40 ms of each task's start-up (TF_CPP_VMODULE=
+    # meta_optimizer=1 shows it), and with the ps serving the job trained about 0.1 s sooner
+    # without them. The classic rewrites (layout, remapper fusions, constant folding, ...)
+    # stay on.
+    c.graph_options.rewrite_options.disable_tfg_optimizer = True
+    if task.job == "worker":
+        c.device_filters.extend(["/job:ps", f"/job:worker/task:{task.index}"])
+        c.operation_timeout_in_ms = timeouts.step_timeout_ms(cfg)
+    elif task.job == "ps":
+        # The ps's own session (its "done" queue) needs no other task. Without a filter its
+        # creation waits for every worker, forever if one is gone, and its early failed
+        # connections to workers that are still starting break their first steps.
+        c.device_filters.append(f"/job:ps/task:{task.index}")
+    return c
+
+
+def start_server(task, cfg):
+    """This task's TensorFlow server, listening on loopback when the cluster knows it there.
+
+    A task whose own address is a loopback one (``tfps local``, a cluster on one box) gets a
+    server on 127.0.0.1 only (``tfps.task.loopback``): TensorFlow would otherwise listen on
+    every interface, and its port runs any graph sent to it. When that cannot be arranged the
+    task refuses to start rather than open the port. A port that another program holds is
+    one line, not TensorFlow's traceback.
+    """
+    import tensorflow as tf
+    from tfps.cluster.spec import split_target
+    from tfps.task.loopback import ensure_loopback_bind, is_loopback_host
+    host = split_target(task.target)[0]
+    if is_loopback_host(host) and not ensure_loopback_bind():
+        raise ConfigError(f"{task.name} would listen on every interface although its address {task.target} is "
+                          "loopback, and this TensorFlow build cannot be kept on loopback; give the task the "
+                          "address of an interface that the hosts' firewall protects", "ps_hosts")
+    try:
+        with _tf_chatter_hidden():
+            return tf.distribute.Server(cluster_spec(task), job_name=task.job, task_index=task.index,
+                                        config=session_config(task, cfg), start=True)
+    except (tf.errors.OpError, RuntimeError) as e:
+        if _port_taken(host, task.port):
+            raise ConfigError(f"{task.name} cannot listen on port {task.port}: another program holds it; stop "
+                              "that program or give this task another port", "ps_hosts" if task.job == "ps"
+                              else "worker_hosts") from None
+        first = (getattr(e, "message", None) or str(e)).strip().splitlines()
+        raise ConfigError(f"{task.name} could not start its TensorFlow server on {task.target}: "
+                          f"{first[0] if first else type(e).__name__}") from None
+
+
+@contextlib.contextmanager
+def _tf_chatter_hidden():
+    """gRPC's C++ lines while a server starts ("Failed to add port to server", absl's
+    notice) go to file descriptor 2 whatever TF_CPP_MIN_LOG_LEVEL says; without ``-v``
+    they are dropped, and tfps says what went wrong in one line of its own."""
+    if log.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _port_taken(host: str, port: int) -> bool:
+    import socket
+    from tfps.task.loopback import is_loopback_host
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1" if is_loopback_host(host) else "0.0.0.0", port))
+        except OSError:
+            return True
+    return False
+
+
+def cluster_spec(task):
+    import tensorflow as tf
+    return tf.train.ClusterSpec(task.cluster.as_dict())
+
+
+def done_queue(ps_index: int, num_workers: int):
+    """The queue of "worker i is done" tokens hosted by ps ``ps_index`` (same op everywhere)."""
+    import tensorflow as tf
+    with tf.device(f"/job:ps/task:{ps_index}"):
+        return tf.compat.v1.FIFOQueue(DONE_QUEUE_CAPACITY, [tf.int32], shapes=[[]],
+                                      shared_name=f"tfps_done_ps{ps_index}", name=f"tfps_done_ps{ps_index}")
+
+
+def stop_flag():
+    """The chief's "stop now" to every worker: a variable on ps 0, shared by name.
+
+    A local variable, so it is never checkpointed: a job resumed from a stopped one does
+    not stop again at once.
+    """
+    import tensorflow as tf
+    v1 = tf.compat.v1
+    with v1.device("/job:ps/task:0"):
+        return v1.get_variable("tfps_stop_requested", initializer=False, trainable=False,
+                               collections=[v1.GraphKeys.LOCAL_VARIABLES])
+
+
+def health_file() -> str:
+    return os.environ.get("TFPS_HEALTH_FILE") or os.path.join(tempfile.gettempdir(), "tfps-task.json")
+
+
+def write_health(task) -> None:
+    """Tell ``tfps healthcheck`` which port this task serves (containers' HEALTHCHECK)."""
+    try:
+        with open(health_file(), "w") as fh:
+            json.dump({"pid": os.getpid(), "port": task.port, "name": task.name}, fh)
+    except OSError as e:
+        log.debug("cannot write health file: %s", e)
+
+
+def healthcheck() -> ExitCode:
+    """0 if this container's task process is alive and its gRPC port accepts connections."""
+    import socket
+    try:
+        with open(health_file()) as fh:
+            info = json.load(fh)
+        os.kill(int(info["pid"]), 0)
+        with socket.create_connection(("127.0.0.1", int(info["port"])), timeout=3):
+            pass
+    except (OSError, ValueError, KeyError) as e:
+        print(f"unhealthy: {e}")
+        return ExitCode.TRAINING_FAILED
+    print(f"healthy: {info['name']} serves port {info['port']}")
+    return ExitCode.OK

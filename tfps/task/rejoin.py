@@ -1,0 +1,114 @@
+"""The chief's session creator: join the live variables when every ps kept them.
+
+A restarted chief used to restore its newest checkpoint over the variables the ps still
+held, discarding what the other workers trained meanwhile (async) and the steps since
+that checkpoint. Now, whenever its session is created (at its start, and when
+MonitoredSession recreates it after losing a ps), the chief first asks the ps whether
+every global variable is initialised (except for the very first session of a job's first
+attempt, when nobody can have initialised them):
+
+* yes: it joins the live state the way a non-chief worker does (no initialisation, no
+  restore) and logs ``joined the live variables at step N``; nothing is redone;
+* no (a new job, or a ps that lost its variables): it restores the newest checkpoint, or
+  initialises, and logs ``restored checkpoint of step N from PATH``.
+
+In sync mode the token queue on the ps may still hold tokens of the previous chief; they
+are drained before SyncReplicasOptimizer's chief hook puts in one step's tokens, so that
+every step again takes exactly one gradient per token.
+
+``on_session(how, step, lost)`` tells the chief what happened: ``how`` is "joined",
+"restored" or "initialised", ``lost`` the ps tasks whose variables were gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import tensorflow as tf
+
+from tfps import timeouts
+from tfps.cluster.spec import PS, task_name
+from tfps.task.hooks import RestoreLoggingChiefSessionCreator
+
+v1 = tf.compat.v1
+log = logging.getLogger("tfps")
+
+#: Seconds a probe of the ps's variables may take before the chief takes the checkpoint path.
+PROBE_TIMEOUT_MS = 10000
+#: Tokens the drain takes out at most (the queue holds at most a few steps' worth).
+DRAIN_LIMIT = 1024
+
+
+def _ps_of(var_name: str, graph) -> str | None:
+    try:
+        device = graph.get_operation_by_name(var_name).device
+    except (KeyError, ValueError):
+        return None
+    m = re.search(r"/job:ps/(?:replica:\d+/)?task:(\d+)", device or "")
+    return task_name(PS, int(m.group(1))) if m else None
+
+
+class LiveJoiningChiefSessionCreator(RestoreLoggingChiefSessionCreator):
+    """See the module docstring."""
+
+    def __init__(self, *args, global_step=None, token_queue=None, on_session=None, first_attempt=False, **kw):
+        super().__init__(*args, **kw)
+        self._global_step, self._token_queue, self._on_session = global_step, token_queue, on_session
+        # The first session of a job's first chief attempt: nobody can have initialised the
+        # ps's variables before it, so it need not ask (one session and one run fewer at start).
+        self._skip_probe = first_attempt
+        if token_queue is not None:   # built here, in the training graph before it is finalized
+            self._size, self._drain = token_queue.size(), token_queue.dequeue()
+
+    def _uninitialised(self) -> list[str] | None:
+        """Names of the global variables the ps do not hold; None when they do not answer."""
+        # The scaffold's own check of the global variables (and shared resources), which a
+        # non-chief's session runs too: no second copy of it in the graph.
+        probe = self._scaffold.ready_for_local_init_op
+        try:
+            with v1.Session(self._master, config=self._config) as s:
+                names = s.run(probe, options=v1.RunOptions(timeout_in_ms=PROBE_TIMEOUT_MS))
+            return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+        except tf.errors.OpError as e:
+            log.debug("probing the ps's variables failed: %s", e.message.splitlines()[0])
+            return None
+
+    def create_session(self):
+        self._scaffold.finalize()
+        skip, self._skip_probe = self._skip_probe, False
+        missing = None if skip else self._uninitialised()
+        if missing == []:
+            sm = v1.train.SessionManager(
+                local_init_op=self._scaffold.local_init_op, ready_op=self._scaffold.ready_op,
+                ready_for_local_init_op=self._scaffold.ready_for_local_init_op,
+                graph=v1.get_default_graph(), recovery_wait_secs=timeouts.JOIN_POLL_SECS)
+            session = sm.wait_for_session(self._master, config=self._config)
+            step = int(session.run(self._global_step)) if self._global_step is not None else 0
+            log.info("joined the live variables on the ps at step %d (nothing restored)", step)
+            how, lost = "joined", []
+        else:
+            lost = sorted({p for p in (_ps_of(n, v1.get_default_graph()) for n in missing or []) if p})
+            checkpoint = tf.train.latest_checkpoint(self._checkpoint_dir) if self._checkpoint_dir else None
+            session = super().create_session()
+            step = int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0
+            how = "restored" if checkpoint else "initialised"
+        self._drain_tokens(session)
+        if self._on_session is not None:
+            self._on_session(how, step, lost)
+        return session
+
+    def _drain_tokens(self, session) -> None:
+        """Take out the previous chief's sync tokens (the chief hook then puts in fresh ones)."""
+        if self._token_queue is None:
+            return
+        options = v1.RunOptions(timeout_in_ms=PROBE_TIMEOUT_MS)
+        taken = 0
+        try:
+            while taken < DRAIN_LIMIT and int(session.run(self._size, options=options)) > 0:
+                session.run(self._drain, options=options)
+                taken += 1
+        except tf.errors.OpError as e:
+            log.debug("draining the sync token queue stopped: %s", e.message.splitlines()[0])
+        if taken:
+            log.info("took %d stale sync token(s) out of the queue", taken)

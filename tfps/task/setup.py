@@ -1,0 +1,115 @@
+"""What a job trains, resolved and checked before any cluster exists: data schema, model, params.
+
+``tfps local`` builds a JobSetup before it starts a process (so bad data or a bad model
+stops the launch with one line), and every worker builds one before its graph. Pure
+Python and NumPy, except for a Keras model: it is built once, eagerly, to check it against
+the data (tfps.keras_model).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tfps import data as data_mod
+from tfps import demo, keras_model, models
+from tfps.config import DEFAULT_LEARNING_RATE, DEFAULT_OPTIMIZER, RunConfig
+from tfps.errors import ConfigError
+
+
+class JobSetup:
+    """Data schema, model function and params, resolved and validated without a cluster."""
+
+    def __init__(self, cfg: RunConfig, shard: tuple[int, int] | None = None, evaluates: bool = True):
+        """``shard``: (workers, index) of the worker that builds it, which with a list of
+        training files (``--train_data @FILE``) needs only its own files on its host.
+        ``evaluates``: False for a non-chief worker, which never reads the evaluation data
+        (only the chief evaluates), so its host need not hold it."""
+        self.cfg = cfg
+        train, evalg = cfg.train_data, cfg.eval_data
+        if not train:
+            train, evalg = demo.demo_globs(cfg.model)
+            evalg = cfg.eval_data or evalg
+        self.train_glob, self.eval_glob = train, evalg
+        self.schema = data_mod.infer_schema(train, cfg.label_column, cfg.num_classes, "train_data", shard)
+        self.eval_schema = None
+        if evalg and evaluates:
+            self.eval_schema = data_mod.infer_schema(evalg, cfg.label_column, self.schema.num_classes, "eval_data")
+            if self.eval_schema.feature_shape != self.schema.feature_shape:
+                raise ConfigError(f"eval examples have shape {list(self.eval_schema.feature_shape)}, training "
+                                  f"examples {list(self.schema.feature_shape)}", "eval_data")
+        if cfg.model in models.BUILTIN:
+            models.check_shape(cfg.model, self.schema.feature_shape)
+        self.model_fn = models.resolve(cfg.model)
+        self.params = models.ModelParams(self.schema.feature_shape, self.schema.num_classes,
+                                         tuple(cfg.hidden), cfg.learning_rate or 0.0, cfg.seed)
+        if isinstance(self.model_fn, keras_model.KerasBuilder):   # a Keras model: checked against the data now
+            self.model_fn = keras_model.bind(self.model_fn, self.schema, self.params, self.eval_schema)
+        self.optimizer, self.learning_rate, self.optimizer_note = choose_optimizer(cfg, self.model_fn)
+        self.params = dataclasses.replace(self.params, learning_rate=self.learning_rate)
+
+    def batch_bytes(self) -> int:
+        """A lower bound of the memory one worker's training step needs for its batch.
+
+        Each example's features are held at least three times (the decoded batch, the
+        input of the first layer, its gradient), each hidden layer's activations and their
+        gradients twice more, and the output twice: 4 bytes each. A Keras model or a
+        convolution needs more, never less, so a batch refused by this bound could never run.
+        """
+        width = 1
+        for d in self.schema.feature_shape:
+            width *= int(d)
+        hidden = sum(self.cfg.hidden) if self.cfg.model in ("mlp", "cnn") else 0
+        per_example = 4 * (3 * width + 4 * hidden + 2 * max(self.schema.num_classes, 1))
+        return self.cfg.batch_size * per_example
+
+    def check_batch_fits(self, workers_here: int, available: int | None = None) -> None:
+        """Refuse a --batch_size whose batches alone cannot fit this host's memory."""
+        available = host_available_memory() if available is None else available
+        need = self.batch_bytes() * max(workers_here, 1)
+        if available and need > available:
+            per = self.batch_bytes()
+            fits = max(1, int(self.cfg.batch_size * available / need))
+            raise ConfigError(f"{self.cfg.batch_size} examples per step need at least {per / 2**30:.1f} GiB per "
+                              f"worker ({workers_here} worker(s) on this host), and the host has "
+                              f"{available / 2**30:.1f} GiB available; use a much smaller --batch_size (even this lower "
+                              f"bound allows at most {fits})",
+                              "batch_size")
+
+    def identity(self) -> dict:
+        c = self.cfg
+        return {"run_name": c.name, "model": c.model, "feature_shape": list(self.schema.feature_shape),
+                "num_classes": self.schema.num_classes, "hidden_units": c.hidden_units}
+
+
+def host_available_memory() -> int:
+    """Bytes of memory this host can still give (MemAvailable), or 0 when unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _pick(flag_value, flag: str, model_value, default):
+    """An explicit flag wins, then the Keras model's compile(), then tfps's default."""
+    if flag_value:
+        return flag_value, flag
+    if model_value:
+        return model_value, "the model's compile()"
+    return default, "tfps default"
+
+
+def choose_optimizer(cfg, model_fn) -> tuple[str, float, str]:
+    """(optimizer, learning rate, where each came from): an explicit flag wins, then the
+    Keras model's compile(), then tfps's defaults."""
+    info = getattr(model_fn, "info", None)
+    opt, opt_src = _pick(cfg.optimizer, "--optimizer", getattr(info, "optimizer", None), DEFAULT_OPTIMIZER)
+    lr, lr_src = _pick(cfg.learning_rate, "--learning_rate", getattr(info, "learning_rate", None),
+                       DEFAULT_LEARNING_RATE)
+    note = f"optimizer {opt} ({opt_src}), learning_rate {lr:g} ({lr_src})"
+    if info is not None and info.optimizer_note and not (cfg.optimizer and cfg.learning_rate):
+        note += info.optimizer_note
+    return opt, float(lr), note

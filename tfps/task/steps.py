@@ -1,0 +1,210 @@
+"""Several training steps per ``session.run`` (async training), as TPU iterations_per_loop.
+
+In a ps cluster every ``session.run`` costs more than the step itself: the Python hooks,
+the master's call to each partition (this worker and every ps), the fetches. An async
+worker therefore runs a ``tf.while_loop`` of up to K steps per call: each iteration takes
+the next batch, computes the gradients and applies them on the ps exactly as a single
+step does, so the training is the same, step for step.
+
+K is fed to the loop at every call (``StepsPerRunHook``): the first run is one step (the
+"first training step" that start-up is measured by), then K doubles until a run takes
+about ``timeouts.STEPS_PER_RUN_SECS``, never more than ``--log_steps``. Between two runs
+the hooks do what they did between two steps, so a stop signal or the chief's stop flag
+is honoured within one run (about as often as the flag is read anyway), and the loop ends
+at the last step itself, not K steps later. Like any async job, workers that start a step
+at the same moment may each finish it, so the job can end a step or two (fewer than the
+number of workers) past ``--train_steps``.
+
+Sync training (SyncReplicasOptimizer, whose token queue and hook work per step) keeps one
+step per run.
+
+Each step also moves as few tensors between the worker and the ps as the algorithm
+allows. A transfer costs both processes CPU time (a gRPC call and several thread
+hand-offs), far more than the bytes of a small model: on 2 cores, the 19 transfers of an
+async CNN step were most of its time. Now an async step makes 5 (with one ps):
+
+* ``with_packed_reads``: the variable values a step reads from each ps come as one tensor,
+  joined on the ps and split again on the worker (one transfer per ps instead of one per
+  read; the sync step uses it too);
+* ``apply_packed`` sends a step's dense gradients to each ps as one tensor, split there
+  again before the update, and makes the optimizer's constants (learning rate, Adam's
+  betas and epsilon) on the ps that applies it instead of sending them every step;
+* the loop's condition tests the global step read on the ps right after this worker's
+  previous update (one read, which also carries the "update applied" dependency back),
+  instead of a read of its own before every step;
+* the loop's own control (its condition to the ps, the ps's "next iteration" back).
+"""
+
+from __future__ import annotations
+
+import time
+
+import tensorflow as tf
+
+from tfps import timeouts
+
+v1 = tf.compat.v1
+
+#: Tensors of at most this many float32 values (1 MiB) are packed. A transfer's own cost
+#: is that of a small tensor's bytes many times over; a larger tensor travels alone rather
+#: than be copied into and out of a joined one every step.
+PACK_MAX_ELEMENTS = 1 << 18
+
+
+def step_loop(step_fn, global_step, last_step: int):
+    """Build the loop. ``step_fn()`` builds one step and returns (train_op, loss, metrics).
+
+    Returns (train_op, steps, loss, metrics, bound): ``train_op`` runs ``bound`` steps (at
+    most; fewer at ``last_step``), ``steps`` is how many it ran, ``loss`` and ``metrics``
+    are those of its last step, ``bound`` the placeholder (default 1) that sets K.
+    """
+    bound = v1.placeholder_with_default(tf.constant(1, tf.int32), [], name="steps_per_run")
+    keys: list[str] = []
+
+    def cond(i, step, _values):
+        return tf.logical_and(i < bound, step < last_step)
+
+    def body(i, _step, _values):
+        train_op, loss, metrics = step_fn()
+        keys.extend(metrics)
+        with v1.control_dependencies([train_op]), tf.device(global_step.device):
+            # The global step after this update: the next condition needs no read of its own.
+            step = tf.identity(global_step.read_value())
+        # Loss and metrics leave the loop as one float32 vector (their count is only
+        # known once the model is built, inside the loop).
+        values = tf.stack([tf.cast(loss, tf.float32)] + [tf.cast(metrics[k], tf.float32) for k in keys])
+        return i + 1, step, values
+
+    steps, _, values = v1.while_loop(
+        cond, body, [tf.constant(0), global_step.read_value(), tf.zeros([0], tf.float32)],
+        shape_invariants=[tf.TensorShape([]), tf.TensorShape([]), tf.TensorShape([None])],
+        parallel_iterations=1, back_prop=False, name="train_steps")
+    # A run that starts at the last step (another worker took it) runs no step and has no
+    # loss: zeros, which ProgressHook skips (it sees ``steps`` 0).
+    values = tf.cond(steps > 0, lambda: values, lambda: tf.zeros([len(keys) + 1], tf.float32))
+    values.set_shape([len(keys) + 1])
+    loss = values[0]
+    metrics = {k: values[j + 1] for j, k in enumerate(keys)}
+    return steps.op, steps, loss, metrics, bound
+
+
+def apply_packed(opt, loss, global_step, worker_device: str):
+    """``opt.minimize(loss, global_step)`` with each ps's dense gradients sent as one tensor.
+
+    The gradients of the variables on one ps (float32, dense) are flattened and joined on
+    the worker, the joined tensor is split again on that ps, and the optimizer applies the
+    parts there, exactly as ``minimize`` would: same gradients, same update. Sparse
+    gradients (``IndexedSlices``), other dtypes, variables larger than
+    ``PACK_MAX_ELEMENTS`` and variables without a gradient keep their own path. The
+    optimizer's own tensors (its constants, the global step's increment) are made on the
+    global step's ps (the one ps of most jobs), so that no step sends them there.
+    """
+    pairs = opt.compute_gradients(loss)
+    by_ps: dict[str, list] = {}
+    kept = []
+    for g, v in pairs:
+        if isinstance(g, tf.Tensor) and _packable(g.dtype, v.shape):
+            by_ps.setdefault(v.device, []).append((g, v))
+        else:
+            kept.append((g, v))
+    for device, group in by_ps.items():
+        if len(group) == 1:
+            kept.extend(group)
+            continue
+        parts = _send_joined([g for g, _ in group], [v.shape for _, v in group], worker_device, device)
+        kept.extend((p, v) for p, (_, v) in zip(parts, group))
+    with tf.device(global_step.device):
+        return opt.apply_gradients(kept, global_step=global_step)
+
+
+def _packable(dtype, shape) -> bool:
+    return dtype == tf.float32 and shape.is_fully_defined() and shape.num_elements() <= PACK_MAX_ELEMENTS
+
+
+def _send_joined(tensors, shapes, from_device: str, to_device: str) -> list:
+    """``tensors`` as one transfer: flattened and joined on ``from_device``, split there
+    again on ``to_device`` and given back their ``shapes``."""
+    with tf.device(from_device):
+        joined = tf.concat([tf.reshape(t, [-1]) for t in tensors], 0)
+    with tf.device(to_device):
+        parts = tf.split(joined, [shape.num_elements() for shape in shapes])
+        return [tf.reshape(part, shape) for part, shape in zip(parts, shapes)]
+
+
+def _task_of(device: str) -> tuple:
+    spec = tf.DeviceSpec.from_string(device or "")
+    return spec.job, spec.replica or 0, spec.task or 0
+
+
+def _variable_device(read) -> str:
+    """Where a ReadVariableOp runs: its own device, else (in a loop body, where the read is
+    placed next to its variable at run time) the device of the variable it was passed."""
+    if read.device:
+        return read.device
+    captured = {inner.ref(): outer for outer, inner in getattr(read.graph, "captures", ())}
+    outer = captured.get(read.inputs[0].ref())
+    return outer.device if outer is not None else ""
+
+
+def with_packed_reads(step_fn, worker_device: str):
+    """``step_fn`` (which builds one step), with the reads of the step it builds packed."""
+    def step():
+        graph = v1.get_default_graph()   # inside the loop: the loop body's graph
+        first = len(graph.get_operations())
+        built = step_fn()
+        pack_reads(graph.get_operations()[first:], worker_device)
+        return built
+    return step
+
+
+def pack_reads(ops, worker_device: str) -> None:
+    """Send the variable values a step reads from each ps as one tensor instead of one per read.
+
+    ``ops`` are the ops a step built. Every float32 variable read that runs on a ps and is
+    used on ``worker_device`` (the forward and backward pass) is rewired: the ps flattens
+    and joins its reads into one tensor, the worker splits it again, and the users of each
+    read take their part, the same values. A read that waits for something (a control
+    input, e.g. after an update) or is larger than ``PACK_MAX_ELEMENTS`` keeps its own
+    transfer. TensorFlow has no public way to change the input of a built op; without its
+    internal one (``Operation._update_input``), nothing is packed.
+    """
+    if not hasattr(tf.Operation, "_update_input"):
+        return
+    worker = _task_of(worker_device)
+    by_ps: dict[str, list] = {}
+    for op in ops:
+        if (op.type != "ReadVariableOp" or op.control_inputs or op.inputs[0].op.inputs
+                or not _packable(op.outputs[0].dtype, op.outputs[0].shape)):
+            continue
+        device = _variable_device(op)
+        if _task_of(device)[0] != "ps":
+            continue
+        users = [c for c in op.outputs[0].consumers() if _task_of(c.device) == worker]
+        if users:
+            by_ps.setdefault(device, []).append((op.outputs[0], users))
+    for device, reads in by_ps.items():
+        if len(reads) < 2:
+            continue
+        parts = _send_joined([t for t, _ in reads], [t.shape for t, _ in reads], device, worker_device)
+        for value, (t, users) in zip(parts, reads):
+            for user in users:
+                for j, x in enumerate(user.inputs):
+                    if x is t:
+                        user._update_input(j, value)   # noqa: SLF001
+
+
+class StepsPerRunHook(v1.train.SessionRunHook):
+    """Feeds K, the steps of the next run: 1, then doubling up to about ``target_secs`` a run."""
+
+    def __init__(self, bound, max_steps: int, target_secs: float = timeouts.STEPS_PER_RUN_SECS):
+        self.bound, self.max_steps, self.target_secs = bound, max(1, max_steps), target_secs
+        self.k = 1
+        self.t0 = 0.0
+
+    def before_run(self, run_context):
+        self.t0 = time.monotonic()
+        return v1.train.SessionRunArgs(None, feed_dict={self.bound: self.k})
+
+    def after_run(self, run_context, run_values):
+        per_step = max(time.monotonic() - self.t0, 1e-6) / self.k
+        self.k = int(max(1, min(self.max_steps, 2 * self.k, self.target_secs / per_step)))

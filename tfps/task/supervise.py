@@ -1,0 +1,90 @@
+"""``tfps run --restarts N``: the task process, started again when a signal kills it.
+
+A container or launcher around ``tfps run`` sees one process that lives on while the task
+inside it is killed (the OOM killer, a crash) and restarted, up to N times. The task's
+own exit codes are its verdict and pass through; only deaths by a signal nobody sent
+through this process count.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from tfps import timeouts
+from tfps.exitcodes import ExitCode
+from tfps.outcome.journal import RESTART_CAUSE_ENV, RESTART_SIGNAL_ENV, signal_cause
+
+log = logging.getLogger("tfps")
+
+#: Set in the environment of a task process that a supervising ``tfps run --restarts`` started.
+SUPERVISED_ENV = "TFPS_SUPERVISED"
+#: A directory that outlives each task process of one supervised run (and is removed after
+#: it): what a process learnt that its successor needs, e.g. which workers a ps saw finish.
+STATE_DIR_ENV = "TFPS_TASK_STATE_DIR"
+
+
+def _exit_code(rc: int) -> ExitCode | int:
+    """The task's exit code as an ExitCode; 128+N (as a shell reports it) for death by signal N."""
+    if rc < 0:
+        return 128 - rc
+    try:
+        return ExitCode(rc)
+    except ValueError:
+        return rc
+
+
+def supervise(argv: list[str], restarts: int, name: str) -> ExitCode | int:
+    """Run ``tfps <argv>`` as a child and start it again when a signal kills it.
+
+    Only deaths by a signal nobody sent through this process count (SIGKILL from the OOM
+    killer, SIGSEGV, ...): an exit code is the task's own verdict (1 failed, 2 bad input,
+    130 stopped) and is returned as it is. SIGTERM and SIGINT are passed on to the task,
+    which then saves and exits as usual; nothing is restarted after them.
+    """
+    state_dir = tempfile.mkdtemp(prefix=f"tfps-{name}-")
+    try:
+        return _supervise(argv, restarts, name, {**os.environ, SUPERVISED_ENV: "1", STATE_DIR_ENV: state_dir})
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _supervise(argv: list[str], restarts: int, name: str, env: dict[str, str]) -> ExitCode | int:
+    cmd = [sys.executable, "-m", "tfps", *argv]
+    state = {"child": None, "stopping": False}
+
+    def forward(signum, _frame):
+        state["stopping"] = True
+        if state["child"] is not None and state["child"].poll() is None:
+            state["child"].send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    attempt = 0
+    while True:
+        state["child"] = subprocess.Popen(cmd, env=env)
+        while True:
+            try:
+                rc = state["child"].wait()
+                break
+            except InterruptedError:
+                continue
+        if rc >= 0 or state["stopping"] or attempt >= restarts:
+            if rc < 0:
+                log.error("%s: the task process was killed by %s; not restarting it (%s)", name,
+                          signal.Signals(-rc).name, "stop requested" if state["stopping"] else
+                          f"{restarts} restart(s) used")
+            return _exit_code(rc)
+        attempt += 1
+        # The next process tells the job's story (tfps.outcome.journal): why this one ended.
+        env[RESTART_CAUSE_ENV] = signal_cause(-rc)
+        env[RESTART_SIGNAL_ENV] = str(-rc)
+        log.warning("%s: the task process was killed by %s; starting it again (%d/%d)", name,
+                    signal.Signals(-rc).name, attempt, restarts)
+        time.sleep(timeouts.RESTART_DELAY_SECS)

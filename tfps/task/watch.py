@@ -1,0 +1,238 @@
+"""The chief's watch over a running job: stalls, progress messages, workers that came back.
+
+A thread of the chief reads every worker's board on ps 0 (tfps.task.board) every
+``POLL_SECS`` with a session of its own, so that nothing here ever waits inside a training
+step. From what it reads it
+
+* sends one "stalled" message when a worker, or the whole job, has made no progress for
+  ``--stall_timeout`` seconds (one per stall), and says in the next message when it resumed;
+* sends a "progress" message at most every ``--notify_every`` seconds;
+* notices a worker whose process was started again (its board names a new start) and adds
+  it to the job's story (tfps.outcome.journal);
+* keeps per-worker figures (steps trained, examples/s) for results.json.
+
+Messages are sent from this thread (bounded in time by the Notifier), never from the
+training loop; the chief stops the thread before its final message, so that no progress
+message follows the final one. A stall never fails the job: ``--sync_timeout`` and
+``--startup_timeout`` bound failures.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from tfps.cluster.spec import WORKER, task_name
+from tfps.outcome import journal, results
+
+log = logging.getLogger("tfps")
+
+#: Seconds between two reads of the boards.
+POLL_SECS = 2.0
+READ_TIMEOUT_MS = 5000
+#: The global steps/s behind the ETA are measured over this many seconds.
+RATE_WINDOW_SECS = 60.0
+
+
+class _Worker:
+    """What the chief knows of one worker's progress."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.started: float | None = None       # start (wall) of its current process
+        self.steps_before = 0                    # steps of its earlier processes
+        self.local_steps = 0
+        self.global_step = 0
+        self.changed_at = time.monotonic()       # the chief's clock: when its steps last moved
+        self.changed_wall = time.time()
+        self.rate_from: tuple[float, int] | None = None
+        self.rate = 0.0                          # steps/s of its current process
+        self.stalled_since: float | None = None  # wall time, while a stall is open
+
+    @property
+    def steps(self) -> int:
+        return self.steps_before + self.local_steps
+
+
+class JobWatch:
+    """The chief's watch thread (see the module docstring)."""
+
+    def __init__(self, chief, server, graph, board, global_step, reporter):
+        self.chief, self.server, self.graph, self.board = chief, server, graph, board
+        self.step_tensor = global_step
+        self.reporter = reporter
+        cfg = chief.cfg
+        self.stall_timeout = cfg.stall_timeout
+        self.notify_every = cfg.notify_every
+        self.batch_size, self.train_steps = cfg.batch_size, cfg.train_steps
+        self.workers = [_Worker(task_name(WORKER, i)) for i in range(chief.task.num_workers)]
+        self.job_step, self.job_changed_at, self.job_changed_wall = 0, time.monotonic(), time.time()
+        self.job_stalled_since: float | None = None
+        self.stalls: list[dict] = []      # every stall, for results.json
+        self.pending: list[str] = []      # "resumed" lines for the next message
+        self.last_progress = time.monotonic()
+        self.samples: list[tuple[float, int]] = []   # (time, global step) of the last RATE_WINDOW_SECS
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tfps-watch", daemon=True)
+
+    # ------------------------------------------------------------------ control
+    def start(self) -> "JobWatch":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float) -> None:
+        """End the thread; a message being sent finishes first (the Notifier bounds it)."""
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        import tensorflow as tf
+        from tfps.task.lifecycle import session_config
+        v1 = tf.compat.v1
+        try:
+            with v1.Session(self.server.target, graph=self.graph,
+                            config=session_config(self.chief.task, self.chief.cfg)) as sess:
+                options = v1.RunOptions(timeout_in_ms=READ_TIMEOUT_MS)
+                while not self._stop.wait(POLL_SECS):
+                    self.observe(self._read(sess, options), time.monotonic(), time.time(),
+                                 self._read_step(sess, options))
+                # The final figures: the boards as the workers' last steps left them.
+                self._update_all(self._read(sess, options), time.monotonic(), time.time())
+        except Exception as e:  # noqa: BLE001 - the watch never ends the job
+            log.warning("chief: the job watch stopped: %s: %s", type(e).__name__, e)
+
+    def _read(self, sess, options) -> list:
+        import tensorflow as tf
+        boards = []
+        for read in self.board.read:
+            try:
+                boards.append([float(x) for x in sess.run(read, options=options)])
+            except tf.errors.OpError:
+                boards.append(None)   # not written yet, or ps 0 away
+        return boards
+
+    def _read_step(self, sess, options) -> int:
+        import tensorflow as tf
+        try:
+            return int(sess.run(self.step_tensor, options=options))
+        except tf.errors.OpError:
+            return 0
+
+    # ------------------------------------------------------------------ one look
+    def _update_all(self, boards: list, now: float, wall: float) -> None:
+        for w, b in zip(self.workers, boards):
+            if b is not None:
+                self._update(w, b, now, wall)
+
+    def observe(self, boards: list, now: float, wall: float, global_step: int = 0) -> None:
+        self._update_all(boards, now, wall)
+        step = max([global_step, self.chief.last_seen_step] + [w.global_step for w in self.workers])
+        if step != self.job_step or not any(w.started is not None for w in self.workers):
+            # Before the first board the job is starting (--startup_timeout bounds that), not stalled.
+            self.job_step, self.job_changed_at, self.job_changed_wall = step, now, wall
+        self.samples = [x for x in self.samples if now - x[0] <= RATE_WINDOW_SECS][-100:] + [(now, step)]
+        self._check_stalls(now, wall)
+        if self.notify_every and now - self.last_progress >= self.notify_every:
+            self.last_progress = now
+            self._send("progress", self.progress(now, wall))
+
+    def _update(self, w: _Worker, b: list, now: float, wall: float) -> None:
+        local_steps, global_step, started, sig = int(b[0]), int(b[1]), b[2], int(b[3])
+        if w.started is not None and abs(started - w.started) > 1e-3:
+            # A new process of this worker: its predecessor failed and it came back (the
+            # chief's own restarts are in the journal: its first look finds its predecessor's board).
+            w.steps_before += w.local_steps
+            w.local_steps, w.rate_from = 0, None
+            if w.name != self.chief.task.name:
+                cause = journal.signal_cause(sig) if sig else "restarted (cause unknown)"
+                log.warning("chief: %s was started again (%s); it rejoined at global step %d", w.name, cause,
+                            global_step)
+                self.chief.story.restart(w.name, cause, started, global_step, 0)
+        w.started = started
+        if local_steps != w.local_steps or w.rate_from is None:
+            if w.rate_from is None:
+                w.rate_from = (now, local_steps)
+            elif now > w.rate_from[0]:
+                w.rate = (local_steps - w.rate_from[1]) / (now - w.rate_from[0])
+            w.local_steps, w.global_step = local_steps, max(global_step, w.global_step)
+            w.changed_at, w.changed_wall = now, wall
+            if w.stalled_since is not None:
+                self._resumed(w.name, w.stalled_since, wall, w.global_step)
+                w.stalled_since = None
+
+    def _resumed(self, name: str, since: float, wall: float, step: int) -> None:
+        line = f"{name} resumed at step {step} after {wall - since:.0f} s without progress"
+        log.info("chief: %s", line)
+        self.pending.append(line)
+        for s in self.stalls:
+            if s["task"] == name and s.get("resumed_at") is None:
+                s["resumed_at"] = journal.iso(wall)
+
+    def _check_stalls(self, now: float, wall: float) -> None:
+        if not self.stall_timeout or self.job_step >= self.train_steps or self.chief.stop.requested:
+            return
+        new = []
+        for w in self.workers:
+            if w.started is not None and w.stalled_since is None and now - w.changed_at >= self.stall_timeout:
+                w.stalled_since = w.changed_wall
+                new.append({"task": w.name, "last_step": w.global_step, "since": journal.iso(w.changed_wall)})
+        if self.job_stalled_since is None and now - self.job_changed_at >= self.stall_timeout:
+            self.job_stalled_since = self.job_changed_wall
+            new.append({"task": "the job", "last_step": self.job_step, "since": journal.iso(self.job_changed_wall)})
+        elif self.job_stalled_since is not None and now - self.job_changed_at < self.stall_timeout:
+            self._resumed("the job", self.job_stalled_since, wall, self.job_step)
+            self.job_stalled_since = None
+        if new:
+            self.stalls += new
+            names = ", ".join(f"{s['task']} (at step {s['last_step']} since {s['since']})" for s in new)
+            log.warning("chief: no progress for %.0f s (--stall_timeout): %s", self.stall_timeout, names)
+            self._send("stalled", {**self.progress(now, wall), "stalled": new,
+                                   "stall_timeout": self.stall_timeout})
+
+    # ------------------------------------------------------------------ figures
+    def per_worker(self) -> dict:
+        """results.json's ``workers``: steps trained and examples/s of each worker."""
+        return {w.name: {"steps": w.steps, "examples_per_sec": round(w.rate * self.batch_size, 1)}
+                for w in self.workers if w.started is not None}
+
+    def progress(self, now: float, wall: float) -> dict:
+        res = {**self.reporter.base(), "status": "running", "global_step": self.job_step,
+               "started_at": journal.iso(self.chief.story.first_start()),
+               "duration_s": round(wall - self.chief.story.first_start(), 3)}
+        publisher = self.chief.publisher   # created with the chief's session
+        latest = dict(publisher.latest) if publisher is not None else {}
+        loss = latest.pop("loss", None)
+        if loss is not None:
+            res["loss"] = float(loss)
+        res["metrics"] = {k: float(v) for k, v in latest.items()}
+        res["examples_per_sec"] = round(sum(w.rate for w in self.workers) * self.batch_size, 1)
+        t0, s0 = self.samples[0] if self.samples else (now, self.job_step)
+        if now > t0 and self.job_step > s0:
+            rate = (self.job_step - s0) / (now - t0)
+            res["eta_s"] = round(max(self.train_steps - self.job_step, 0) / rate, 1)
+        res["workers"] = self.per_worker()
+        stalled = [w.name for w in self.workers if w.stalled_since is not None]
+        if stalled:
+            res["stalled_tasks"] = stalled
+        return res
+
+    def summary(self) -> dict:
+        """What the final report adds: per-worker figures, the stalls, resumptions not yet told."""
+        out = {"workers": self.per_worker()}
+        if self.stalls:
+            out["stalls"] = self.stalls
+        lines = self.take_pending()
+        if lines:
+            out["resumed"] = lines
+        return out
+
+    def take_pending(self) -> list[str]:
+        out, self.pending = self.pending, []
+        return out
+
+    def _send(self, event: str, res: dict) -> None:
+        lines = self.take_pending()
+        if lines:
+            res["resumed"] = lines
+        self.reporter.send_event(event, res)

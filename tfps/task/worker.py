@@ -1,0 +1,326 @@
+"""A worker task: build the graph, train under MonitoredSession, tell the ps it is done.
+
+``Worker`` is a non-chief worker and the base of ``tfps.task.chief.Chief``, which adds
+checkpoints, the export and the report. What matters here is how a worker joins and
+leaves:
+
+* Non-chief workers poll for the chief's initialisation every ``timeouts.JOIN_POLL_SECS``
+  instead of the 30 s that ``MonitoredTrainingSession`` hard-codes, so they join about a
+  second after the chief.
+* SIGTERM requests a stop between steps; the chief then raises a cluster-wide stop flag
+  (a variable on ps 0) that every worker reads every ``timeouts.FLAG_READ_SECS``, so the
+  whole job winds down.
+* A worker that cannot train (bad input, a model that raises) still sends its "done"
+  token, so the ps is not left waiting; a startup watchdog ends a worker that has not
+  trained a step within ``--startup_timeout`` (tfps.task.watchdog).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+
+from tfps import data as data_mod
+from tfps import timeouts
+from tfps.config import RunConfig
+from tfps.errors import ConfigError
+from tfps.exitcodes import ExitCode
+from tfps.outcome import results
+from tfps.task.board import Board, publish_hook
+from tfps.task.lifecycle import (StopSignal, abandon_rpc, cluster_spec, done_queue, rpc_abandoned, session_config,
+                                    start_server, stop_flag, write_health)
+from tfps.task.setup import JobSetup
+from tfps.task.watchdog import StartupWatchdog
+
+log = logging.getLogger("tfps")
+
+
+def _optimizer(setup: JobSetup):
+    """The optimizer the setup chose (an explicit flag, else a Keras model's compile(), else the default)."""
+    import tensorflow as tf
+    t = tf.compat.v1.train
+    return {"sgd": t.GradientDescentOptimizer, "adam": t.AdamOptimizer,
+            "adagrad": t.AdagradOptimizer}[setup.optimizer](setup.learning_rate)
+
+
+class ChiefGaveUp(Exception):
+    """A non-chief stopped waiting for the chief: the chief gave up, or a stop was asked for."""
+
+
+class Worker:
+    """One non-chief worker task from start to exit code (the base of ``Chief``)."""
+
+    def __init__(self, task, cfg: RunConfig, stop: StopSignal, started_wall: float | None = None):
+        self.task, self.cfg, self.stop = task, cfg, stop
+        self.started_wall = started_wall or time.time()
+        self.started_iso = results.now_iso()
+        self.first_step_at: float | None = None
+        self.trained_at: float | None = None   # when the last step of this task ended
+        self.last_seen_step = 0
+        self.local_steps = 0                  # steps this process trained (ProgressHook counts them)
+        self.setup: JobSetup | None = None
+        self.claimed = False   # this chief owns model_dir (results.json may be written there)
+        self.watchdog = StartupWatchdog(self)
+
+    # ------------------------------------------------------------ what the chief overrides
+    def report_untrained_failure(self, error: Exception, code: ExitCode, write_results: bool,
+                                 lost_tasks: list[str] | None = None) -> None:
+        """Only the chief reports a job (``Chief.report_untrained_failure``); a worker has nothing to say."""
+
+    def _prepare(self, setup: JobSetup) -> None:
+        """Before the graph is built (the chief claims model_dir here)."""
+
+    def _role_hooks(self, server, scaffold) -> tuple[list, object]:
+        """(extra hooks, session creator) of this task's MonitoredSession."""
+        from tfps.task.hooks import FastWorkerSessionCreator
+        return [publish_hook(self.ops["board"], self)], FastWorkerSessionCreator(
+            scaffold=scaffold, master=server.target, config=session_config(self.task, self.cfg),
+            wait_for_chief=self._wait_for_chief)
+
+    def _run_trained(self, setup: JobSetup, server, graph, ops) -> ExitCode:
+        return self._run_worker(server, graph, ops)
+
+    # ------------------------------------------------------------------ graph
+    def build(self, setup: JobSetup):
+        import tensorflow as tf
+        from tfps.task import steps as steps_mod
+        v1 = tf.compat.v1
+        cfg, task = self.cfg, self.task
+        g = tf.Graph()
+        ops = {}
+        with g.as_default():
+            v1.set_random_seed(cfg.seed)
+            worker_device = f"/job:worker/task:{task.index}"
+            with v1.device(v1.train.replica_device_setter(worker_device=worker_device,
+                                                         cluster=cluster_spec(task))):
+                global_step = v1.train.get_or_create_global_step()
+                with v1.device(worker_device + "/cpu:0"):
+                    if cfg.train_data and cfg.train_data.startswith(data_mod.LIST_PREFIX):
+                        own = data_mod.shard_files(setup.schema.files, task.num_workers, task.index)
+                        log.info("%s: reads %d of the %d listed training files: %s", task.name, len(own),
+                                 len(setup.schema.files), " ".join(os.path.basename(f) for f in own))
+                    ds = data_mod.make_dataset(setup.schema, cfg.label_column, cfg.batch_size,
+                                               num_shards=task.num_workers, shard_index=task.index,
+                                               train=True, seed=cfg.seed)
+                    batches = v1.data.make_one_shot_iterator(ds)
+                log.info("%s: %s", task.name, setup.optimizer_note)
+                opt = _optimizer(setup)
+                if cfg.sync_replicas:
+                    opt = v1.train.SyncReplicasOptimizer(
+                        opt, replicas_to_aggregate=cfg.replicas_to_aggregate or task.num_workers,
+                        total_num_replicas=task.num_workers)
+
+                def step():
+                    with v1.device(worker_device + "/cpu:0"):
+                        features, labels = batches.get_next()
+                    spec = setup.model_fn(features, labels, "train", setup.params)
+                    if spec.loss is None:
+                        raise ConfigError(f"{cfg.model} returned no loss in train mode", "model")
+                    with v1.control_dependencies(spec.update_ops):   # e.g. BatchNormalization's moving statistics
+                        if cfg.sync_replicas:
+                            return opt.minimize(spec.loss, global_step=global_step), spec.loss, spec.metrics
+                        return (steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0"),
+                                spec.loss, spec.metrics)
+                step = steps_mod.with_packed_reads(step, worker_device + "/cpu:0")
+                if cfg.sync_replicas:
+                    train_op, loss, metrics = step()
+                    ops["steps"] = ops["steps_per_run"] = None
+                else:   # several steps per session.run (tfps.task.steps)
+                    train_op, ops["steps"], loss, metrics, ops["steps_per_run"] = steps_mod.step_loop(
+                        step, global_step, cfg.train_steps)
+                ops["release_tokens"] = opt.get_init_tokens_op(task.num_workers) if cfg.sync_replicas else None
+                ops["token_queue"] = getattr(opt, "_sync_token_queue", None) if cfg.sync_replicas else None
+                ops["sync_hook"] = opt.make_session_run_hook(task.is_chief) if cfg.sync_replicas else None
+            flag = stop_flag()
+            ops["flag"], ops["raise_flag"] = flag, flag.assign(True)
+            ops["board"] = Board(task.num_workers, task.index, global_step)
+            v1.summary.scalar("loss", loss)
+            for k, t in metrics.items():
+                v1.summary.scalar(k, t)
+            ops["done"] = [done_queue(j, task.num_workers).enqueue(task.index) for j in range(task.num_ps)]
+            ops.update(train_op=train_op, global_step=global_step, loss=loss, metrics=metrics)
+        return g, ops
+
+    # -------------------------------------------------------------- run
+    def run(self) -> ExitCode:
+        task, cfg = self.task, self.cfg
+        server = start_server(task, cfg)
+        write_health(task)
+        self.watchdog.start()
+        try:
+            return self._run(server)
+        finally:
+            self.watchdog.disarm()
+
+    def _run(self, server) -> ExitCode:
+        task, cfg = self.task, self.cfg
+        try:
+            # Bad input found here on the chief (data, model, a model_dir of another job)
+            # must still end the whole job: the other tasks are already waiting for it.
+            setup = self.setup = JobSetup(cfg, shard=(task.num_workers, task.index), evaluates=task.is_chief)
+            setup.check_batch_fits(task.neighbours()[1])
+            self._prepare(setup)
+            graph, ops = self.build(setup)
+        except ConfigError as e:
+            print(f"tfps: error: {e}", file=sys.stderr, flush=True)
+            return self._abort(server, e, ExitCode.BAD_CONFIG)
+        except Exception as e:  # noqa: BLE001 - a model that raises still ends the job cleanly
+            log.error("%s: building the training graph failed: %s: %s", task.name, type(e).__name__, e)
+            return self._abort(server, e, ExitCode.TRAINING_FAILED)
+        return self._run_trained(setup, server, graph, ops)
+
+    def _session(self, server, graph, hooks):
+        import tensorflow as tf
+        from tfps.task import steps as steps_mod
+        from tfps.task.hooks import ProgressHook, StopFlagHook
+        v1 = tf.compat.v1
+        cfg, task = self.cfg, self.task
+        scaffold = v1.train.Scaffold(saver=v1.train.Saver(sharded=False, max_to_keep=5, save_relative_paths=True))
+        steps = {} if self.ops["steps"] is None else {"steps": self.ops["steps"]}
+        progress = ProgressHook(self, {"global_step": self.ops["global_step"], "loss": self.ops["loss"],
+                                       **self.ops["metrics"], **steps},
+                                cfg.log_steps, cfg.batch_size, cfg.train_steps, task.is_chief, cfg.model_dir, task.name)
+        all_hooks = [v1.train.StopAtStepHook(last_step=cfg.train_steps),
+                     StopFlagHook(self.ops["flag"], self.ops["raise_flag"], self.stop, task.is_chief),
+                     progress] + hooks
+        if self.ops["steps_per_run"] is not None:
+            all_hooks.append(steps_mod.StepsPerRunHook(self.ops["steps_per_run"], cfg.log_steps))
+        if self.ops["sync_hook"] is not None:
+            all_hooks.append(self.ops["sync_hook"])
+        role_hooks, creator = self._role_hooks(server, scaffold)
+        all_hooks += role_hooks
+        return v1.train.MonitoredSession(session_creator=creator, hooks=all_hooks,
+                                         stop_grace_period_secs=timeouts.SESSION_CLOSE_GRACE_SECS), progress
+
+    def _train(self, server, graph):
+        try:
+            with graph.as_default():
+                sess, progress = self._session(server, graph, [])
+                with sess:
+                    while not sess.should_stop():
+                        sess.run(self.ops["train_op"])
+                    # Training ends with the last step; closing the session (the final
+                    # checkpoint, the teardown of the session) is part of the final save.
+                    self.trained_at = time.time()
+            return progress
+        finally:
+            # A job restored at its last step trains none; its final save is not start-up.
+            self.watchdog.disarm()
+
+    def _end_rpc(self, server, graph, fetches, what: str) -> bool:
+        """One last RPC to the ps (a done token, the stop flag), bounded as a whole.
+
+        The ps may be gone already. The run has its own timeout, but TensorFlow waits for
+        the session's tasks without a bound when the session is created, so the call runs
+        in a thread that is abandoned after END_RPC_BOUND_SECS; the process then ends
+        without waiting for it (lifecycle.abandon_rpc).
+        """
+        if rpc_abandoned():   # an earlier one found no ps: do not wait again
+            log.warning("%s: did not %s: no ps answered before", self.task.name, what)
+            return False
+        import tensorflow as tf
+        v1 = tf.compat.v1
+        outcome: list = []
+
+        def call():
+            try:
+                with v1.Session(server.target, graph=graph, config=session_config(self.task, self.cfg)) as s:
+                    s.run(fetches, options=v1.RunOptions(timeout_in_ms=timeouts.END_RPC_TIMEOUT_MS))
+                outcome.append(None)
+            except tf.errors.OpError as e:
+                outcome.append(e.message.splitlines()[0] if e.message else type(e).__name__)
+
+        thread = threading.Thread(target=call, name="tfps-end-rpc", daemon=True)
+        thread.start()
+        thread.join(timeouts.END_RPC_BOUND_SECS)
+        if not outcome:
+            abandon_rpc()
+            log.warning("%s: could not %s: no ps answered within %.0f s", self.task.name, what,
+                        timeouts.END_RPC_BOUND_SECS)
+            return False
+        if outcome[0] is not None:
+            log.warning("%s: could not %s: %s", self.task.name, what, outcome[0])
+            return False
+        return True
+
+    def _send_done(self, server, graph) -> None:
+        if self._end_rpc(server, graph, self.ops["done"], "tell the ps it is done"):
+            log.info("%s: told %d ps task(s) it is done", self.task.name, self.task.num_ps)
+
+    def _abort(self, server, error: Exception, code: ExitCode) -> ExitCode:
+        """This task cannot train: report (chief), stop the other workers, let the ps go."""
+        self.watchdog.disarm()
+        import tensorflow as tf
+        task = self.task
+        graph = tf.Graph()
+        with graph.as_default():
+            flag = stop_flag()
+            self.ops = {"done": [done_queue(j, task.num_workers).enqueue(task.index) for j in range(task.num_ps)]}
+            raise_flag = flag.assign(True)
+        if task.is_chief:
+            # Bad input: model_dir may belong to another job, so only the message is sent.
+            self.report_untrained_failure(error, code, write_results=code != ExitCode.BAD_CONFIG)
+            self._end_rpc(server, graph, raise_flag, "ask the other workers to stop")
+        self._send_done(server, graph)
+        return code
+
+    def _wait_for_chief(self, session, ready, then=None) -> None:
+        """Non-chief: poll every JOIN_POLL_SECS until the chief has initialised the model.
+
+        Runs in the session this worker then trains in (``FastWorkerSessionCreator``), on the
+        scaffold's own readiness check: once the chief is done, that check costs nothing new
+        to set up. Raises ``ChiefGaveUp`` when the chief gave up instead (it raised the stop
+        flag before the model was ever ready, e.g. on bad input), so that this worker does
+        not wait for hours, or when this worker is asked to stop while it waits. ``then``, the
+        check that follows the wait, is run once while waiting, so that it is set up too.
+        """
+        import tensorflow as tf
+        deadline = time.monotonic() + timeouts.CHIEF_WAIT_SECS
+        flag_due = 0.0
+        while time.monotonic() < deadline and not self.stop.requested:
+            try:
+                if len(session.run(ready)) == 0:
+                    return
+                self.watchdog.extend()   # the ps answered; the chief is still initialising
+                if then is not None:
+                    then, warm = None, then
+                    session.run(warm)
+            except tf.errors.OpError:
+                pass
+            if time.monotonic() >= flag_due:   # the give-up is rare: read less often
+                flag_due = time.monotonic() + timeouts.GIVE_UP_POLL_SECS
+                try:
+                    if session.run(self.ops["flag"]):
+                        log.error("%s: the chief gave up before training started", self.task.name)
+                        raise ChiefGaveUp()
+                except tf.errors.OpError:
+                    pass   # not set: the flag is uninitialised until someone writes it
+            time.sleep(timeouts.JOIN_POLL_SECS)
+        if self.stop.requested:
+            raise ChiefGaveUp()
+
+    def _run_worker(self, server, graph, ops) -> ExitCode:
+        self.ops = ops
+        code = ExitCode.OK
+        try:
+            self._train(server, graph)
+        except ChiefGaveUp:
+            if self.stop.requested:
+                return ExitCode.STOPPED
+            self._send_done(server, graph)
+            return ExitCode.TRAINING_FAILED
+        except Exception as e:
+            log.error("%s: training failed: %s: %s", self.task.name, type(e).__name__, e)
+            code = ExitCode.TRAINING_FAILED
+        if self.stop.requested:
+            # Stopped by its own signal, not by the chief: this task is expected back (a
+            # restart policy, an engine restart) or the ps is being stopped as well. A "done"
+            # now would let the ps exit at the chief's end while this worker still trains;
+            # without it the ps waits for it at most timeouts.ps_wait_after_chief after the chief.
+            log.info("%s: stopped by a signal; not reporting done to the ps", self.task.name)
+            return ExitCode.STOPPED if code == ExitCode.OK else code
+        self._send_done(server, graph)
+        return code

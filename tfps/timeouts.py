@@ -1,0 +1,98 @@
+"""Every timeout of a job, in one place: derived from ``final_save_timeout`` or named here once.
+
+The final save is what a stop must never cut (README, "The end of a job"), so every
+wait that could cut it derives from the one setting ``final_save_timeout`` through
+:func:`grace_period`. The other timeouts bound waits that cannot cut the final save
+(polls, end-of-job RPCs); they are named here so that a reader finds them all together
+and sees why each has its value. Pure Python, no TensorFlow.
+"""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------- derived from final_save_timeout
+
+#: Seconds added on top of final_save_timeout for process start/stop around the save.
+GRACE_MARGIN = 30
+
+
+def grace_period(final_save_timeout: float) -> int:
+    """Seconds an orchestrator must wait after SIGTERM before it may SIGKILL a task.
+
+    Used for compose ``stop_grace_period`` and docker ``stop_timeout`` (tfps/launch/compose.py)
+    and for the ps's wait after SIGTERM (tfps/task/ps.py): the ps holds the variables
+    that the chief's final save reads. The Ansible role takes it from the plan (each task's
+    ``stop_timeout``, tfps/cluster/plan.py).
+    """
+    return int(final_save_timeout) + GRACE_MARGIN
+
+
+# ---------------------------------------------------------------- derived from sync_timeout
+
+def step_timeout_ms(cfg) -> int:
+    """A worker's TensorFlow operation timeout (``operation_timeout_in_ms``).
+
+    A step that waits longer than this (a sync step missing a worker that never comes
+    back, a dead ps) fails the job with a clear error instead of hanging forever.
+    Default: ``--sync_timeout`` (300 s).
+    """
+    return int(cfg.sync_timeout * 1000)
+
+
+def ps_wait_after_chief(cfg) -> float:
+    """Seconds a ps waits for the other workers' "done" tokens once the chief's has come.
+
+    The chief's token means the final save is on disk; a worker that died for good must
+    not keep the ps alive beyond this. Default: ``--sync_timeout`` (300 s).
+    """
+    return float(cfg.sync_timeout)
+
+
+# ---------------------------------------------------------------- named once
+
+#: ``MonitoredSession(stop_grace_period_secs=...)``. It only bounds joining queue-runner
+#: threads at close(); the final checkpoint is written before that (CheckpointSaverHook.end)
+#: and the export after it, so a short value cuts nothing and keeps a stuck sync queue from
+#: stalling the end of the job.
+SESSION_CLOSE_GRACE_SECS = 3
+
+#: Non-chief workers check this often whether the chief has initialised the model
+#: (``MonitoredTrainingSession`` hard-codes 30 s).
+JOIN_POLL_SECS = 0.05
+#: ... and this often whether the chief gave up before it ever did (the stop flag).
+GIVE_UP_POLL_SECS = 0.5
+#: How long a non-chief worker waits for the chief to initialise the model (TF's default).
+CHIEF_WAIT_SECS = 7200
+#: A worker reads the chief's stop flag (on ps 0) at most this often.
+FLAG_READ_SECS = 0.25
+#: An async worker runs as many steps per session.run as take about this long (at most
+#: --log_steps): a stop is still honoured within about this time (tfps.task.steps).
+STEPS_PER_RUN_SECS = 0.25
+#: Bound on sending tokens / flags at the end; the ps may already be gone.
+END_RPC_TIMEOUT_MS = 10_000
+#: The whole end RPC, session creation included: TensorFlow waits for a ps that has gone
+#: without a bound ("CreateSession still waiting"), so the call is abandoned after this.
+END_RPC_BOUND_SECS = 20.0
+#: Bound on a worker's board write outside a step (at session start and end, tfps.task.board).
+BOARD_WRITE_TIMEOUT_MS = 5_000
+#: After its done token the chief waits at most this long for the ps tasks to exit (well
+#: inside the grace that follows a stop request).
+PS_EXIT_WAIT_SECS = 20.0
+#: How often the ps looks at the size of its "done" queue, so that it notices stop signals.
+PS_DONE_POLL_SECS = 0.5
+#: The startup watchdog's probe of another task's port (connect and first answer).
+PROBE_TIMEOUT_SECS = 2.0
+
+#: After the chief exits 0, how long the other tasks get to exit on their own before they
+#: are stopped: ``tfps local``, and the Ansible role's default ``tfps_settle_timeout``
+#: (ansible/roles/tfps/defaults/main.yml; a unit test keeps the two equal). They normally
+#: exit within seconds; a sync worker may first have to time out a step.
+SETTLE_SECS = 120.0
+#: ``tfps local``: how long tasks get to exit after a failed chief, or after being told to stop.
+LOCAL_STOP_WAIT_SECS = 10.0
+
+#: ``tfps local``: after a task died mid-job, the chief's watchdog ends the job within
+#: --sync_timeout; the launcher stops the chief itself this long after that, should it not.
+LOST_TASK_GRACE_SECS = 30.0
+
+#: ``tfps run --restarts``: pause before a killed task process is started again.
+RESTART_DELAY_SECS = 1.0
