@@ -26,7 +26,7 @@ MIN_FINAL_SAVE_TIMEOUT = 30
 
 #: The built-in models' names: the registry itself is tfps.models.BUILTIN (no TensorFlow import).
 BUILTIN_MODELS = tuple(_models.BUILTIN)
-OPTIMIZERS = ("sgd", "adam", "adagrad")
+OPTIMIZERS = ("sgd", "adam", "adagrad", "ftrl")   # tfps.task.optimizers.NAMES, without importing TensorFlow
 #: Used when neither the command line nor a Keras model's compile() chooses
 #: (``tfps.task.setup.choose_optimizer``); RunConfig keeps None for "not given".
 DEFAULT_OPTIMIZER = "adam"
@@ -77,6 +77,7 @@ class RunConfig:
     notify_started: bool = False
     notify_every: float = 0.0
     stall_timeout: float = 900.0
+    partition_mb: float = 64.0      # variables above this are split over every ps (tfps.task.placement)
 
     # ------------------------------------------------------------------ derived
     @property
@@ -120,6 +121,7 @@ class RunConfig:
         positive("sync_timeout", self.sync_timeout, float)
         positive("startup_timeout", self.startup_timeout, float)
         positive("tf_threads", self.tf_threads)
+        positive("partition_mb", self.partition_mb, float)
         if self.replicas_to_aggregate is not None and not self.sync_replicas:
             raise ConfigError("is used only by synchronous training; add --sync_replicas, or drop "
                               "--replicas_to_aggregate", "replicas_to_aggregate")
@@ -209,6 +211,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                         "on the chief, reports the job failed: a ps or worker that can never start (bad "
                         "image, port taken) must not hang the job (default %(default)s)")
     g.add_argument("--seed", type=int, default=d.seed, help=argparse.SUPPRESS)
+    g.add_argument("--partition_mb", type=float, default=d.partition_mb, metavar="MB",
+                   help="a variable larger than this (an embedding table) is split row-wise into one shard "
+                        "per ps task; the others are placed whole on the ps with the fewest bytes "
+                        "(default %(default)g)")
     g.add_argument("--tf_threads", type=int, default=d.tf_threads,
                    help="TensorFlow intra/inter-op threads per task (default: the CPUs this task may "
                         "use, shared among the tfps tasks that listen on the same host: a worker shares "

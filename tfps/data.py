@@ -43,6 +43,9 @@ class Schema:
     num_examples: int | None = None
     #: tfrecord: "float" or "int64" per key of feature_keys, then the label's
     tfrecord_kinds: tuple[str, ...] = ()
+    #: csv: the feature columns that hold text (ids such as ``68fd1e64``): read as strings,
+    #: and then every column reaches the model by name (a dict), not as one float matrix
+    string_columns: tuple[str, ...] = ()
 
     @property
     def num_features(self) -> int:
@@ -172,7 +175,7 @@ def classes_of(labels: np.ndarray, where, num_classes: int | None) -> int:
     return top
 
 
-def _scan_csv(path: str, label_column: str, field: str) -> tuple[list[str], np.ndarray, int, list[int]]:
+def _scan_csv(path: str, label_column: str, field: str) -> tuple[list[str], np.ndarray, int, list[int], set[str]]:
     try:
         return _scan_csv_text(path, label_column, field)
     except UnicodeDecodeError as e:
@@ -180,7 +183,7 @@ def _scan_csv(path: str, label_column: str, field: str) -> tuple[list[str], np.n
                           "CSV, TFRecord, .npz or IDX files", field) from None
 
 
-def _scan_csv_text(path: str, label_column: str, field: str) -> tuple[list[str], np.ndarray, int, list[int]]:
+def _scan_csv_text(path: str, label_column: str, field: str) -> tuple[list[str], np.ndarray, int, list[int], set[str]]:
     with open(path, newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
@@ -192,6 +195,7 @@ def _scan_csv_text(path: str, label_column: str, field: str) -> tuple[list[str],
                               f"(columns: {', '.join(header)}); pass --label_column", "label_column")
         li = header.index(label_column)
         labels, lines, rows = [], [], 0
+        text: set[str] = set()   # columns with a value that is not a number: string columns
         for lineno, row in enumerate(reader, start=2):
             if not row:
                 continue
@@ -199,21 +203,29 @@ def _scan_csv_text(path: str, label_column: str, field: str) -> tuple[list[str],
                 raise ConfigError(f"{path}:{lineno} has {len(row)} columns, the header has {len(header)}; "
                                   "fix or remove that row", field)
             if rows < CSV_SCAN_ROWS:
-                try:
-                    values = [float(v) for v in row]
-                except ValueError:
-                    raise ConfigError(f"{path}:{lineno} has a non-numeric value; all columns must be numbers",
-                                      field) from None
-                if not all(math.isfinite(v) for v in values):
-                    col = next(h for h, v in zip(header, values) if not math.isfinite(v))
-                    raise ConfigError(f"{path}:{lineno} has a non-finite value ({row[header.index(col)].strip()}) "
-                                      f"in column {col!r}; fix or remove that row", field)
+                values = [_number(v) for v in row]
+                if values[li] is None:
+                    raise ConfigError(f"{path}:{lineno}: the label {row[li].strip()!r} is not a number; labels must "
+                                      "be numbers (class 0, 1, ... or a real value)", "label_column")
+                for i, v in enumerate(values):
+                    if v is None:
+                        text.add(header[i])
+                    elif not math.isfinite(v):
+                        raise ConfigError(f"{path}:{lineno} has a non-finite value ({row[i].strip()}) in column "
+                                          f"{header[i]!r}; fix or remove that row", field)
                 labels.append(values[li])
                 lines.append(lineno)
             rows += 1
         if rows == 0:
             raise ConfigError(f"{path} has a header but no data rows", field)
-    return header, np.asarray(labels), rows, lines
+    return header, np.asarray(labels), rows, lines, text
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _load_npz(path: str, label_column: str, field: str) -> tuple[np.ndarray, np.ndarray]:
@@ -326,11 +338,13 @@ def infer_schema(pattern: str, label_column: str = "label", num_classes: int | N
     keys: tuple[str, ...] = ()
     labels: list[np.ndarray] = []
     where: list[tuple[str, str]] = []   # (file, place) of each scanned label, for messages
+    strings: set[str] = set()
     n = 0
     if fmt == "csv":
         first_header = None
         for f in files:
-            header, lab, rows, lines = _scan_csv(f, label_column, field)
+            header, lab, rows, lines, text = _scan_csv(f, label_column, field)
+            strings |= text
             where += [(f, f"line {n}") for n in lines]
             if first_header is None:
                 first_header = header
@@ -370,7 +384,7 @@ def infer_schema(pattern: str, label_column: str = "label", num_classes: int | N
     classes = classes_of(all_labels, lambda i: f"{where[i][0]}:{where[i][1].removeprefix('line ')}"
                          if where[i][1].startswith("line ") else f"{where[i][0]} {where[i][1]}", num_classes)
     return Schema(fmt, tuple(every), tuple(int(s) for s in shape), classes, keys, n or None,
-                  kinds if fmt == "tfrecord" else ())
+                  kinds if fmt == "tfrecord" else (), tuple(k for k in keys if k in strings))
 
 
 # ----------------------------------------------------------------------------- tf.data
@@ -404,12 +418,18 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
             header = [h.strip() for h in next(csv.reader(fh))]
         li = header.index(label_column)
 
+        strings = set(schema.string_columns)
+
         @plain_function
         def parse(lines):
             # A whole batch of lines at once: one decode_csv per batch, not per example.
-            cols = tf.io.decode_csv(lines, record_defaults=[[0.0]] * len(header))
+            cols = tf.io.decode_csv(lines, record_defaults=[[""] if h in strings else [0.0] for h in header])
+            label = tf.cast(_finite(cols[li], files), label_dtype)
+            if strings:   # named columns, each in its own dtype
+                return {h: c if h in strings else _finite(c, files)
+                        for i, (h, c) in enumerate(zip(header, cols)) if i != li}, label
             x = tf.stack([c for i, c in enumerate(cols) if i != li], axis=-1)
-            return _finite(x, files), tf.cast(_finite(cols[li], files), label_dtype)
+            return _finite(x, files), label
 
         @plain_function
         def nonblank(lines):

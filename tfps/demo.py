@@ -1,5 +1,9 @@
 """The demo datasets: generated, deterministic, no download at run time.
 
+``ctr`` is a click-through-rate problem: string ids of users and ads drawn from
+long-tailed (Zipf) distributions, a site category and a price; whether an example was
+clicked depends on a hidden affinity of its user and its ad, which only a model that
+embeds the ids can learn (a baseline that ignores them stays near the base rate).
 ``blobs`` is a tabular 3-class problem (8 features, CSV, two training files so that two
 workers read one file each) that an MLP learns to well above 90 % accuracy while chance is
 33 %. ``shapes`` is a 12x12 image problem (NPZ) for the CNN: vertical bar, horizontal bar,
@@ -70,6 +74,42 @@ def _shapes(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+CTR_USERS, CTR_ADS = 20_000, 2_000
+CTR_HEADER = ("user", "ad", "site", "price", "label")
+
+
+def _ctr(n: int, rng: np.random.Generator, taste: np.random.Generator) -> list[tuple]:
+    """``n`` examples of the CTR set; ``taste`` draws the same hidden affinities every time."""
+    user_vec = taste.normal(0.0, 1.0, size=(CTR_USERS, 4))
+    ad_vec = taste.normal(0.0, 1.0, size=(CTR_ADS, 4))
+    users = np.minimum(rng.zipf(1.3, size=n), CTR_USERS) - 1
+    ads = np.minimum(rng.zipf(1.4, size=n), CTR_ADS) - 1
+    site = rng.integers(0, 30, size=n)
+    price = rng.gamma(2.0, 1.0, size=n)
+    score = 1.5 * np.sum(user_vec[users] * ad_vec[ads], axis=1) / 2.0 - 0.2 * price - 0.5
+    clicked = rng.random(n) < 1.0 / (1.0 + np.exp(-score))
+    return [(f"u{u:05x}", f"a{a:04x}", f"s{s}", round(float(p), 3), int(c))
+            for u, a, s, p, c in zip(users, ads, site, price, clicked)]
+
+
+def _ensure_ctr(d: str) -> None:
+    marker = os.path.join(d, "COMPLETE")
+    if os.path.exists(marker):
+        return
+    rng = np.random.default_rng(20261205)
+
+    def writer(rows):
+        def write(fh):
+            fh.write(",".join(CTR_HEADER) + "\n")
+            for row in rows:
+                fh.write(",".join(map(str, row)) + "\n")
+        return write
+    for part in range(2):
+        _atomic_write(os.path.join(d, f"train-{part}.csv"), writer(_ctr(30_000, rng, np.random.default_rng(7))))
+    _atomic_write(os.path.join(d, "eval.csv"), writer(_ctr(10_000, rng, np.random.default_rng(7))))
+    _atomic_write(marker, lambda fh: fh.write(b"ok\n"))
+
+
 def ensure_demo_data(directory: str | None = None) -> dict[str, str]:
     """Create the demo files if missing; return globs for blobs/shapes train and eval."""
     d = directory or default_dir()
@@ -78,7 +118,10 @@ def ensure_demo_data(directory: str | None = None) -> dict[str, str]:
         "blobs_eval": os.path.join(d, "blobs", "eval.csv"),
         "shapes_train": os.path.join(d, "shapes", "train-*.npz"),
         "shapes_eval": os.path.join(d, "shapes", "eval.npz"),
+        "ctr_train": os.path.join(d, "ctr", "train-*.csv"),
+        "ctr_eval": os.path.join(d, "ctr", "eval.csv"),
     }
+    _ensure_ctr(os.path.join(d, "ctr"))
     marker = os.path.join(d, "COMPLETE")
     if os.path.exists(marker):
         return paths

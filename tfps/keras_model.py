@@ -45,7 +45,7 @@ KERAS3_MESSAGE = (
     f"({INSTALL_HINT}); the layers and compile() arguments are the same")
 
 #: tfps's optimizers by the lower-cased class name of a Keras optimizer.
-OPTIMIZER_MAP = {"adam": "adam", "sgd": "sgd", "adagrad": "adagrad"}
+OPTIMIZER_MAP = {"adam": "adam", "sgd": "sgd", "adagrad": "adagrad", "ftrl": "ftrl"}
 
 
 def _shape(dims) -> list:
@@ -217,8 +217,21 @@ def inspect_model(builder: KerasBuilder, schema, params) -> KerasInfo:
             columns.append(keys.index(n))
         shapes = [[1] for _ in names]
         dtypes = [t.dtype.name if hasattr(t.dtype, "name") else str(t.dtype) for t in inputs]
+        text = set(schema.string_columns)
+        for n, d in zip(names, dtypes):
+            column_dtype = "string" if n in text else "float32 (a number)"
+            if (d == "string") != (n in text):
+                raise ConfigError(f"the model's input {n!r} takes {d}, but the data's column {n!r} holds "
+                                  f"{column_dtype} values; give the input dtype="
+                                  f"{'string' if n in text else 'float32 or int64'} (keras.Input(shape=(1,), name="
+                                  f"{n!r}, dtype=...)), or fix the column", "model")
         out = None
     else:
+        if schema.string_columns:
+            raise ConfigError(f"the data has text columns ({', '.join(schema.string_columns)}), which cannot join "
+                              f"the numbers in the one input of {name}; give the model one keras.Input per "
+                              "column, named after it (dtype='string' for a text column: hash it with "
+                              "keras.layers.Hashing into an Embedding)", "model")
         if inputs:
             t = inputs[0]
             names = [(getattr(model, "input_names", None) or [t.name.split(":")[0]])[0]]
@@ -316,8 +329,9 @@ class KerasModelFn:
     def _model_inputs(self, features):
         import tensorflow as tf
         info = self.info
-        if isinstance(features, dict):   # the serving graph: one tensor per input name
-            xs = [features[n] for n in info.input_names]
+        if isinstance(features, dict):   # named columns (text in the data), or the serving graph
+            xs = [features[n] if features[n].shape.rank != 1 else tf.expand_dims(features[n], -1)
+                  for n in info.input_names]
         elif info.columns is not None:
             xs = [tf.gather(features, [i], axis=1) for i in info.columns]
         else:

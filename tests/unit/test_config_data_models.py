@@ -225,9 +225,9 @@ def test_csv_with_only_a_header(tmp_path):
     assert "no data rows" in refused("train_data", data.infer_schema, write(tmp_path / "t.csv", "a,label\n"))
 
 
-def test_csv_with_text_values(tmp_path):
-    f = write(tmp_path / "t.csv", "a,label\nred,0\n")
-    assert "non-numeric" in refused("train_data", data.infer_schema, f)
+def test_csv_with_text_values_has_string_columns(tmp_path):
+    f = write(tmp_path / "t.csv", "a,b,label\nred,1,0\nblue,2,1\n")
+    assert data.infer_schema(f).string_columns == ("a",)
 
 
 def test_csv_with_only_the_label(tmp_path):

@@ -132,6 +132,9 @@ class Chief(Worker):
         self.ops = ops
         cfg, task = self.cfg, self.task
         reporter = report.Reporter(cfg, task, setup, self.started_iso, self.started_wall, story=self.story)
+        shares = self.balancer.shares_mb()
+        log.info("chief: variables per ps task (MB, the optimizer's slots included): %s",
+                 ", ".join(f"{k} {v:g}" for k, v in shares.items()))
         reporter.started()
         error = None
         progress = None
@@ -189,7 +192,7 @@ class Chief(Worker):
         code = {"succeeded": ExitCode.OK, "stopped": ExitCode.STOPPED}.get(status, ExitCode.TRAINING_FAILED)
         reporter.finished(status=status, exit_code=int(code), step=step, checkpoint=ckpt, export_dir=export_dir,
                           train_summary=progress.summary() if progress else {}, eval_metrics=eval_metrics,
-                          error=error, watched=watch.summary(), times={
+                          error=error, watched={**watch.summary(), "ps_shares_mb": shares}, times={
                               "startup_s": round((self.first_step_at or t_train) - self.started_wall, 3),
                               "training_s": round(t_trained - (self.first_step_at or t_train), 3),
                               "final_save_s": round(t_end - t_trained, 3)})

@@ -87,7 +87,7 @@ def evaluate(model_fn, params, checkpoint: str, dataset) -> dict[str, float]:
     with graph.as_default(), tf.compat.v1.device("/cpu:0"):
         features, labels = v1.data.make_one_shot_iterator(dataset()).get_next()
         spec = model_fn(features, labels, "eval", params)
-        fetch = {"loss": spec.loss, **spec.metrics, "_n": tf.shape(features)[0]}
+        fetch = {"loss": spec.loss, **spec.metrics, "_n": tf.shape(labels)[0]}
         totals: dict[str, float] = {}
         count = 0
         with v1.Session(graph=graph) as sess:

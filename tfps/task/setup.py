@@ -38,6 +38,10 @@ class JobSetup:
                 raise ConfigError(f"eval examples have shape {list(self.eval_schema.feature_shape)}, training "
                                   f"examples {list(self.schema.feature_shape)}", "eval_data")
         if cfg.model in models.BUILTIN:
+            if self.schema.string_columns:
+                raise ConfigError(f"the data has text columns ({', '.join(self.schema.string_columns)}), and the "
+                                  f"built-in model {cfg.model} takes numbers only; use a Keras model with one "
+                                  "Input per column (keras.layers.Hashing into an Embedding for text)", "model")
             models.check_shape(cfg.model, self.schema.feature_shape)
         self.model_fn = models.resolve(cfg.model)
         self.params = models.ModelParams(self.schema.feature_shape, self.schema.num_classes,

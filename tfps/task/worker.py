@@ -40,10 +40,8 @@ log = logging.getLogger("tfps")
 
 def _optimizer(setup: JobSetup):
     """The optimizer the setup chose (an explicit flag, else a Keras model's compile(), else the default)."""
-    import tensorflow as tf
-    t = tf.compat.v1.train
-    return {"sgd": t.GradientDescentOptimizer, "adam": t.AdamOptimizer,
-            "adagrad": t.AdagradOptimizer}[setup.optimizer](setup.learning_rate)
+    from tfps.task import optimizers
+    return optimizers.make(setup.optimizer, setup.learning_rate)
 
 
 class ChiefGaveUp(Exception):
@@ -86,6 +84,7 @@ class Worker:
     # ------------------------------------------------------------------ graph
     def build(self, setup: JobSetup):
         import tensorflow as tf
+        from tfps.task import placement
         from tfps.task import steps as steps_mod
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
@@ -94,8 +93,8 @@ class Worker:
         with g.as_default():
             v1.set_random_seed(cfg.seed)
             worker_device = f"/job:worker/task:{task.index}"
-            with v1.device(v1.train.replica_device_setter(worker_device=worker_device,
-                                                         cluster=cluster_spec(task))):
+            self.balancer = placement.ByteBalancer(task.num_ps)
+            with v1.device(placement.device_setter(task, cluster_spec(task), self.balancer)):
                 global_step = v1.train.get_or_create_global_step()
                 with v1.device(worker_device + "/cpu:0"):
                     if cfg.train_data and cfg.train_data.startswith(data_mod.LIST_PREFIX):
@@ -116,7 +115,8 @@ class Worker:
                 def step():
                     with v1.device(worker_device + "/cpu:0"):
                         features, labels = batches.get_next()
-                    spec = setup.model_fn(features, labels, "train", setup.params)
+                    with placement.partitioned(task.num_ps, cfg.partition_mb):
+                        spec = setup.model_fn(features, labels, "train", setup.params)
                     if spec.loss is None:
                         raise ConfigError(f"{cfg.model} returned no loss in train mode", "model")
                     with v1.control_dependencies(spec.update_ops):   # e.g. BatchNormalization's moving statistics

@@ -1,0 +1,78 @@
+"""Text columns in a CSV: read as strings, given to Keras inputs by name, refused where they do not fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from tfps import data
+from tfps.config import RunConfig
+from tfps.errors import ConfigError
+from tfps.task.setup import JobSetup
+
+tf = pytest.importorskip("tensorflow")
+CSV = "user,ad,site,price,label\nu1,a9,s1,1.5,1\nu2,a3,s2,2.0,0\nu1,a3,s1,0.5,1\nu3,a9,s2,1.0,0\n"
+
+
+@pytest.fixture
+def ctr_csv(tmp_path):
+    path = tmp_path / "ctr.csv"
+    path.write_text(CSV)
+    return str(path)
+
+
+def refused(field: str, **cfg) -> str:
+    with pytest.raises(ConfigError) as info:
+        JobSetup(RunConfig(**cfg).validate())
+    assert info.value.field == field, str(info.value)
+    return str(info.value)
+
+
+def test_text_columns_are_strings_and_reach_the_model_by_name(ctr_csv):
+    schema = data.infer_schema(ctr_csv)
+    assert schema.string_columns == ("user", "ad", "site") and schema.num_classes == 2
+    features, labels = next(iter(data.make_dataset(schema, "label", 4, train=False)))
+    assert sorted(features) == ["ad", "price", "site", "user"]
+    assert features["user"].dtype == tf.string and features["price"].dtype == tf.float32
+    assert [u.decode() for u in features["user"].numpy()] == ["u1", "u2", "u1", "u3"]
+    assert labels.numpy().tolist() == [1, 0, 1, 0]
+
+
+def test_a_keras_model_with_string_inputs_is_accepted(ctr_csv):
+    setup = JobSetup(RunConfig(model="tests.fixtures.ctr_models:build_model", train_data=ctr_csv).validate())
+    assert setup.model_fn.serving_inputs["user"] == ([1], "string")
+    assert setup.model_fn.serving_inputs["price"] == ([1], "float32")
+
+
+def test_a_text_column_given_to_a_float_input_is_refused(ctr_csv):
+    msg = refused("model", model="tests.fixtures.ctr_models:float_user", train_data=ctr_csv)
+    assert "input 'user' takes float32" in msg and "column 'user' holds string" in msg
+
+
+def test_text_columns_need_one_input_per_column(ctr_csv):
+    msg = refused("model", model="tests.fixtures.ctr_models:one_input", train_data=ctr_csv)
+    assert "text columns (user, ad, site)" in msg and "one keras.Input per column" in msg
+
+
+def test_a_built_in_model_refuses_text_columns(ctr_csv):
+    assert "takes numbers only" in refused("model", model="mlp", train_data=ctr_csv)
+
+
+def test_a_text_label_is_refused(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("a,label\n1,yes\n2,no\n")
+    with pytest.raises(ConfigError, match=r":2: the label 'yes' is not a number"):
+        data.infer_schema(str(path))
+
+
+def test_the_ctr_demo_data_is_long_tailed_and_deterministic(tmp_path):
+    from tfps import demo
+    a = demo.ensure_demo_data(str(tmp_path / "a"))
+    b = demo.ensure_demo_data(str(tmp_path / "b"))
+    first = open(a["ctr_eval"]).read()
+    assert first == open(b["ctr_eval"]).read()
+    rows = [line.split(",") for line in first.splitlines()[1:]]
+    users = [r[0] for r in rows]
+    top = max(set(users), key=users.count)
+    assert users.count(top) > len(users) * 0.05 and len(set(users)) > 500   # a head and a long tail
+    clicks = sum(int(r[-1]) for r in rows) / len(rows)
+    assert 0.1 < clicks < 0.6

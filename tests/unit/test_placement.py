@@ -1,0 +1,95 @@
+"""Big variables split over every ps, the rest placed by bytes; sparse updates touch rows only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tfps.cluster.spec import ClusterSpec, TaskRef
+from tfps.config import RunConfig
+from tfps.task.lifecycle import StopSignal
+from tfps.task.setup import JobSetup
+from tfps.task.worker import Worker
+
+tf = pytest.importorskip("tensorflow")
+v1 = tf.compat.v1
+
+
+def _build(cfg: RunConfig, num_ps: int = 2):
+    task = TaskRef(ClusterSpec(tuple(f"127.0.0.1:{1000 + i}" for i in range(num_ps)), ("127.0.0.1:2000",)),
+                   "worker", 0)
+    worker = Worker(task, cfg.validate(), StopSignal())
+    graph, _ = worker.build(JobSetup(cfg))
+    devices = {v.op.name: v.device for v in graph.get_collection("variables")}
+    return worker, devices
+
+
+def test_a_variable_above_partition_mb_is_split_over_every_ps_and_small_ones_stay_whole(tmp_path):
+    # hidden0/kernel is 8 x 256 floats (8 KiB), hidden1/kernel 256 x 8: both above 4 KiB.
+    worker, devices = _build(RunConfig(partition_mb=0.004, hidden_units="256,8", model_dir=str(tmp_path)))
+    for name in ("hidden0/kernel", "hidden1/kernel"):
+        parts = sorted(d for n, d in devices.items() if n.startswith(name + "/part_") and "Adam" not in n)
+        assert parts == ["/job:ps/task:0", "/job:ps/task:1"], (name, devices)
+    assert "output/kernel" in devices and "hidden0/bias" in devices   # small: whole, no part_0
+    # Each shard's optimizer slots live with the shard.
+    for n, d in devices.items():
+        if "/part_" in n and "/Adam" in n:
+            assert d == devices[n.split("/Adam")[0]], n
+    loads = worker.balancer.loads
+    assert abs(loads[0] - loads[1]) <= max(loads) * 0.1, loads   # even within 10 %
+
+
+def test_without_big_variables_placement_is_by_bytes_not_round_robin(tmp_path):
+    # One 8 x 512 kernel (16 KiB) and small ones: greedy by bytes puts the big one alone.
+    worker, devices = _build(RunConfig(partition_mb=64, hidden_units="512,4", model_dir=str(tmp_path)))
+    big = devices["hidden0/kernel"]
+    rest = [d for n, d in devices.items() if n.endswith(("kernel", "bias")) and n != "hidden0/kernel"
+            and "Adam" not in n]
+    assert rest.count(big) <= 1, devices    # round-robin would put every other one with it
+    shares = worker.balancer.shares_mb()
+    assert set(shares) == {"ps0", "ps1"} and sum(shares.values()) > 0
+
+
+def _train_rows(optimizer_name: str, steps: list[list[int]]):
+    from tfps.task import optimizers
+    g = tf.Graph()
+    with g.as_default():
+        table = v1.get_variable("table", initializer=np.ones((6, 2), np.float32))
+        ids = v1.placeholder(tf.int64, [None])
+        loss = tf.reduce_sum(tf.nn.embedding_lookup(table, ids) ** 2)
+        opt = optimizers.make(optimizer_name, 0.1)
+        train = opt.minimize(loss)
+        slot = opt.get_slot(table, "m") if optimizer_name == "adam" else None
+        with v1.Session(graph=g) as sess:
+            sess.run(v1.global_variables_initializer())
+            for rows in steps:
+                sess.run(train, {ids: rows})
+            return sess.run(table), (sess.run(slot) if slot is not None else None)
+
+
+def test_lazy_adam_updates_only_the_touched_rows_and_their_moments():
+    table, m = _train_rows("adam", [[1, 3], [3]])
+    assert np.all(table[[0, 2, 4, 5]] == 1.0)                # never touched
+    assert np.all(table[[1, 3]] < 1.0)                        # trained
+    # Row 1 was touched in the first step only: its moment did not decay in the second
+    # (TensorFlow's Adam would have multiplied every row's moment by beta1 there).
+    first, _ = _train_rows("adam", [[1, 3]])
+    _, m_first = _train_rows("adam", [[1, 3]])
+    np.testing.assert_allclose(m[1], m_first[1])
+    np.testing.assert_allclose(table[1], first[1])
+    # The first step of lazy Adam on touched rows is Adam's first step.
+    g = tf.Graph()
+    with g.as_default():
+        ref = v1.get_variable("table", initializer=np.ones((6, 2), np.float32))
+        ids = tf.constant([1, 3], tf.int64)
+        step = v1.train.AdamOptimizer(0.1).minimize(tf.reduce_sum(tf.nn.embedding_lookup(ref, ids) ** 2))
+        with v1.Session(graph=g) as sess:
+            sess.run(v1.global_variables_initializer())
+            sess.run(step)
+            np.testing.assert_allclose(sess.run(ref)[[1, 3]], first[[1, 3]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adagrad", "ftrl"])
+def test_other_optimizers_leave_untouched_rows_alone(name):
+    table, _ = _train_rows(name, [[2], [2, 5]])
+    assert np.all(table[[0, 1, 3, 4]] == 1.0) and np.all(table[[2, 5]] < 1.0), table
