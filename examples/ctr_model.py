@@ -34,8 +34,9 @@ def build_model(params, buckets: int = BUCKETS, dim: int = DIM):
                                 name="user_ad")(table)
     deep = keras.layers.Dense(32, activation="relu")(
         keras.layers.Concatenate()([keras.layers.Flatten()(table), inputs["price"]]))
-    out = keras.layers.Dense(params.num_classes, activation="softmax")(keras.layers.Concatenate()([deep, cross]))
+    # The standard binary head: one sigmoid unit, binary cross-entropy. The SavedModel's
+    # serving_default returns "probability", the chance of a click.
+    out = keras.layers.Dense(1, activation="sigmoid")(keras.layers.Concatenate()([deep, cross]))
     model = keras.Model(inputs=[inputs[n] for n in (*TEXT, "price")], outputs=out)
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy",
-                  metrics=["accuracy"])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy", metrics=["accuracy"])
     return model

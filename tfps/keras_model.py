@@ -269,7 +269,7 @@ def inspect_model(builder: KerasBuilder, schema, params) -> KerasInfo:
     out_shape = _shape(outputs[0].shape[1:])
     width = out_shape[-1] if out_shape else 1
     if schema.num_classes:
-        if out_shape not in ([schema.num_classes],):
+        if out_shape not in ([schema.num_classes],) and not (schema.num_classes == 2 and out_shape in ([1], [])):
             raise ConfigError(f"the model's output has shape {out_shape}, but the data has {schema.num_classes} "
                               f"classes (labels 0..{schema.num_classes - 1}), so it needs shape "
                               f"[{schema.num_classes}]: end with Dense({schema.num_classes}) (or pass "
@@ -304,9 +304,14 @@ def _loss_object(loss):
 
 # ----------------------------------------------------------------------------- graph
 def _is_softmax(t) -> bool:
+    return _is_op(t, "Softmax")
+
+
+def _is_op(t, kind: str) -> bool:
+    """Whether ``t`` is made by an op of ``kind`` (through a few Identity ops)."""
     op = t.op
     for _ in range(4):
-        if op.type == "Softmax":
+        if op.type == kind:
             return True
         if op.type != "Identity" or not op.inputs:
             return False
@@ -359,7 +364,15 @@ class KerasModelFn:
             return (t if isinstance(t, tf.Operation) else t.op) not in before
 
         update_ops = [u for u in (model.updates if mode == "train" else []) if created_here(u)]
-        if self.num_classes:
+        binary = self.num_classes == 2 and (out.shape.rank == 1 or out.shape[-1] == 1)
+        if binary:   # one unit: the positive class's probability (a sigmoid, or logits)
+            logits_out = info.from_logits if info.from_logits is not None else not _is_op(out, "Sigmoid")
+            out = tf.reshape(out, [-1, 1])
+            p = tf.reshape(tf.sigmoid(out) if logits_out else out, [-1])
+            preds = {"probability": tf.identity(p, name="probability"),
+                     "probabilities": tf.stack([1.0 - p, p], axis=1, name="probabilities"),
+                     "classes": tf.cast(p > 0.5, tf.int64, name="classes")}
+        elif self.num_classes:
             logits_out = info.from_logits if info.from_logits is not None else not _is_softmax(out)
             if out.shape.rank == 1:
                 out = out[:, None]
@@ -378,7 +391,9 @@ class KerasModelFn:
         y = tf.cast(labels, tf.int64 if self.num_classes else tf.float32)
         lossname = info.loss_name.lower().replace("_", "")
         y_loss = y
-        if self.num_classes and "categoricalcrossentropy" in lossname and "sparse" not in lossname:
+        if binary:
+            y_loss = tf.cast(y, tf.float32)[:, None]
+        elif self.num_classes and "categoricalcrossentropy" in lossname and "sparse" not in lossname:
             y_loss = tf.one_hot(y, self.num_classes)
         elif not self.num_classes:
             y_loss = y[:, None]
@@ -386,6 +401,8 @@ class KerasModelFn:
             obj = _loss_object(info.loss)
             per = obj(y_loss, out if self.num_classes or out.shape.rank != 1 else out[:, None])
             data_loss = tf.reduce_mean(per)
+        elif binary:
+            data_loss = tf.reduce_mean(keras.losses.binary_crossentropy(y_loss, out, from_logits=logits_out))
         elif self.num_classes:
             data_loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, out, from_logits=logits_out))
         else:

@@ -56,8 +56,28 @@ def test_string_ids_train_a_split_table_and_the_export_takes_raw_columns(procs, 
     serve = tf.saved_model.load(str(model_dir / "export")).signatures["serving_default"]
     inputs = {n: tf.constant([[r[n]] for r in rows]) for n in ("user", "ad", "site")}
     inputs["price"] = tf.constant([[float(r["price"])] for r in rows], tf.float32)
-    probs = serve(**inputs)["probabilities"].numpy()[:, 1]
+    out = serve(**inputs)
+    probs = out["probability"].numpy()                       # the binary head: P(click)
+    np.testing.assert_allclose(out["probabilities"].numpy()[:, 1], probs)
     model_auc = auc(probs, labels)
     baseline = auc(-np.array([float(r["price"]) for r in rows]), labels)   # what the price alone says
     assert model_auc > baseline + 0.05, (model_auc, baseline)
     assert_nothing_left(ports, launcher)
+
+
+def test_a_job_resumed_with_more_ps_tasks_splits_the_table_from_the_checkpoint(procs, tmp_path, demo_dir):
+    model_dir = tmp_path / "model"
+    ctr = demo_dir / "ctr"
+    flags = ["--model", "tests.fixtures.ctr_models:build_model", "--train_data", ctr / "train-*.csv",
+             "--batch_size", 128, "--partition_mb", 1]
+    first = procs.tfps("tfps-local-ctr-1ps", "local", "--ps", 1, "--workers", 2, *run_flags(model_dir, *flags, steps=200))
+    assert first.wait(600) == 0, first.tail()
+    assert set(read_results(model_dir)["ps_shares_mb"]) == {"ps0"}
+    again = procs.tfps("tfps-local-ctr-2ps", "local", "--ps", 2, "--workers", 2, *run_flags(model_dir, *flags, steps=400))
+    assert again.wait(600) == 0, again.tail()
+    restored = again.lines(r"restored checkpoint of step (\d+)")
+    assert restored and int(restored[0].group(1)) >= 200, again.tail()
+    res = read_results(model_dir)
+    assert res["status"] == "succeeded" and res["global_step"] >= 400
+    shares = res["ps_shares_mb"]
+    assert max(shares.values()) / min(shares.values()) < 1.3, shares

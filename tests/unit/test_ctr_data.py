@@ -76,3 +76,26 @@ def test_the_ctr_demo_data_is_long_tailed_and_deterministic(tmp_path):
     assert users.count(top) > len(users) * 0.05 and len(set(users)) > 500   # a head and a long tail
     clicks = sum(int(r[-1]) for r in rows) / len(rows)
     assert 0.1 < clicks < 0.6
+
+
+def test_one_sigmoid_unit_is_a_binary_head_that_serves_the_click_probability(ctr_csv):
+    setup = JobSetup(RunConfig(model="tests.fixtures.ctr_models:build_model", train_data=ctr_csv).validate())
+    v1 = tf.compat.v1
+    with tf.Graph().as_default():
+        feats = {n: v1.placeholder(tf.as_dtype(d), [None, *s], name=n)
+                 for n, (s, d) in setup.model_fn.serving_inputs.items()}
+        labels = v1.placeholder(tf.int64, [None])
+        spec = setup.model_fn(feats, labels, "train", setup.params)
+        assert {"probability", "probabilities", "classes"} <= set(spec.predictions)
+        assert spec.predictions["probability"].shape.as_list() == [None]
+        step = v1.train.AdamOptimizer(0.05).minimize(spec.loss)
+        with v1.Session() as sess:
+            sess.run([v1.global_variables_initializer(), v1.tables_initializer()])
+            feed = {feats["user"]: [["u1"], ["u2"]] * 8, feats["ad"]: [["a9"], ["a3"]] * 8,
+                    feats["site"]: [["s1"], ["s2"]] * 8, feats["price"]: [[1.0], [2.0]] * 8, labels: [1, 0] * 8}
+            first = sess.run(spec.loss, feed)
+            for _ in range(30):
+                sess.run(step, feed)
+            last, p = sess.run([spec.loss, spec.predictions["probability"]], feed)
+    assert last < first * 0.5, (first, last)          # binary cross-entropy falls
+    assert p[0] > 0.5 > p[1]
