@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import collections
+import re
+
 import numpy as np
 import pytest
 
@@ -93,3 +96,49 @@ def test_lazy_adam_updates_only_the_touched_rows_and_their_moments():
 def test_other_optimizers_leave_untouched_rows_alone(name):
     table, _ = _train_rows(name, [[2], [2, 5]])
     assert np.all(table[[0, 1, 3, 4]] == 1.0) and np.all(table[[2, 5]] < 1.0), table
+
+
+def test_a_step_on_a_split_table_moves_only_the_touched_rows():
+    """On an in-process cluster (2 ps, 1 worker), one traced step of a model with a 4 MiB
+    table split over both ps: what every task receives is a few rows, never the table."""
+    from tfps.cluster.local import free_ports
+    from tfps.task import optimizers, placement
+    ports = free_ports(3, "127.0.0.1")
+    cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"],
+                                    "worker": [f"127.0.0.1:{ports[2]}"]})
+    servers = [tf.distribute.Server(cluster, job_name=job, task_index=i)
+               for job, i in (("ps", 0), ("ps", 1), ("worker", 0))]
+    task = TaskRef(ClusterSpec(tuple(cluster.job_tasks("ps")), tuple(cluster.job_tasks("worker"))), "worker", 0)
+    rows, dim, batch = 65536, 16, 32
+    g = tf.Graph()
+    balancer = placement.ByteBalancer(2)
+    with g.as_default(), v1.device(placement.device_setter(task, cluster, balancer)):
+        with placement.partitioned(2, partition_mb=1):
+            table = v1.get_variable("table", [rows, dim], initializer=v1.zeros_initializer())
+        ids = tf.constant(np.arange(batch) * 2039 % rows, tf.int64)   # rows on both shards
+        loss = tf.reduce_sum(tf.square(tf.nn.embedding_lookup(table, ids) - 1.0))
+        step = optimizers.make("adam", 0.1).minimize(loss)
+        parts = list(table)
+        assert sorted(p.device for p in parts) == ["/job:ps/task:0", "/job:ps/task:1"]
+        meta = v1.RunMetadata()
+        with v1.Session(servers[2].target) as s:
+            s.run(v1.global_variables_initializer())
+            s.run(step, options=v1.RunOptions(trace_level=v1.RunOptions.FULL_TRACE), run_metadata=meta)
+            after = s.run(parts)
+    received = collections.Counter()   # bytes each task received in the step, from the trace
+    for dev in meta.step_stats.dev_stats:
+        for node in dev.node_stats:
+            m = re.match(r"\[(\d+)B\]", node.timeline_label)
+            if node.node_name == "RecvTensor" and m:
+                received[dev.device.split("/replica")[0]] += int(m.group(1))
+    table_bytes = rows * dim * 4
+    # The worker received the looked-up rows and each ps the gradient rows of its shard (the
+    # ids reach both): a batch's worth, a thousandth of the table.
+    assert set(received) == {"/job:worker", "/job:ps"}, received
+    assert received["/job:worker"] >= batch * dim * 4, received
+    assert max(received.values()) < table_bytes / 100, received
+    # Exactly the touched rows changed, on the shard that holds them.
+    whole = np.concatenate(after)
+    touched = sorted(set((np.arange(batch) * 2039 % rows).tolist()))
+    assert min(touched) < rows // 2 < max(touched)
+    assert np.all(whole[touched] != 0) and np.count_nonzero(whole.any(axis=1)) == len(touched)
