@@ -78,6 +78,8 @@ class RunConfig:
     notify_every: float = 0.0
     stall_timeout: float = 900.0
     partition_mb: float = 64.0      # variables above this are split over every ps (tfps.task.placement)
+    hash_buckets: int = 1 << 20     # wide_deep: rows of its shared id tables
+    embedding_dim: int = 16         # wide_deep: embedding width
 
     # ------------------------------------------------------------------ derived
     @property
@@ -122,6 +124,8 @@ class RunConfig:
         positive("startup_timeout", self.startup_timeout, float)
         positive("tf_threads", self.tf_threads)
         positive("partition_mb", self.partition_mb, float)
+        positive("hash_buckets", self.hash_buckets)
+        positive("embedding_dim", self.embedding_dim)
         if self.replicas_to_aggregate is not None and not self.sync_replicas:
             raise ConfigError("is used only by synchronous training; add --sync_replicas, or drop "
                               "--replicas_to_aggregate", "replicas_to_aggregate")
@@ -186,13 +190,17 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     d = RunConfig()
     g = parser.add_argument_group("model and data")
     g.add_argument("--model", default=d.model,
-                   help="built-in model (linear, mlp, cnn) or package.module:function (default %(default)s)")
+                   help="built-in model (linear, mlp, cnn, wide_deep) or package.module:function (default %(default)s)")
     g.add_argument("--train_data", help="glob of training files: .csv, .tfrecord, .npz, MNIST idx (default: demo data); "
                    "or @FILE, a file listing them one a line (each worker needs only its own shard)")
     g.add_argument("--eval_data", help="glob of evaluation files, same format as train_data")
     g.add_argument("--label_column", default=d.label_column, help="label column or feature key (default %(default)s)")
     g.add_argument("--num_classes", type=int, help="0 for regression; inferred from the labels when not given")
     g.add_argument("--hidden_units", default=d.hidden_units, help="MLP layer sizes (default %(default)s)")
+    g.add_argument("--hash_buckets", type=int, default=d.hash_buckets,
+                   help="wide_deep: rows of the shared tables its text ids are hashed into (default %(default)s)")
+    g.add_argument("--embedding_dim", type=int, default=d.embedding_dim,
+                   help="wide_deep: width of each id's embedding (default %(default)s)")
     g = parser.add_argument_group("training")
     g.add_argument("--train_steps", type=int, default=d.train_steps, help="global steps to train (default %(default)s)")
     g.add_argument("--batch_size", type=int, default=d.batch_size, help="examples per step per worker (default %(default)s)")

@@ -143,4 +143,6 @@ def demo_globs(model: str, directory: str | None = None) -> tuple[str, str]:
     p = ensure_demo_data(directory)
     if model == "cnn":
         return p["shapes_train"], p["shapes_eval"]
+    if model == "wide_deep":
+        return p["ctr_train"], p["ctr_eval"]
     return p["blobs_train"], p["blobs_eval"]

@@ -111,10 +111,93 @@ def cnn(features, labels, mode, params: ModelParams) -> ModelSpec:
     return _head(out, labels, mode, params)
 
 
-BUILTIN: dict[str, ModelFn] = {"linear": linear, "mlp": mlp, "cnn": cnn}
+def _columns(features, params: ModelParams) -> dict:
+    """Each feature column as a 1-D tensor, by name (a matrix of numbers is split by index)."""
+    import tensorflow as tf
+    if isinstance(features, dict):
+        return {n: tf.reshape(features[n], [-1]) for n, _ in params.columns}
+    return {n: features[:, i] for i, (n, _) in enumerate(params.columns)}
 
 
-def check_shape(name: str, feature_shape: tuple[int, ...]) -> None:
+def wide_deep(features, labels, mode, params: ModelParams) -> ModelSpec:
+    """Wide & deep for tabular data with id columns: the CTR model for a CSV and no model.
+
+    Every text column is hashed (with its column name, so equal values of two columns differ)
+    into ``--hash_buckets`` rows of two shared tables: an embedding of ``--embedding_dim``
+    (the deep part: an MLP of ``--hidden_units`` over the embeddings and the numeric columns)
+    and one weight per class (the wide part: a linear model of the ids, plus the numeric
+    columns). Tables above ``--partition_mb`` are split over every ps; a step touches only
+    its ids' rows. Two classes get one logit and a sigmoid (``probability`` of class 1).
+    """
+    import tensorflow as tf
+    v1 = tf.compat.v1
+    cols = _columns(features, params)
+    text = [n for n, kind in params.columns if kind == "string"]
+    numeric = [n for n, kind in params.columns if kind != "string"]
+    binary = params.num_classes == 2
+    units = 1 if binary or not params.num_classes else params.num_classes
+    parts = []
+    if text:
+        keyed = tf.stack([tf.strings.join([f"{n}=", cols[n]]) for n in text], axis=1)    # [batch, columns]
+        ids = tf.strings.to_hash_bucket_fast(keyed, params.hash_buckets)
+        table = v1.get_variable("embeddings", [params.hash_buckets, params.embedding_dim],
+                                initializer=v1.random_normal_initializer(0.0, 0.05, seed=params.seed))
+        wide = v1.get_variable("wide_weights", [params.hash_buckets, units], initializer=v1.zeros_initializer())
+        deep_in = tf.reshape(tf.nn.embedding_lookup(table, ids), [-1, len(text) * params.embedding_dim])
+        parts.append(tf.reduce_sum(tf.nn.embedding_lookup(wide, ids), axis=1))
+    else:
+        deep_in = None
+    if numeric:
+        nums = tf.stack([tf.cast(cols[n], tf.float32) for n in numeric], axis=1)
+        parts.append(_dense(nums, units, "wide_numeric", params.seed + 50))
+        deep_in = nums if deep_in is None else tf.concat([deep_in, nums], axis=1)
+    x = deep_in
+    for i, h in enumerate(params.hidden_units):
+        x = _dense(x, h, f"deep{i}", params.seed + i, tf.nn.relu)
+    logits = tf.add_n(parts + [_dense(x, units, "deep_output", params.seed + 99)])
+    if binary:
+        return _binary_head(tf.reshape(logits, [-1]), labels)
+    return _head(logits, labels, mode, params)
+
+
+def _binary_head(logit, labels) -> ModelSpec:
+    """One logit: the probability of class 1, and the sigmoid cross-entropy."""
+    import tensorflow as tf
+    p = tf.sigmoid(logit, name="probability")
+    preds = {"probability": p, "probabilities": tf.stack([1.0 - p, p], axis=1, name="probabilities"),
+             "classes": tf.cast(logit > 0, tf.int64, name="classes")}
+    if labels is None:
+        return ModelSpec(None, preds)
+    y = tf.cast(labels, tf.float32)
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logit), name="loss")
+    acc = tf.reduce_mean(tf.cast(tf.equal(preds["classes"], tf.cast(labels, tf.int64)), tf.float32))
+    return ModelSpec(loss, preds, {"accuracy": acc})
+
+
+class NamedColumns:
+    """A built-in model that takes the data's columns by name: its SavedModel serves each
+    column as its own input, in its own dtype (strings for text columns)."""
+
+    def __init__(self, fn: ModelFn, columns: tuple[tuple[str, str], ...]):
+        self.fn, self.columns, self.__name__ = fn, columns, fn.__name__
+
+    @property
+    def serving_inputs(self) -> dict[str, tuple[list, str]]:
+        return {n: ([], kind) for n, kind in self.columns}
+
+    def __call__(self, features, labels, mode, params):
+        return self.fn(features, labels, mode, params)
+
+
+BUILTIN: dict[str, ModelFn] = {"linear": linear, "mlp": mlp, "cnn": cnn, "wide_deep": wide_deep}
+#: Built-in models that read named columns, text included (the others take a matrix of numbers).
+NAMED_COLUMNS = ("wide_deep",)
+
+
+def check_shape(name: str, feature_shape: tuple[int, ...], columns: tuple = ()) -> None:
+    if name in NAMED_COLUMNS and not columns:
+        raise ConfigError(f"the {name} model reads named columns (CSV, or TFRecord with one value per key); "
+                          "this data has none. Use mlp, or CSV data", "model")
     if name == "cnn" and len(feature_shape) not in (2, 3):
         raise ConfigError(f"the cnn model needs image data ([height, width] or [height, width, channels]); "
                           f"this data has flat features of shape {list(feature_shape)}. Use mlp or image data",

@@ -18,6 +18,10 @@ class ModelParams:
     hidden_units: tuple[int, ...] = (64, 32)
     learning_rate: float = 0.01
     seed: int = 7
+    #: (name, "string" or "float32") of each feature column of CSV/TFRecord data, in order
+    columns: tuple[tuple[str, str], ...] = ()
+    hash_buckets: int = 1 << 20     # rows of wide_deep's shared tables (--hash_buckets)
+    embedding_dim: int = 16         # wide_deep's embedding width (--embedding_dim)
 
     def __getitem__(self, key: str) -> Any:   # params["num_classes"] works too
         return getattr(self, key)

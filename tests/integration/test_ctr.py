@@ -81,3 +81,30 @@ def test_a_job_resumed_with_more_ps_tasks_splits_the_table_from_the_checkpoint(p
     assert res["status"] == "succeeded" and res["global_step"] >= 400
     shares = res["ps_shares_mb"]
     assert max(shares.values()) / min(shares.values()) < 1.3, shares
+
+
+def test_wide_deep_learns_the_ids_of_a_csv_without_a_model(procs, tmp_path, demo_dir):
+    """``--model wide_deep`` on the demo CTR data (its default data): a user with a CSV and no
+    model gets one whose clicks rank well above what the price alone says."""
+    import tensorflow as tf
+    model_dir = tmp_path / "model"
+    launcher = procs.tfps("tfps-local-wide-deep", "local", "--ps", 2, "--workers", 2,
+                          *run_flags(model_dir, "--model", "wide_deep", "--hash_buckets", 65536,
+                                     "--partition_mb", 1, "--batch_size", 256, steps=1500))
+    ports = launcher_ports(launcher)
+    assert launcher.wait(600) == 0, launcher.tail()
+    res = read_results(model_dir)
+    assert res["status"] == "succeeded" and res["export_complete"]
+    shares = res["ps_shares_mb"]
+    assert max(shares.values()) / min(shares.values()) < 1.3, shares
+    with open(demo_dir / "ctr" / "eval.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    labels = np.array([int(r["label"]) for r in rows])
+    serve = tf.saved_model.load(str(model_dir / "export")).signatures["serving_default"]
+    out = serve(user=tf.constant([r["user"] for r in rows]), ad=tf.constant([r["ad"] for r in rows]),
+                site=tf.constant([r["site"] for r in rows]),
+                price=tf.constant([float(r["price"]) for r in rows], tf.float32))
+    model_auc = auc(out["probability"].numpy(), labels)
+    baseline = auc(-np.array([float(r["price"]) for r in rows]), labels)
+    assert model_auc > baseline + 0.08, (model_auc, baseline)
+    assert_nothing_left(ports, launcher)

@@ -59,6 +59,9 @@ def test_defaults_are_valid():
     ("train_steps", 2**63, "64-bit"),
     ("batch_size", 2**63, "64-bit"),
     ("replicas_to_aggregate", 2, "--sync_replicas"),
+    ("hash_buckets", 0, "positive"),
+    ("embedding_dim", -1, "positive"),
+    ("partition_mb", 0, "positive"),
 ])
 def test_bad_run_option_names_its_field(field, value, words):
     msg = refused(field, RunConfig(**{field: value}).validate)
@@ -341,7 +344,7 @@ def repo_on_path(monkeypatch):
 
 def test_builtin_models_resolve():
     assert models.resolve("mlp") is models.mlp
-    assert set(models.BUILTIN) == {"linear", "mlp", "cnn"}
+    assert set(models.BUILTIN) == {"linear", "mlp", "cnn", "wide_deep"}
 
 
 def test_unknown_model():

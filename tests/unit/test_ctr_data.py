@@ -99,3 +99,13 @@ def test_one_sigmoid_unit_is_a_binary_head_that_serves_the_click_probability(ctr
             last, p = sess.run([spec.loss, spec.predictions["probability"]], feed)
     assert last < first * 0.5, (first, last)          # binary cross-entropy falls
     assert p[0] > 0.5 > p[1]
+
+
+def test_wide_deep_reads_named_columns_and_refuses_data_without_them(ctr_csv, tmp_path):
+    setup = JobSetup(RunConfig(model="wide_deep", train_data=ctr_csv, hash_buckets=64).validate())
+    assert setup.model_fn.serving_inputs == {"user": ([], "string"), "ad": ([], "string"),
+                                             "site": ([], "string"), "price": ([], "float32")}
+    assert setup.identity()["hash_buckets"] == 64
+    import numpy as np
+    np.savez(tmp_path / "d.npz", x=np.zeros((4, 3), np.float32), y=np.array([0, 1, 0, 1]))
+    assert "reads named columns" in refused("model", model="wide_deep", train_data=str(tmp_path / "d.npz"))

@@ -37,19 +37,31 @@ class JobSetup:
             if self.eval_schema.feature_shape != self.schema.feature_shape:
                 raise ConfigError(f"eval examples have shape {list(self.eval_schema.feature_shape)}, training "
                                   f"examples {list(self.schema.feature_shape)}", "eval_data")
+        columns = self._columns(self.schema)
         if cfg.model in models.BUILTIN:
-            if self.schema.string_columns:
+            if self.schema.string_columns and cfg.model not in models.NAMED_COLUMNS:
                 raise ConfigError(f"the data has text columns ({', '.join(self.schema.string_columns)}), and the "
                                   f"built-in model {cfg.model} takes numbers only; use a Keras model with one "
                                   "Input per column (keras.layers.Hashing into an Embedding for text)", "model")
-            models.check_shape(cfg.model, self.schema.feature_shape)
+            models.check_shape(cfg.model, self.schema.feature_shape, columns)
         self.model_fn = models.resolve(cfg.model)
+        if cfg.model in models.NAMED_COLUMNS:
+            self.model_fn = models.NamedColumns(self.model_fn, columns)
         self.params = models.ModelParams(self.schema.feature_shape, self.schema.num_classes,
-                                         tuple(cfg.hidden), cfg.learning_rate or 0.0, cfg.seed)
+                                         tuple(cfg.hidden), cfg.learning_rate or 0.0, cfg.seed, columns,
+                                         cfg.hash_buckets, cfg.embedding_dim)
         if isinstance(self.model_fn, keras_model.KerasBuilder):   # a Keras model: checked against the data now
             self.model_fn = keras_model.bind(self.model_fn, self.schema, self.params, self.eval_schema)
         self.optimizer, self.learning_rate, self.optimizer_note = choose_optimizer(cfg, self.model_fn)
         self.params = dataclasses.replace(self.params, learning_rate=self.learning_rate)
+
+    @staticmethod
+    def _columns(schema) -> tuple[tuple[str, str], ...]:
+        """(name, dtype) of each feature column, when the data has one value per named column."""
+        if schema.fmt not in ("csv", "tfrecord") or len(schema.feature_keys) != schema.num_features:
+            return ()
+        text = set(schema.string_columns)
+        return tuple((k, "string" if k in text else "float32") for k in schema.feature_keys)
 
     def batch_bytes(self) -> int:
         """A lower bound of the memory one worker's training step needs for its batch.
@@ -81,8 +93,11 @@ class JobSetup:
 
     def identity(self) -> dict:
         c = self.cfg
-        return {"run_name": c.name, "model": c.model, "feature_shape": list(self.schema.feature_shape),
-                "num_classes": self.schema.num_classes, "hidden_units": c.hidden_units}
+        ident = {"run_name": c.name, "model": c.model, "feature_shape": list(self.schema.feature_shape),
+                 "num_classes": self.schema.num_classes, "hidden_units": c.hidden_units}
+        if c.model in models.NAMED_COLUMNS:   # the shapes of its tables
+            ident.update(hash_buckets=c.hash_buckets, embedding_dim=c.embedding_dim)
+        return ident
 
 
 def host_available_memory() -> int:
