@@ -16,21 +16,9 @@ import numpy as np
 import pytest
 
 from integration_helpers import assert_nothing_left, launcher_ports, read_results, run_flags
+from tfps.task.export import auc
 
 pytestmark = pytest.mark.integration
-
-
-def auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Area under the ROC curve: the chance that a clicked example outranks an unclicked one."""
-    order = np.argsort(scores, kind="mergesort")
-    ranks = np.empty(len(scores))
-    ranks[order] = np.arange(1, len(scores) + 1)
-    for value in np.unique(scores):          # ties share their mean rank
-        tied = scores == value
-        ranks[tied] = ranks[tied].mean()
-    pos = labels == 1
-    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
-    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def test_string_ids_train_a_split_table_and_the_export_takes_raw_columns(procs, tmp_path, demo_dir):
@@ -107,4 +95,6 @@ def test_wide_deep_learns_the_ids_of_a_csv_without_a_model(procs, tmp_path, demo
     model_auc = auc(out["probability"].numpy(), labels)
     baseline = auc(-np.array([float(r["price"]) for r in rows]), labels)
     assert model_auc > baseline + 0.08, (model_auc, baseline)
+    # The chief's evaluation ranks the whole evaluation set the same way.
+    assert abs(res["eval_metrics"]["auc"] - model_auc) < 0.005, res["eval_metrics"]
     assert_nothing_left(ports, launcher)

@@ -109,3 +109,15 @@ def test_wide_deep_reads_named_columns_and_refuses_data_without_them(ctr_csv, tm
     import numpy as np
     np.savez(tmp_path / "d.npz", x=np.zeros((4, 3), np.float32), y=np.array([0, 1, 0, 1]))
     assert "reads named columns" in refused("model", model="wide_deep", train_data=str(tmp_path / "d.npz"))
+
+
+def test_auc_is_ranked_over_the_whole_set():
+    from tfps.task.export import auc
+    assert auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == 0.75
+    assert auc([0.5, 0.5, 0.5, 0.5], [0, 1, 0, 1]) == 0.5          # ties share their rank
+    assert auc([0.2, 0.9], [1, 0]) == 0.0
+    assert auc([0.2, 0.9], [1, 1]) is None
+    # Not the mean of per-batch AUCs: two batches that are each perfectly ranked...
+    assert auc([0.1, 0.2], [0, 1]) == auc([0.8, 0.9], [0, 1]) == 1.0
+    # ...but the whole set is not.
+    assert auc([0.1, 0.2, 0.8, 0.9], [0, 1, 0, 1]) == 0.75

@@ -88,17 +88,54 @@ def evaluate(model_fn, params, checkpoint: str, dataset) -> dict[str, float]:
         features, labels = v1.data.make_one_shot_iterator(dataset()).get_next()
         spec = model_fn(features, labels, "eval", params)
         fetch = {"loss": spec.loss, **spec.metrics, "_n": tf.shape(labels)[0]}
+        # A binary classifier is also ranked over the whole set at once: AUC is not a mean
+        # of per-batch values.
+        scores = spec.predictions.get("probability")
+        if scores is None and spec.predictions.get("probabilities") is not None \
+                and spec.predictions["probabilities"].shape[-1] == 2:
+            scores = spec.predictions["probabilities"][:, 1]
+        ranked = {"_scores": scores, "_labels": labels} if scores is not None else {}
         totals: dict[str, float] = {}
         count = 0
+        seen_scores, seen_labels = [], []
         with v1.Session(graph=graph) as sess:
             _restore(sess, checkpoint)
             while True:
                 try:
-                    out = sess.run(fetch)
+                    out = sess.run({**fetch, **ranked})
                 except tf.errors.OutOfRangeError:
                     break
+                if ranked:
+                    seen_scores.append(np.asarray(out.pop("_scores")).reshape(-1))
+                    seen_labels.append(np.asarray(out.pop("_labels")).reshape(-1))
                 n = int(out.pop("_n"))
                 count += n
                 for k, v in out.items():
                     totals[k] = totals.get(k, 0.0) + float(np.asarray(v)) * n
-    return {k: round(v / count, 6) for k, v in totals.items()} if count else {}
+    metrics = {k: round(v / count, 6) for k, v in totals.items()} if count else {}
+    if seen_scores:
+        value = auc(np.concatenate(seen_scores), np.concatenate(seen_labels))
+        if value is not None:
+            metrics["auc"] = round(value, 6)
+    return metrics
+
+
+def auc(scores, labels) -> float | None:
+    """Area under the ROC curve of binary ``labels`` (0/1) ranked by ``scores``; ties share
+    their mean rank. None when only one class occurs."""
+    import numpy as np
+    scores, labels = np.asarray(scores, np.float64), np.asarray(labels).astype(np.int64)
+    pos = labels == 1
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    if n_pos == 0 or n_neg == 0:
+        return None
+    order = np.argsort(scores, kind="mergesort")
+    sorted_scores = scores[order]
+    ranks = np.empty(len(scores))
+    # mean rank of each run of equal scores
+    boundaries = np.flatnonzero(np.diff(sorted_scores)) + 1
+    starts = np.concatenate([[0], boundaries])
+    ends = np.concatenate([boundaries, [len(scores)]])
+    for a, b in zip(starts, ends):
+        ranks[order[a:b]] = (a + b + 1) / 2.0
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
