@@ -672,3 +672,11 @@ def test_the_plays_own_vars_and_vars_files_count_in_its_plan(env, tmp_path):
                "-e", "tfps_workers=2")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert workers_per_host(json.loads(out.read_text())) == {"w1": 2, "w2": 2}
+
+
+def test_a_port_collision_points_at_the_line_of_the_host_to_change(env, tmp_path):
+    source = ini(tmp_path, "[ps]\nh1 ansible_host=10.0.0.1 tfps_base_port=2222\n\n[worker]\n"
+                           "h2 ansible_host=10.0.0.2\nh1b ansible_host=10.0.0.1 tfps_base_port=2222\n")
+    line = tfps_fails(env, [source])
+    assert "give host 'h1b' another tfps_base_port" in line, line
+    assert line.endswith(f"(set in {source}:6)"), line

@@ -126,7 +126,10 @@ def _with_origin(exc: ConfigError, host_vars: Mapping[str, Mapping[str, Any]]) -
     """The same error, saying in which file and line the host's bad variable was set."""
     import re
 
-    for host in re.findall(r"host '([^']+)'", exc.message):
+    # The host the message asks to change comes first ("give host 'h1b' another ..."): its
+    # line is the one to edit, not that of the host it collides with.
+    named = re.findall(r"(?:give|set|change) host '([^']+)'", exc.message)
+    for host in named + re.findall(r"host '([^']+)'", exc.message)[::-1]:
         where = origin(host_vars.get(host, {}).get(exc.field)) if exc.field else None
         if where:
             return ConfigError(f"{exc.message} (set in {where})", exc.field)
