@@ -196,7 +196,7 @@ def cmd_local(ns) -> ExitCode:
     if ns.restarts and ns.script:
         raise ConfigError("restarts tfps's own tasks only; drop --restarts with --script", "restarts")
     return run_local(cfg, num_ps=ns.ps, num_workers=ns.workers, script=ns.script,
-                     script_args=args, python=ns.python, verbose=ns.verbose, restarts=ns.restarts)
+                     script_args=args, python=ns.python, verbose=ns.verbose, restarts=ns.restarts, entry=main)
 
 
 def cmd_plan(ns) -> int:

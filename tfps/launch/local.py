@@ -14,6 +14,7 @@ way Kubeflow's TFJob does with ``cleanPodPolicy: Running``.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 import signal
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from tfps import timeouts
 from tfps.cluster import local_plan
@@ -142,6 +144,12 @@ class ForkedTask(TaskProcess):
     its own environment, and shows that command line in ``ps``.
     """
 
+    def __init__(self, entry: Callable[[list[str]], int], *args, **kwargs):
+        # What the forked child runs: the ``tfps`` command's entry point, given by the caller
+        # (``run_local(entry=...)``), so that this module does not import the CLI back.
+        super().__init__(*args, **kwargs)
+        self.entry = entry
+
     def spawn(self) -> None:
         cli_argv = self.argv[3:]           # [python, "-m", "tfps", *cli_argv]
         title = " ".join(self.argv)
@@ -151,7 +159,7 @@ class ForkedTask(TaskProcess):
         pid = os.fork()
         if pid == 0:                       # the child: never returns
             os.close(read_end)
-            _run_forked(cli_argv, self.env, write_end, title)
+            _run_forked(self.entry, cli_argv, self.env, write_end, title)
         os.close(write_end)
         self.pid = pid
         self._stream = os.fdopen(read_end, "r", errors="replace")
@@ -161,7 +169,8 @@ class ForkedTask(TaskProcess):
         return os.waitstatus_to_exitcode(status) if pid else None
 
 
-def _run_forked(cli_argv: list[str], env: dict[str, str], out_fd: int, title: str) -> None:
+def _run_forked(entry: Callable[[list[str]], int], cli_argv: list[str], env: dict[str, str], out_fd: int,
+                title: str) -> None:
     """The forked child: become ``tfps run`` with its own session, output and environment."""
     code = int(ExitCode.INTERNAL)   # if anything below fails before the task runs
     try:
@@ -181,8 +190,7 @@ def _run_forked(cli_argv: list[str], env: dict[str, str], out_fd: int, title: st
         os.environ.update(env)
         for stream in (sys.stdout, sys.stderr):
             stream.reconfigure(line_buffering=True)
-        from tfps import cli
-        code = cli.main(cli_argv)
+        code = entry(cli_argv)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:   # noqa: BLE001 - the child must never return into the launcher
@@ -313,7 +321,10 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1) -> None
 
 def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str | None = None,
               script_args: list[str] | None = None, python: str = sys.executable, out=sys.stdout,
-              verbose: bool = False, restarts: int = 0) -> ExitCode:
+              verbose: bool = False, restarts: int = 0,
+              entry: Callable[[list[str]], int] | None = None) -> ExitCode:
+    """Run the cluster; ``entry`` is the ``tfps`` command's main function, which forked tasks
+    run (without it every task is a new interpreter)."""
     if num_ps < 1 or num_workers < 1:
         raise ConfigError("a cluster needs at least 1 ps and 1 worker", "ps" if num_ps < 1 else "workers")
     from tfps.config import check_replicas
@@ -334,9 +345,9 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
              ", ".join(p.target for p in plan.tasks), os.path.abspath(cfg.model_dir))
     # Forked tasks start with TensorFlow imported (``ForkedTask``); a user's script, another
     # interpreter (--python) or TFPS_LOCAL_FORK=0 get fresh processes.
-    fork = (not script and python == sys.executable and hasattr(os, "fork")
+    fork = (entry is not None and not script and python == sys.executable and hasattr(os, "fork")
             and os.environ.get(FORK_ENV, "1") != "0" and _import_tensorflow_once(verbose))
-    task_class = ForkedTask if fork else TaskProcess
+    task_class = functools.partial(ForkedTask, entry) if fork else TaskProcess
     tasks: list[TaskProcess] = []
     for t in plan.tasks:
         ref = plan.task_ref(t)
