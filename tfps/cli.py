@@ -181,7 +181,7 @@ def cmd_run(ns) -> ExitCode:
 
 
 def cmd_local(ns) -> ExitCode:
-    from tfps.launch.local import run_local
+    from tfps.launch.processes import run_local
     require_tensorflow()
     from tfps.task import single_threaded_blas
     single_threaded_blas()   # the launcher's checks may load NumPy, and its tasks fork from it

@@ -101,7 +101,7 @@ def test_other_optimizers_leave_untouched_rows_alone(name):
 def test_a_step_on_a_split_table_moves_only_the_touched_rows():
     """On an in-process cluster (2 ps, 1 worker), one traced step of a model with a 4 MiB
     table split over both ps: what every task receives is a few rows, never the table."""
-    from tfps.cluster.local import free_ports
+    from tfps.cluster.single_host import free_ports
     from tfps.task import optimizers, placement
     ports = free_ports(3, "127.0.0.1")
     cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"],

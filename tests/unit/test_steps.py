@@ -159,7 +159,7 @@ def test_the_chiefs_history_follows_the_jobs_global_step(tmp_path):
 def test_a_board_write_carries_the_global_step_read_with_it():
     """A worker's board write needs no run of its own to read the global step first: the
     write itself stores at least the step the ps holds (tfps.task.board)."""
-    from tfps.cluster.local import free_ports
+    from tfps.cluster.single_host import free_ports
     from tfps.task.board import Board
     cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{free_ports(1, '127.0.0.1')[0]}"]})
     server = tf.distribute.Server(cluster, job_name="ps", task_index=0)   # the board lives on ps 0
@@ -185,7 +185,7 @@ def _cluster_loop(pack: bool, k: int = 3) -> tuple[dict, dict]:
     tells the worker the loop is over)."""
     import collections
 
-    from tfps.cluster.local import free_ports
+    from tfps.cluster.single_host import free_ports
     from tfps.task.steps import apply_packed, step_loop, with_packed_reads
     ports = free_ports(3, "127.0.0.1")
     cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"],

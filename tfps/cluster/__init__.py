@@ -2,14 +2,14 @@
 
     spec.py       ClusterSpec, TaskRef (classic flags and TF_CONFIG), host:port parsing
     plan.py       Task, Plan, Launch: task numbering, ports, GPUs, what starts each task
-    local.py      every task on this machine, on free ports (tfps local, compose, tests)
+    single_host.py every task on this machine, on free ports (tfps local, compose, tests)
     variables.py  the tfps_* variables (the role's argument_specs) and the job settings
     inventory.py  the plan from Ansible's own view of an inventory (needs ansible-core)
     datasrc.py    data on the controller: which files each worker's host gets (tfps_data_src)
     gpu.py        judging a host's GPU smoke run (nvidia-smi) against the image's CUDA
 """
 
-from tfps.cluster.local import free_ports, local_plan
+from tfps.cluster.single_host import free_ports, local_plan
 from tfps.cluster.plan import (
     DEFAULT_BASE_PORT,
     LAYOUT_VARS,

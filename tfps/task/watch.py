@@ -35,7 +35,7 @@ READ_TIMEOUT_MS = 5000
 RATE_WINDOW_SECS = 60.0
 
 
-class _Worker:
+class _WatchedWorker:
     """What the chief knows of one worker's progress."""
 
     def __init__(self, name: str):
@@ -66,7 +66,7 @@ class JobWatch:
         self.stall_timeout = cfg.stall_timeout
         self.notify_every = cfg.notify_every
         self.batch_size, self.train_steps = cfg.batch_size, cfg.train_steps
-        self.workers = [_Worker(task_name(WORKER, i)) for i in range(chief.task.num_workers)]
+        self.workers = [_WatchedWorker(task_name(WORKER, i)) for i in range(chief.task.num_workers)]
         self.job_step, self.job_changed_at, self.job_changed_wall = 0, time.monotonic(), time.time()
         self.job_stalled_since: float | None = None
         self.stalls: list[dict] = []      # every stall, for results.json
@@ -137,7 +137,7 @@ class JobWatch:
             self.last_progress = now
             self._send("progress", self.progress(now, wall))
 
-    def _update(self, w: _Worker, b: list, now: float, wall: float) -> None:
+    def _update(self, w: _WatchedWorker, b: list, now: float, wall: float) -> None:
         local_steps, global_step, started, sig = int(b[0]), int(b[1]), b[2], int(b[3])
         if w.started is not None and abs(started - w.started) > 1e-3:
             # A new process of this worker: its predecessor failed and it came back (the
