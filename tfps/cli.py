@@ -18,44 +18,16 @@ prints one line ``tfps: error: FIELD: what to change`` on stderr and exits 2.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import logging
 import os
 import sys
 import time
 
 from tfps import __version__, logs
-from tfps.config import add_run_options, from_args
+from tfps.config import add_run_options, from_args, normalize_argv
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
-
-PROCESS_START = time.time()
-
-
-def normalize_argv(argv: list[str]) -> list[str]:
-    """``--train-steps=5`` -> ``--train_steps=5``; nothing after a bare ``--`` is touched."""
-    out = []
-    for i, a in enumerate(argv):
-        if a == "--":
-            return out + argv[i:]
-        if a.startswith("--") and len(a) > 2:
-            name, eq, value = a[2:].partition("=")
-            if name.startswith("no-"):
-                name = "no-" + name[3:].replace("-", "_")
-            else:
-                name = name.replace("-", "_")
-            a = f"--{name}{eq}{value}"
-        out.append(a)
-    return out
-
-
-def _cluster_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("cluster (classic flags; or set TF_CONFIG)")
-    g.add_argument("--ps_hosts", help="comma-separated host:port of the ps tasks")
-    g.add_argument("--worker_hosts", help="comma-separated host:port of the workers (the first is the chief)")
-    g.add_argument("--job_name", help="ps or worker")
-    g.add_argument("--task_index", type=int, help="index of this task in its job")
-
+from tfps.task import entry
+from tfps.task.entry import require_tensorflow
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tfps", description="TensorFlow parameter-server training that ends cleanly.")
@@ -68,12 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser("run", parents=[verbose], help="run one task of a cluster (what each container runs)")
-    _cluster_options(run)
-    add_run_options(run)
-    run.add_argument("--restarts", type=int, default=0, metavar="N",
-                     help="start the task's process again, up to N times, when a signal kills it (the OOM "
-                          "killer, a crash) and nobody asked it to stop; the container or launcher around it "
-                          "sees one process that lives on (default %(default)s)")
+    entry.add_arguments(run)
     run.set_defaults(func=cmd_run)
 
     local = sub.add_parser("local", parents=[verbose], help="run a whole cluster on this machine as processes")
@@ -133,51 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-#: What to install when TensorFlow is missing: tfps itself installs without it.
-TF_EXTRAS_HINT = "pip install 'tfps[cpu]' (or 'tfps[gpu]' on a host with NVIDIA GPUs)"
-
-
-def require_tensorflow() -> None:
-    """Refuse a training command before anything starts when TensorFlow is not installed.
-
-    ``find_spec`` only looks the package up; importing TensorFlow takes seconds.
-    """
-    if importlib.util.find_spec("tensorflow") is None:
-        raise ConfigError(f"TensorFlow is not installed, and tfps needs it to train; install it with {TF_EXTRAS_HINT}")
-
-
-def cmd_run(ns) -> ExitCode:
-    from tfps.cluster import TaskRef
-    require_tensorflow()
-    cfg = from_args(ns)
-    task = TaskRef.resolve(ns.ps_hosts, ns.worker_hosts, ns.job_name, ns.task_index)
-    from tfps.config import check_replicas
-    check_replicas(cfg, task.num_workers)
-    if task.is_chief:   # refuse malformed notification URLs before anything starts
-        from tfps.notify import notifier_for
-        notifier_for(cfg.notify, cfg.notify_config)
-    if ns.restarts < 0:
-        raise ConfigError(f"{ns.restarts} is negative; use 0 (never) or how many times to restart", "restarts")
-    from tfps.task.supervise import SUPERVISED_ENV, supervise
-    if ns.restarts > 0 and not os.environ.get(SUPERVISED_ENV):
-        return supervise(ns.argv, ns.restarts, task.name)
-    from tfps.task import run_task
-    from tfps.task.lifecycle import StopSignal
-    code = run_task(task, cfg, StopSignal(), PROCESS_START)
-    # The task is over and its exit status decided; only the interpreter and TensorFlow
-    # shut down now (a second or two), and Python restores SIGTERM's default action for
-    # that. An orchestrator cleaning up at this moment (`docker compose up --exit-code-from`
-    # stops the other tasks as soon as the chief exits) must not turn a clean exit into
-    # "killed by SIGTERM" (143).
-    import signal
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    from tfps.task.lifecycle import rpc_abandoned
-    if rpc_abandoned():   # a thread still waits in TensorFlow for a ps that has gone
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(int(code))
-    return code
+def cmd_run(ns) -> ExitCode | int:
+    """``tfps run``: the task's own entry, with the flags after ``run`` (and a leading ``-v``)."""
+    return entry.main(ns.run_argv)
 
 
 def cmd_local(ns) -> ExitCode:
@@ -196,7 +121,7 @@ def cmd_local(ns) -> ExitCode:
     if ns.restarts and ns.script:
         raise ConfigError("restarts tfps's own tasks only; drop --restarts with --script", "restarts")
     return run_local(cfg, num_ps=ns.ps, num_workers=ns.workers, script=ns.script,
-                     script_args=args, python=ns.python, verbose=ns.verbose, restarts=ns.restarts, entry=main)
+                     script_args=args, python=ns.python, verbose=ns.verbose, restarts=ns.restarts)
 
 
 def cmd_plan(ns) -> int:
@@ -251,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(ns, "func", None) is None:
         parser.print_help()
         return int(ExitCode.BAD_CONFIG)
-    ns.argv = argv   # `tfps run --restarts` starts the same command line again
+    if ns.func is cmd_run:   # the task's own entry parses its flags again, -v included
+        ns.run_argv = argv[:argv.index("run")] + argv[argv.index("run") + 1:]
     logs.setup(ns.verbose)
     try:
         return int(ns.func(ns))

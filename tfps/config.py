@@ -256,3 +256,20 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 def from_args(ns: argparse.Namespace) -> RunConfig:
     names = {f.name for f in dataclasses.fields(RunConfig)}
     return RunConfig(**{k: v for k, v in vars(ns).items() if k in names and v is not None}).validate()
+
+
+def normalize_argv(argv: list[str]) -> list[str]:
+    """``--train-steps=5`` -> ``--train_steps=5``; nothing after a bare ``--`` is touched."""
+    out = []
+    for i, a in enumerate(argv):
+        if a == "--":
+            return out + argv[i:]
+        if a.startswith("--") and len(a) > 2:
+            name, eq, value = a[2:].partition("=")
+            if name.startswith("no-"):
+                name = "no-" + name[3:].replace("-", "_")
+            else:
+                name = name.replace("-", "_")
+            a = f"--{name}{eq}{value}"
+        out.append(a)
+    return out

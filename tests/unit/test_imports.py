@@ -63,3 +63,22 @@ def test_no_module_of_tfps_imports_itself_back():
     graph = _graph()
     assert len(graph) > 40 and "tfps.launch.processes" in graph["tfps.cli"]   # function-level imports count
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+def test_one_entry_for_a_task_the_cli_and_forked_tasks_both_call():
+    graph = _graph()
+    assert "tfps.task.entry" in graph["tfps.cli"]
+    assert "tfps.task.entry" in graph["tfps.launch.processes"]
+    assert "tfps.cli" not in graph["tfps.launch.processes"]
+    source = (PACKAGE / "launch" / "processes.py").read_text()
+    assert "task_entry.main(run_args)" in source and "argv[3:]" not in source
+
+
+def test_the_task_entry_refuses_bad_flags_in_one_line(capsys):
+    from tfps.exitcodes import ExitCode
+    from tfps.task import entry
+    code = entry.main(["--ps_hosts=a:1", "--worker_hosts=b:2", "--job_name=ps", "--task_index=0",
+                       "--train-steps=-1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == ExitCode.BAD_CONFIG and err == ["tfps: error: train_steps: must be a positive integer, got -1"]
+    assert entry.main(["--no_such_flag"]) == ExitCode.BAD_CONFIG

@@ -14,7 +14,6 @@ way Kubeflow's TFJob does with ``cleanPodPolicy: Running``.
 from __future__ import annotations
 
 import ctypes
-import functools
 import logging
 import os
 import signal
@@ -22,7 +21,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 
 from tfps import timeouts
 from tfps.cluster import local_plan
@@ -30,6 +28,7 @@ from tfps.config import RunConfig
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.outcome import results
+from tfps.task import entry as task_entry
 
 log = logging.getLogger("tfps")
 
@@ -144,14 +143,13 @@ class ForkedTask(TaskProcess):
     its own environment, and shows that command line in ``ps``.
     """
 
-    def __init__(self, entry: Callable[[list[str]], int], *args, **kwargs):
-        # What the forked child runs: the ``tfps`` command's entry point, given by the caller
-        # (``run_local(entry=...)``), so that this module does not import the CLI back.
+    def __init__(self, run_args: list[str], *args, **kwargs):
+        # What the forked child runs: the task's entry (tfps.task.entry.main) with the flags
+        # of ``tfps run``, given as they are rather than sliced out of ``argv``.
         super().__init__(*args, **kwargs)
-        self.entry = entry
+        self.run_args = run_args
 
     def spawn(self) -> None:
-        cli_argv = self.argv[3:]           # [python, "-m", "tfps", *cli_argv]
         title = " ".join(self.argv)
         read_end, write_end = os.pipe()
         sys.stdout.flush()
@@ -159,7 +157,7 @@ class ForkedTask(TaskProcess):
         pid = os.fork()
         if pid == 0:                       # the child: never returns
             os.close(read_end)
-            _run_forked(self.entry, cli_argv, self.env, write_end, title)
+            _run_forked(self.run_args, self.env, write_end, title)
         os.close(write_end)
         self.pid = pid
         self._stream = os.fdopen(read_end, "r", errors="replace")
@@ -169,8 +167,7 @@ class ForkedTask(TaskProcess):
         return os.waitstatus_to_exitcode(status) if pid else None
 
 
-def _run_forked(entry: Callable[[list[str]], int], cli_argv: list[str], env: dict[str, str], out_fd: int,
-                title: str) -> None:
+def _run_forked(run_args: list[str], env: dict[str, str], out_fd: int, title: str) -> None:
     """The forked child: become ``tfps run`` with its own session, output and environment."""
     code = int(ExitCode.INTERNAL)   # if anything below fails before the task runs
     try:
@@ -190,7 +187,7 @@ def _run_forked(entry: Callable[[list[str]], int], cli_argv: list[str], env: dic
         os.environ.update(env)
         for stream in (sys.stdout, sys.stderr):
             stream.reconfigure(line_buffering=True)
-        code = entry(cli_argv)
+        code = int(task_entry.main(run_args))
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:   # noqa: BLE001 - the child must never return into the launcher
@@ -321,10 +318,9 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1) -> None
 
 def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str | None = None,
               script_args: list[str] | None = None, python: str = sys.executable, out=sys.stdout,
-              verbose: bool = False, restarts: int = 0,
-              entry: Callable[[list[str]], int] | None = None) -> ExitCode:
-    """Run the cluster; ``entry`` is the ``tfps`` command's main function, which forked tasks
-    run (without it every task is a new interpreter)."""
+              verbose: bool = False, restarts: int = 0, fork: bool = True) -> ExitCode:
+    """Run the cluster. Tasks are forked from this process (``ForkedTask``) unless ``fork``
+    is false or they cannot be; otherwise each is a new interpreter."""
     if num_ps < 1 or num_workers < 1:
         raise ConfigError("a cluster needs at least 1 ps and 1 worker", "ps" if num_ps < 1 else "workers")
     from tfps.config import check_replicas
@@ -345,21 +341,23 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
              ", ".join(p.target for p in plan.tasks), os.path.abspath(cfg.model_dir))
     # Forked tasks start with TensorFlow imported (``ForkedTask``); a user's script, another
     # interpreter (--python) or TFPS_LOCAL_FORK=0 get fresh processes.
-    fork = (entry is not None and not script and python == sys.executable and hasattr(os, "fork")
+    fork = (fork and not script and python == sys.executable and hasattr(os, "fork")
             and os.environ.get(FORK_ENV, "1") != "0" and _import_tensorflow_once(verbose))
-    task_class = functools.partial(ForkedTask, entry) if fork else TaskProcess
     tasks: list[TaskProcess] = []
     for t in plan.tasks:
         ref = plan.task_ref(t)
         task_env = dict(env)
         if script:
             argv = [python, script, *ref.to_flags(), *(script_args or [])]
-        else:
-            argv = [python, "-m", "tfps", *(["-v"] if verbose else []), "run", *ref.to_flags(), *cfg.to_args(),
+            tasks.append(TaskProcess(t.name, argv, task_env, out, verbose))
+            continue
+        run_args = [*(["-v"] if verbose else []), *ref.to_flags(), *cfg.to_args(),
                     *([f"--restarts={restarts}"] if restarts else [])]
-            if t.is_chief and urls:
-                task_env[ENV_URLS] = " ".join(urls)
-        tasks.append(task_class(t.name, argv, task_env, out, verbose))
+        if t.is_chief and urls:
+            task_env[ENV_URLS] = " ".join(urls)
+        argv = [python, "-m", "tfps", "run", *run_args]
+        tasks.append(ForkedTask(run_args, t.name, argv, task_env, out, verbose) if fork
+                     else TaskProcess(t.name, argv, task_env, out, verbose))
     chief = next(t for t, p in zip(tasks, plan.tasks) if p.is_chief)
     launched = time.time()
     interrupted = 0

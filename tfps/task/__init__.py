@@ -1,5 +1,8 @@
 """One task of a cluster, from start to exit code: what ``tfps run`` runs.
 
+``entry`` is the task's process (its flags, the ``--restarts`` supervisor, the exit), which
+the CLI and ``tfps local``'s forked tasks both call.
+
 ``ps`` serves the variables until every worker is done; ``worker`` trains, and ``chief``
 (worker 0) also checkpoints, exports and reports. ``lifecycle`` holds what they share
 (signals, the "done" queues, session settings), ``setup`` what a job trains, ``hooks``
