@@ -20,6 +20,10 @@ ARG TF_PACKAGE=tensorflow-cpu==2.21.0
 # tf_keras (Keras 2) for users' Keras models. Installed with --no-deps: it requires the package
 # "tensorflow", which tensorflow-cpu is under another name.
 ARG TF_KERAS_PACKAGE=tf_keras==2.21.*
+# TensorBoard (the tfps_tensorboard / compose tensorboard service), pinned with TensorFlow in
+# its layer rather than left to TensorFlow's own requirement: the same pin as
+# pyproject.toml's dependencies (a unit test keeps the two equal).
+ARG TENSORBOARD_PACKAGE="tensorboard>=2.21,<3"
 
 # ---- build tools: python3 + an empty venv at the final location -----------------------
 FROM debian:bookworm-slim AS venv
@@ -33,9 +37,10 @@ RUN apt-get update \
 FROM venv AS deps
 ARG TF_PACKAGE
 ARG TF_KERAS_PACKAGE
+ARG TENSORBOARD_PACKAGE
 RUN --mount=type=secret,id=pip_cert,required=false \
     if [ -f /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi \
- && /opt/tfps/bin/pip install "$TF_PACKAGE" \
+ && /opt/tfps/bin/pip install "$TF_PACKAGE" "$TENSORBOARD_PACKAGE" \
  && /opt/tfps/bin/pip install --no-deps "$TF_KERAS_PACKAGE"
 # Only [project].dependencies: TensorFlow is an extra (cpu/gpu), chosen by TF_PACKAGE above.
 COPY pyproject.toml /src/

@@ -36,7 +36,7 @@ compose-files: install
 	$(VENV)/bin/tfps compose --ps 1 --workers 2 -o compose/docker-compose.yml
 	$(VENV)/bin/tfps compose --gpus 0,1 -o compose/docker-compose.gpu.yml
 compose-demo: image
-	cd compose && docker compose up --exit-code-from worker-0 --attach worker-0
+	cd compose && docker compose up --exit-code-from worker0 --attach worker0
 
 # Ansible collections pinned in ansible/requirements.yml, unpacked into ansible/collections.
 collections: install

@@ -13,4 +13,11 @@ Layout: ``cli`` (the ``tfps`` command), ``config`` (run options), ``cluster/`` (
 timeout of a job), ``errors`` and ``exitcodes``.
 """
 
+import os as _os
+
 __version__ = "0.1.0"
+
+#: ``tf.keras`` is tf_keras (Keras 2), whose models build tf.compat.v1 graphs, when this is
+#: set before TensorFlow is imported; every tfps process (launcher, task, export, plan)
+#: imports tfps first. Keras 3 cannot train on parameter servers (tfps.keras_model).
+_os.environ["TF_USE_LEGACY_KERAS"] = "1"

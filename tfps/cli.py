@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: arguments for --script")
     local.set_defaults(func=cmd_local)
 
-    plan = sub.add_parser("plan", help="print the cluster plan of an inventory, as Ansible resolves it",
+    plan = sub.add_parser("plan", parents=[verbose], help="print the cluster plan of an inventory, as Ansible resolves it",
                           description="The cluster plan of an Ansible inventory: ansible-core resolves the "
                                       "inventory (every format and precedence rule), tfps numbers the tasks. "
                                       "The play computes the same plan. Needs pip install 'tfps[ansible]'.")
@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     hc.set_defaults(func=cmd_healthcheck)
 
     from tfps.launch import compose
-    compose.add_arguments(sub.add_parser("compose", help="write a docker-compose.yml for a cluster plan"))
+    compose.add_arguments(sub.add_parser("compose", parents=[verbose], help="write a docker-compose.yml for a cluster plan"))
 
     dd = sub.add_parser("demo_data", aliases=["demo-data"], parents=[verbose], help="write the demo datasets")
     dd.add_argument("directory")

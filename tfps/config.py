@@ -14,19 +14,16 @@ import math
 import os
 
 from tfps import models as _models
+from tfps.task import optimizers as _optimizers
 from tfps.errors import ConfigError
 # Re-exported: compose generation and the tests read these from tfps.config.
-from tfps.timeouts import GRACE_MARGIN, grace_period  # noqa: F401
-
-#: Default seconds the chief may spend on its final checkpoint + export. Generous on purpose:
-#: cutting a final save loses the whole job's last interval, waiting longer costs nothing.
-DEFAULT_FINAL_SAVE_TIMEOUT = 1800
-#: Shortest accepted final_save_timeout: below this even a small model's export can be cut.
-MIN_FINAL_SAVE_TIMEOUT = 30
+from tfps.timeouts import (DEFAULT_FINAL_SAVE_TIMEOUT, DEFAULT_STALL_TIMEOUT, DEFAULT_SYNC_TIMEOUT,  # noqa: F401
+                           GRACE_MARGIN, MIN_FINAL_SAVE_TIMEOUT, grace_period)
 
 #: The built-in models' names: the registry itself is tfps.models.BUILTIN (no TensorFlow import).
 BUILTIN_MODELS = tuple(_models.BUILTIN)
-OPTIMIZERS = ("sgd", "adam", "adagrad", "ftrl")   # tfps.task.optimizers.NAMES, without importing TensorFlow
+#: The optimizer names: their one list is tfps.task.optimizers (which imports TensorFlow only to build one).
+OPTIMIZERS = _optimizers.NAMES
 #: Used when neither the command line nor a Keras model's compile() chooses
 #: (``tfps.task.setup.choose_optimizer``); RunConfig keeps None for "not given".
 DEFAULT_OPTIMIZER = "adam"
@@ -37,11 +34,27 @@ MAX_INT64_FLAG = 2**62
 
 
 def check_replicas(cfg: "RunConfig", num_workers: int) -> None:
-    """Refuse --replicas_to_aggregate above the number of workers before anything starts."""
+    """Refuse --replicas_to_aggregate or --backup_workers that do not fit the number of
+    workers before anything starts."""
     if cfg.replicas_to_aggregate and cfg.replicas_to_aggregate > num_workers:
         raise ConfigError(f"{cfg.replicas_to_aggregate} is more than the {num_workers} worker(s) of the cluster, so "
                           "no sync step could ever complete; use at most the number of workers",
                           "replicas_to_aggregate")
+    if cfg.backup_workers is None:
+        return
+    if cfg.backup_workers >= num_workers:
+        raise ConfigError(f"{cfg.backup_workers} backup worker(s) of {num_workers} worker(s) leave no gradient to "
+                          f"aggregate; use at most {num_workers - 1}", "backup_workers")
+    if cfg.replicas_to_aggregate and cfg.replicas_to_aggregate != num_workers - cfg.backup_workers:
+        raise ConfigError(f"{cfg.backup_workers} backup worker(s) of {num_workers} mean "
+                          f"{num_workers - cfg.backup_workers} gradient(s) per step, and --replicas_to_aggregate "
+                          f"says {cfg.replicas_to_aggregate}; give one of the two", "backup_workers")
+
+
+def replicas_per_step(cfg: "RunConfig", num_workers: int) -> int:
+    """Gradients a sync step aggregates: --replicas_to_aggregate, else the workers less the
+    backup workers (whose gradients, the slowest of each step, are dropped)."""
+    return cfg.replicas_to_aggregate or num_workers - (cfg.backup_workers or 0)
 
 
 @dataclasses.dataclass
@@ -63,12 +76,13 @@ class RunConfig:
     optimizer: str | None = None           # None: the Keras model's, else DEFAULT_OPTIMIZER
     sync_replicas: bool = False
     replicas_to_aggregate: int | None = None
+    backup_workers: int | None = None      # sync: aggregate workers - K gradients per step
     checkpoint_steps: int | None = None
     checkpoint_secs: int | None = None
     summary_steps: int = 50
     log_steps: int = 50
     final_save_timeout: float = DEFAULT_FINAL_SAVE_TIMEOUT
-    sync_timeout: float = 300.0
+    sync_timeout: float = DEFAULT_SYNC_TIMEOUT
     startup_timeout: float = 600.0
     tf_threads: int | None = None   # None: tfps.task.lifecycle.auto_threads
     seed: int = 7
@@ -76,7 +90,7 @@ class RunConfig:
     notify_config: str | None = None
     notify_started: bool = False
     notify_every: float = 0.0
-    stall_timeout: float = 900.0
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT
     partition_mb: float = 64.0      # variables above this are split over every ps (tfps.task.placement)
     hash_buckets: int = 1 << 20     # wide_deep: rows of its shared id tables
     embedding_dim: int = 16         # wide_deep: embedding width
@@ -129,6 +143,14 @@ class RunConfig:
         if self.replicas_to_aggregate is not None and not self.sync_replicas:
             raise ConfigError("is used only by synchronous training; add --sync_replicas, or drop "
                               "--replicas_to_aggregate", "replicas_to_aggregate")
+        if self.backup_workers is not None:
+            if isinstance(self.backup_workers, bool) or not isinstance(self.backup_workers, int) \
+                    or self.backup_workers < 0:
+                raise ConfigError(f"must be a whole number of workers (0 or more), got {self.backup_workers!r}",
+                                  "backup_workers")
+            if not self.sync_replicas:
+                raise ConfigError("is used only by synchronous training (asynchronous training never waits for "
+                                  "a slow worker); add --sync_replicas, or drop --backup_workers", "backup_workers")
         for field in ("notify_every", "stall_timeout"):
             value = getattr(self, field)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
@@ -212,6 +234,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                    default=False, help="synchronous updates (SyncReplicasOptimizer); default asynchronous")
     g.add_argument("--replicas_to_aggregate", type=int,
                    help="gradients averaged per sync step (default: number of workers)")
+    g.add_argument("--backup_workers", type=int, metavar="K",
+                   help="sync: each step aggregates the first workers - K gradients and drops the K slowest, "
+                        "so a slow or frozen worker does not hold every step (default 0)")
     g.add_argument("--sync_timeout", type=float, default=d.sync_timeout,
                    help="seconds a sync step may wait for missing workers before the job fails (default %(default)s)")
     g.add_argument("--startup_timeout", type=float, default=d.startup_timeout,

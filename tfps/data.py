@@ -6,8 +6,11 @@ that ``tfps local`` can refuse bad data before it starts any process. Only
 
 Formats, chosen by file name:
   * ``*.csv``: a header row, one label column (``--label_column``), numeric features.
-  * ``*.tfrecord``/``*.tfrecords``/``*.tfr``: ``tf.train.Example`` with numeric features;
-    every key except the label is a feature, concatenated in sorted key order.
+  * ``*.tfrecord``/``*.tfrecords``/``*.tfr``: ``tf.train.Example``; every key except the
+    label is a feature, in sorted key order. Numeric features are concatenated into one
+    float matrix; with a ``bytes_list`` key (a string column, one value per record) every
+    key reaches the model by name in its own dtype: string, int64 (``int64_list``, exact)
+    or float32.
   * ``*.npz``: arrays ``x`` (or ``features``) and ``y`` (or ``label``/``labels``).
   * MNIST IDX: ``*images-idx3-ubyte[.gz]`` with the matching ``*labels-idx1-ubyte[.gz]``.
 """
@@ -43,9 +46,27 @@ class Schema:
     num_examples: int | None = None
     #: tfrecord: "float" or "int64" per key of feature_keys, then the label's
     tfrecord_kinds: tuple[str, ...] = ()
-    #: csv: the feature columns that hold text (ids such as ``68fd1e64``): read as strings,
-    #: and then every column reaches the model by name (a dict), not as one float matrix
+    #: the feature columns that hold text (ids such as ``68fd1e64``: CSV text, TFRecord
+    #: bytes_list): read as strings, and then every column reaches the model by name (a
+    #: dict), not as one float matrix
     string_columns: tuple[str, ...] = ()
+    #: every column by name even without text (a model of named columns asked for it), so
+    #: that int64 ids arrive exact rather than as float32
+    named: bool = False
+
+    @property
+    def by_name(self) -> bool:
+        return bool(self.string_columns) or self.named
+
+    def column_kinds(self) -> tuple[tuple[str, str], ...]:
+        """(name, dtype) of each feature column when there is one value per named column:
+        string for text, int64 for a TFRecord int64_list, float32 otherwise; else ()."""
+        if self.fmt not in ("csv", "tfrecord") or len(self.feature_keys) != self.num_features:
+            return ()
+        text = set(self.string_columns)
+        kinds = dict(zip(self.feature_keys, self.tfrecord_kinds)) if self.fmt == "tfrecord" else {}
+        return tuple((k, "string" if k in text else "int64" if kinds.get(k) == "int64" else "float32")
+                     for k in self.feature_keys)
 
     @property
     def num_features(self) -> int:
@@ -295,19 +316,30 @@ def _tfrecord_schema(path: str, label_column: str, field: str):
     if label_column not in feats:
         raise ConfigError(f"label key {label_column!r} is not in {path} (keys: {', '.join(sorted(feats))}); "
                           "pass --label_column", "label_column")
-    keys, width = [], 0
+    keys, width, strings = [], 0, []
     for k in sorted(feats):
         if k == label_column:
             continue
         kind = feats[k].WhichOneof("kind")
+        if kind is None:
+            raise ConfigError(f"{path}: feature {k!r} holds no value list; give it a bytes_list, int64_list "
+                              "or float_list", field)
         if kind == "bytes_list":
-            raise ConfigError(f"{path}: feature {k!r} holds bytes; tfps reads numeric features only", field)
+            if len(feats[k].bytes_list.value) != 1:
+                raise ConfigError(f"{path}: feature {k!r} holds {len(feats[k].bytes_list.value)} byte strings in "
+                                  "its first record; a string column holds exactly one per record", field)
+            strings.append(k)
         keys.append(k)
         width += len(getattr(feats[k], kind).value)
-    kinds = tuple(feats[k].WhichOneof("kind").replace("_list", "") for k in [*keys, label_column])
+    kinds = tuple((feats[k].WhichOneof("kind") or "float_list").replace("_list", "") for k in [*keys, label_column])
     if kinds[-1] == "bytes":
         raise ConfigError(f"{path}: label {label_column!r} holds bytes; it must be a number", "label_column")
-    return tuple(keys), (width,), kinds
+    if strings and width != len(keys):
+        many = [k for k in keys if len(getattr(feats[k], feats[k].WhichOneof("kind")).value) != 1]
+        raise ConfigError(f"{path}: with string columns ({', '.join(strings)}) every feature is a column of one "
+                          f"value per record, and {', '.join(repr(k) for k in many)} hold(s) several; split "
+                          "them into one key each", field)
+    return tuple(keys), (width,), kinds, tuple(strings)
 
 
 def _tfrecord_labels(files: list[str], label_column: str, kind: str, field: str) -> np.ndarray:
@@ -373,7 +405,8 @@ def infer_schema(pattern: str, label_column: str = "label", num_classes: int | N
             where += [(f, f"example {i}") for i in range(len(y))]
             n += len(x)
     else:
-        keys, shape, kinds = _tfrecord_schema(files[0], label_column, field)
+        keys, shape, kinds, strings = _tfrecord_schema(files[0], label_column, field)
+        strings = set(strings)
         labels.append(_tfrecord_labels(files, label_column, kinds[-1], field))
         where += [(", ".join(files), f"record {i}") for i in range(len(labels[-1]))]
     all_labels = np.concatenate(labels) if labels else np.zeros(0)
@@ -450,17 +483,30 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
         ds = _shuffle_batch(lines.map(nonblank).unbatch(), batch_size, train, seed + shard_index)
         return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
     elif schema.fmt == "tfrecord":
-        # Parse every key with the type it was written with (int64_list or float_list), then cast.
+        # Parse every key with the type it was written with (bytes, int64 or float list).
         kinds = schema.tfrecord_kinds or ("float",) * (len(schema.feature_keys) + 1)
-        spec = {k: tf.io.VarLenFeature(tf.int64 if kind == "int64" else tf.float32)
-                for k, kind in zip([*schema.feature_keys, label_column], kinds)}
+        dtype = {"bytes": tf.string, "int64": tf.int64}
+        label_spec = {label_column: tf.io.VarLenFeature(dtype.get(kinds[-1], tf.float32))}
+        if schema.by_name:   # one value per key: a dict of columns, each in its own dtype
+            spec = {k: tf.io.FixedLenFeature([], dtype.get(kind, tf.float32))
+                    for k, kind in zip(schema.feature_keys, kinds)}
 
-        @plain_function
-        def parse(record):
-            ex = tf.io.parse_single_example(record, spec)
-            x = tf.concat([tf.cast(tf.sparse.to_dense(ex[k]), tf.float32) for k in schema.feature_keys], axis=0)
-            x.set_shape(schema.feature_shape)
-            return _finite(x, files), tf.cast(_finite(tf.sparse.to_dense(ex[label_column])[0], files), label_dtype)
+            @plain_function
+            def parse(record):
+                ex = tf.io.parse_single_example(record, {**spec, **label_spec})
+                label = tf.cast(_finite(tf.sparse.to_dense(ex.pop(label_column))[0], files), label_dtype)
+                return {k: _finite(v, files) for k, v in ex.items()}, label
+        else:
+            spec = {k: tf.io.VarLenFeature(dtype.get(kind, tf.float32))
+                    for k, kind in zip(schema.feature_keys, kinds)}
+
+            @plain_function
+            def parse(record):
+                ex = tf.io.parse_single_example(record, {**spec, **label_spec})
+                x = tf.concat([tf.cast(tf.sparse.to_dense(ex[k]), tf.float32) for k in schema.feature_keys], axis=0)
+                x.set_shape(schema.feature_shape)
+                return _finite(x, files), tf.cast(_finite(tf.sparse.to_dense(ex[label_column])[0], files),
+                                                  label_dtype)
         ds = tf.data.TFRecordDataset(files)
         if not by_file:
             ds = ds.shard(num_shards, shard_index)

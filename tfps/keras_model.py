@@ -19,9 +19,11 @@ checkpoints, resume, final save, fresh-graph export, results.json, the message):
   (from logits unless the output is a softmax), or mean squared error for regression;
   plus ``model.losses`` (regularisers).
 
-Keras 3 (``import keras`` with keras >= 3, and ``tf.keras`` on TF 2.16+) builds no
-``tf.compat.v1`` graphs: it cannot place variables with ``replica_device_setter`` nor
-train under ``MonitoredTrainingSession``. Such models are refused before the job starts.
+``tf.keras`` code works unchanged: every tfps process sets ``TF_USE_LEGACY_KERAS=1``
+before TensorFlow is imported, so ``tf.keras`` is tf_keras. Keras 3 (``import keras``
+with keras >= 3) builds no ``tf.compat.v1`` graphs: it cannot place variables with
+``replica_device_setter`` nor train under ``MonitoredTrainingSession``. Such models are
+refused before the job starts.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ import logging
 import math
 from typing import Any, Callable
 
+from tfps import compat
 from tfps.errors import ConfigError
 from tfps.modelspec import ModelSpec
+from tfps.task.optimizers import NAMES as OPTIMIZER_NAMES
 
 log = logging.getLogger("tfps")
 
@@ -41,11 +45,12 @@ INSTALL_HINT = "pip install --no-deps 'tf_keras==2.21.*'"
 KERAS3_MESSAGE = (
     "{name} returned a Keras 3 model ({cls}). Keras 3 cannot do parameter-server training: it builds no "
     "tf.compat.v1 graph, so its variables cannot be placed on the ps tasks and it cannot train under "
-    "MonitoredTrainingSession. Build the model with tf_keras (Keras 2) instead: `import tf_keras as keras` "
+    "MonitoredTrainingSession. Build the model with tf.keras (`import tensorflow as tf; tf.keras.Sequential(...)`, which is tf_keras "
+    "under tfps) or `import tf_keras as keras` "
     f"({INSTALL_HINT}); the layers and compile() arguments are the same")
 
-#: tfps's optimizers by the lower-cased class name of a Keras optimizer.
-OPTIMIZER_MAP = {"adam": "adam", "sgd": "sgd", "adagrad": "adagrad", "ftrl": "ftrl"}
+#: tfps's optimizers by the lower-cased class name of a Keras optimizer (the same names).
+OPTIMIZER_MAP = {name: name for name in OPTIMIZER_NAMES}
 
 
 def _shape(dims) -> list:
@@ -187,6 +192,7 @@ def inspect_model(builder: KerasBuilder, schema, params) -> KerasInfo:
     """Build the model once eagerly and check it against the data; ConfigError names both sides."""
     import tensorflow as tf
     model = builder.call(params)
+    compat.check_tf_keras()   # a tf_keras model: the internals its compile() settings are read with
     name = builder.name
     feature_shape = list(schema.feature_shape)
     inputs = getattr(model, "inputs", None) or []
@@ -217,13 +223,14 @@ def inspect_model(builder: KerasBuilder, schema, params) -> KerasInfo:
             columns.append(keys.index(n))
         shapes = [[1] for _ in names]
         dtypes = [t.dtype.name if hasattr(t.dtype, "name") else str(t.dtype) for t in inputs]
-        text = set(schema.string_columns)
+        kinds = dict(schema.column_kinds())
         for n, d in zip(names, dtypes):
-            column_dtype = "string" if n in text else "float32 (a number)"
-            if (d == "string") != (n in text):
+            kind = kinds.get(n, "float32")
+            wrong = (d == "string") != (kind == "string") or (d.startswith("int") and kind == "float32")
+            if wrong:
+                fits = {"string": "string", "int64": "int64 (or float32)", "float32": "float32"}[kind]
                 raise ConfigError(f"the model's input {n!r} takes {d}, but the data's column {n!r} holds "
-                                  f"{column_dtype} values; give the input dtype="
-                                  f"{'string' if n in text else 'float32 or int64'} (keras.Input(shape=(1,), name="
+                                  f"{kind} values; give the input dtype={fits} (keras.Input(shape=(1,), name="
                                   f"{n!r}, dtype=...)), or fix the column", "model")
         out = None
     else:
@@ -288,9 +295,8 @@ def inspect_model(builder: KerasBuilder, schema, params) -> KerasInfo:
     from_logits = None
     if loss is not None:
         obj = _loss_object(loss)
-        kwargs = getattr(obj, "_fn_kwargs", None) or {}
-        from_logits = bool(kwargs.get("from_logits", getattr(obj, "from_logits", False)))
-    compile_cfg = getattr(getattr(model, "_compile_config", None), "config", None) or {}
+        from_logits = bool(_loss_config(obj).get("from_logits", getattr(obj, "from_logits", False)))
+    compile_cfg = compat.keras_compile_config(model)
     metrics = _flatten(compile_cfg.get("metrics")) + _flatten(compile_cfg.get("weighted_metrics"))
     opt, lr, note = _compiled_optimizer(model, name)
     return KerasInfo(names, shapes, dtypes, columns, reshape_to, int(width or 1), loss, _loss_name(loss),
@@ -300,6 +306,15 @@ def inspect_model(builder: KerasBuilder, schema, params) -> KerasInfo:
 def _loss_object(loss):
     import tf_keras as keras
     return keras.losses.get(loss) if isinstance(loss, str) else loss
+
+
+def _loss_config(obj) -> dict:
+    """A loss object's settings (``from_logits``...): ``get_config()`` of a Keras loss, else {}."""
+    try:
+        config = obj.get_config() if hasattr(obj, "get_config") else None
+    except Exception:  # noqa: BLE001 - a user's loss class whose config cannot be read
+        config = None
+    return config if isinstance(config, dict) else {}
 
 
 # ----------------------------------------------------------------------------- graph
@@ -448,10 +463,10 @@ class KerasModelFn:
                 fn, key = keras.metrics.get(m), m
             else:
                 key = getattr(m, "name", None) or getattr(m, "__name__", None)
-                fn = getattr(m, "_fn", None) or (m if not isinstance(m, keras.metrics.Metric) else None)
+                wrapped, kwargs = compat.keras_metric_fn(m)
+                fn = wrapped or (m if not isinstance(m, keras.metrics.Metric) else None)
                 if fn is None:
                     return None, None
-                kwargs = getattr(m, "_fn_kwargs", None) or {}
                 if kwargs:
                     base = fn
                     fn = lambda a, b: base(a, b, **kwargs)   # noqa: E731

@@ -122,8 +122,9 @@ def _columns(features, params: ModelParams) -> dict:
 def wide_deep(features, labels, mode, params: ModelParams) -> ModelSpec:
     """Wide & deep for tabular data with id columns: the CTR model for a CSV and no model.
 
-    Every text column is hashed (with its column name, so equal values of two columns differ)
-    into ``--hash_buckets`` rows of two shared tables: an embedding of ``--embedding_dim``
+    Every text or integer (TFRecord int64) column is hashed (with its column name, so equal
+    values of two columns differ) into ``--hash_buckets`` rows of two shared tables: an
+    embedding of ``--embedding_dim``
     (the deep part: an MLP of ``--hidden_units`` over the embeddings and the numeric columns)
     and one weight per class (the wide part: a linear model of the ids, plus the numeric
     columns). Tables above ``--partition_mb`` are split over every ps; a step touches only
@@ -132,13 +133,15 @@ def wide_deep(features, labels, mode, params: ModelParams) -> ModelSpec:
     import tensorflow as tf
     v1 = tf.compat.v1
     cols = _columns(features, params)
-    text = [n for n, kind in params.columns if kind == "string"]
-    numeric = [n for n, kind in params.columns if kind != "string"]
+    text = [n for n, kind in params.columns if kind in ("string", "int64")]   # ids: hashed
+    numeric = [n for n, kind in params.columns if kind not in ("string", "int64")]
     binary = params.num_classes == 2
     units = 1 if binary or not params.num_classes else params.num_classes
     parts = []
     if text:
-        keyed = tf.stack([tf.strings.join([f"{n}=", cols[n]]) for n in text], axis=1)    # [batch, columns]
+        ids_of = {n: cols[n] if cols[n].dtype == tf.string else tf.strings.as_string(tf.cast(cols[n], tf.int64))
+                  for n in text}
+        keyed = tf.stack([tf.strings.join([f"{n}=", ids_of[n]]) for n in text], axis=1)    # [batch, columns]
         ids = tf.strings.to_hash_bucket_fast(keyed, params.hash_buckets)
         table = v1.get_variable("embeddings", [params.hash_buckets, params.embedding_dim],
                                 initializer=v1.random_normal_initializer(0.0, 0.05, seed=params.seed))

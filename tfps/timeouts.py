@@ -9,6 +9,19 @@ and sees why each has its value. Pure Python, no TensorFlow.
 
 from __future__ import annotations
 
+# ---------------------------------------------------------------- the settings' defaults
+
+#: Default seconds the chief may spend on its final checkpoint + export (``--final_save_timeout``,
+#: the role's ``tfps_final_save_timeout``; a unit test keeps the two equal). Generous on
+#: purpose: cutting a final save loses the whole job's last interval, waiting longer costs nothing.
+DEFAULT_FINAL_SAVE_TIMEOUT = 1800
+#: Shortest accepted final_save_timeout: below this even a small model's export can be cut.
+MIN_FINAL_SAVE_TIMEOUT = 30
+#: Default ``--sync_timeout``: how long a step, or a ps waiting for workers, may wait for a lost task.
+DEFAULT_SYNC_TIMEOUT = 300.0
+#: Default ``--stall_timeout``: seconds without progress before the "stalled" message.
+DEFAULT_STALL_TIMEOUT = 900.0
+
 # ---------------------------------------------------------------- derived from final_save_timeout
 
 #: Seconds added on top of final_save_timeout for process start/stop around the save.
@@ -81,6 +94,29 @@ PS_EXIT_WAIT_SECS = 20.0
 PS_DONE_POLL_SECS = 0.5
 #: The startup watchdog's probe of another task's port (connect and first answer).
 PROBE_TIMEOUT_SECS = 2.0
+#: Milliseconds a restarted chief's probe of the ps's variables may take before it takes
+#: the checkpoint path instead of joining the live variables; also the bound on each run
+#: of its drain of old sync tokens (tfps.task.rejoin).
+REJOIN_PROBE_TIMEOUT_MS = 10_000
+#: After its final save the chief looks this often whether a ps still listens, each look
+#: bounded by PS_EXIT_CONNECT_SECS (within PS_EXIT_WAIT_SECS in all).
+PS_EXIT_POLL_SECS = 0.2
+PS_EXIT_CONNECT_SECS = 1.0
+#: A worker writes its progress board (on ps 0) at most this often (tfps.task.board).
+BOARD_PUBLISH_SECS = 1.0
+#: The chief's progress watch reads the workers' boards this often, each read bounded by
+#: WATCH_READ_TIMEOUT_MS (tfps.task.watch).
+WATCH_POLL_SECS = 2.0
+WATCH_READ_TIMEOUT_MS = 5_000
+#: A sync worker whose last step still waits for a token this long after the global step
+#: reached train_steps closes the token queue itself, which ends its wait (tfps.task.worker).
+SYNC_END_GRACE_SECS = 10.0
+#: How often a sync worker reads the global step to see that the job has reached its end.
+SYNC_END_POLL_SECS = 2.0
+#: ``tfps healthcheck`` (the image's HEALTHCHECK): bound on connecting to the task's port.
+HEALTHCHECK_CONNECT_SECS = 3.0
+#: One attempt to deliver a notification (apprise's per-request timeout, tfps.notify.notifier).
+NOTIFY_ATTEMPT_SECS = 15.0
 
 #: After the chief exits 0, how long the other tasks get to exit on their own before they
 #: are stopped: ``tfps local``, and the Ansible role's default ``tfps_settle_timeout``
@@ -89,6 +125,17 @@ PROBE_TIMEOUT_SECS = 2.0
 SETTLE_SECS = 120.0
 #: ``tfps local``: how long tasks get to exit after a failed chief, or after being told to stop.
 LOCAL_STOP_WAIT_SECS = 10.0
+
+#: ``tfps local``: how often the launcher looks at its tasks while the chief runs, and while
+#: it waits for tasks to exit.
+LOCAL_WATCH_POLL_SECS = 0.2
+LOCAL_EXIT_POLL_SECS = 0.1
+#: ``tfps local``: pause between the two SIGTERMs that end a ps (the second means "exit now").
+LOCAL_SECOND_SIGNAL_SECS = 0.5
+#: ``tfps local``: how long a task's output is still copied after it exited, and how long the
+#: launcher waits for tasks after SIGKILL.
+LOCAL_OUTPUT_DRAIN_SECS = 5.0
+LOCAL_KILL_WAIT_SECS = 5.0
 
 #: ``tfps local``: after a task died mid-job, the chief's watchdog ends the job within
 #: --sync_timeout; the launcher stops the chief itself this long after that, should it not.

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tfps.task.checkpoint import checkpoint_step as step_of_checkpoint
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -234,7 +236,12 @@ class FinishedJob:
 def read_results(model_dir: Path) -> dict:
     path = Path(model_dir) / "results.json"
     assert path.is_file(), f"no results.json in {model_dir}: {sorted(os.listdir(model_dir)) if Path(model_dir).is_dir() else 'no model_dir'}"
-    return json.loads(path.read_text())
+    from tfps.outcome.contract import SCHEMA_VERSION, JobResult
+    raw = json.loads(path.read_text())
+    # Every job's file is a whole record of the schema, and reads back as it was written.
+    assert raw.get("schema_version") == SCHEMA_VERSION, raw.get("schema_version")
+    assert JobResult.load(str(path)).to_dict() == raw
+    return raw
 
 
 def read_history(model_dir: Path) -> list[dict]:
@@ -306,8 +313,8 @@ def checkpoint_step(model_dir: Path) -> int:
         text = (model_dir / "checkpoint").read_text()
     except OSError:
         return 0
-    m = re.search(r'^model_checkpoint_path: ".*-(\d+)"', text, re.M)
-    return int(m.group(1)) if m else 0
+    m = re.search(r'^model_checkpoint_path: "(.*)"', text, re.M)
+    return step_of_checkpoint(m.group(1)) if m else 0
 
 
 def poll(predicate, timeout: float, what: str, *watch: "Proc", interval: float = 0.05):

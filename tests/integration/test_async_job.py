@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tfps.task.checkpoint import checkpoint_step
 from integration_helpers import (FinishedJob, assert_nothing_left, first_step_secs, launcher_ports, load_and_predict,
                                  load_csv, read_history, run_flags, task_exit)
 
@@ -79,7 +80,7 @@ def test_saved_model_serves_the_eval_data(job, demo_dir):
 def test_export_marker_and_graph_are_local(job):
     res = job.results
     marker = json.loads(Path(res["export_dir"], "tfps_export.json").read_text())
-    assert marker["global_step"] == int(res["checkpoint"].rsplit("-", 1)[1]) >= STEPS   # the final checkpoint
+    assert marker["global_step"] == checkpoint_step(res["checkpoint"]) >= STEPS   # the final checkpoint
     assert marker["inputs"] == {"features": [None, 8]}
     # Exported from a fresh local graph: no op is pinned to the (gone) ps.
     assert b"/job:ps" not in Path(res["export_dir"], "saved_model.pb").read_bytes()

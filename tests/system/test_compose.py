@@ -33,7 +33,7 @@ pytestmark = pytest.mark.system
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = REPO / "compose"
-CHIEF = "worker-0"
+CHIEF = "worker0"
 #: The image's user (Dockerfile: useradd --uid 10001).
 UID = 10001
 MODEL_DIR = "/data/model"
@@ -65,7 +65,7 @@ class ComposeJob:
         return proc
 
     def start(self) -> None:
-        """``docker compose up --exit-code-from worker-0 --attach worker-0`` in the background."""
+        """``docker compose up --exit-code-from worker0 --attach worker0`` in the background."""
         self._log_fh = open(self.log, "w")
         self._up = subprocess.Popen(self.argv(*UP), cwd=self.directory, stdout=self._log_fh,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -236,10 +236,10 @@ def test_committed_file_runs_to_completion(compose_job, tfps_image, tmp_path):
     elapsed = time.monotonic() - t0
     assert rc == 0, job.tail()
 
-    assert exit_codes(job) == {"ps-0": 0, "worker-0": 0, "worker-1": 0}
+    assert exit_codes(job) == {"ps0": 0, "worker0": 0, "worker1": 0}
     assert_nothing_running(job)
     # Hardened (docs/security.md), and the job still succeeded: the volume stays writable.
-    for service in ("ps-0", "worker-0", "worker-1"):
+    for service in ("ps0", "worker0", "worker1"):
         attrs = job.container(service).attrs
         assert_hardened(service, attrs)
         assert attrs["HostConfig"]["PidsLimit"] == 4096
@@ -249,7 +249,7 @@ def test_committed_file_runs_to_completion(compose_job, tfps_image, tmp_path):
     assert results["exit_code"] == 0
     assert results["global_step"] >= results["train_steps"] == 1000
     assert results["export_complete"] is True
-    assert results["cluster"] == {"ps": ["ps-0:2222"], "worker": ["worker-0:2222", "worker-1:2222"]}
+    assert results["cluster"] == {"ps": ["ps0:2222"], "worker": ["worker0:2222", "worker1:2222"]}
     assert results["host"] == CHIEF
     files = job.files(MODEL_DIR)
     step = results["global_step"]
@@ -258,7 +258,7 @@ def test_committed_file_runs_to_completion(compose_job, tfps_image, tmp_path):
     assert any(name.startswith("events.out.tfevents") for name in files), "no TensorBoard event file"
 
     # No notification settings at all: no URL and no URL file in any task.
-    for service in ("ps-0", "worker-0", "worker-1"):
+    for service in ("ps0", "worker0", "worker1"):
         attrs = job.container(service).attrs
         assert not [e for e in attrs["Config"]["Env"] if e.startswith("APPRISE_URLS")], service
         assert not [m for m in attrs["Mounts"] if m["Destination"].startswith("/run/secrets")], service
@@ -266,7 +266,7 @@ def test_committed_file_runs_to_completion(compose_job, tfps_image, tmp_path):
 
 
 def test_stop_chief_writes_final_save_within_grace(compose_job, tfps_image, tmp_path):
-    """(b) ``docker compose stop worker-0`` mid-run: final checkpoint + export, status "stopped".
+    """(b) ``docker compose stop worker0`` mid-run: final checkpoint + export, status "stopped".
 
     The model's export sleeps 12 s (tests/fixtures/slow_model.py), longer than Docker's
     default 10 s grace, so only the generated ``stop_grace_period`` lets it finish. The ps
@@ -292,7 +292,7 @@ def test_stop_chief_writes_final_save_within_grace(compose_job, tfps_image, tmp_
     assert rc == STOPPED, job.tail()
     codes = exit_codes(job)
     assert codes[CHIEF] == STOPPED, "the chief was killed instead of finishing its final save"
-    assert codes["ps-0"] == 0 and codes["worker-1"] == 0, codes
+    assert codes["ps0"] == 0 and codes["worker1"] == 0, codes
     assert_nothing_running(job)
     assert job.container(CHIEF).attrs["RestartCount"] == 0, "a stopped chief must stay down"
 
@@ -326,7 +326,7 @@ def task_process(container) -> int:
 
 
 @pytest.mark.parametrize("mode", ["async", "sync"])
-@pytest.mark.parametrize("victim", ["ps-0", "worker-0", "worker-1"])
+@pytest.mark.parametrize("victim", ["ps0", "worker0", "worker1"])
 def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, tfps_image, tmp_path,
                                                    container_smtp_server, docker_client, fault_table):
     """A task's training process is SIGKILLed (as the OOM killer would) at a random step
@@ -379,7 +379,7 @@ def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, t
         container.logs().decode(errors="replace"), f"{victim} was not restarted"
     assert container.attrs["RestartCount"] == 0
     codes = exit_codes(job)
-    assert codes == {"ps-0": 0, "worker-0": 0, "worker-1": 0}, \
+    assert codes == {"ps0": 0, "worker0": 0, "worker1": 0}, \
         f"exit codes {codes}\n" + "\n".join(job.container(s).logs(tail=40).decode(errors="replace")
                                             for s in codes if codes[s])
     assert_nothing_running(job)
@@ -390,17 +390,17 @@ def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, t
 
     # Steps redone: from the step at the kill back to the checkpoint the chief restored.
     chief_log = job.container(CHIEF).logs(since=int(t_kill)).decode(errors="replace")
-    row = Row(victim, mode, "yes", recover_s, kill_step, faults.resumed_from(chief_log, victim == "worker-1", kill_step, victim))
+    row = Row(victim, mode, "yes", recover_s, kill_step, faults.resumed_from(chief_log, victim == "worker1", kill_step, victim))
     fault_table.append(row)
     faults.assert_redone_at_most(row, FAULT_CHECKPOINT)
     victim_log = container.logs().decode(errors="replace")
-    if victim == "worker-1" and victim_log.count("first training step done") < 2:
+    if victim == "worker1" and victim_log.count("first training step done") < 2:
         # The job ended before the restarted worker trained a step (async steps are fast):
         # the chief learns of a non-chief's restart from its board, which that process
         # never wrote. Its restart is in its own log (checked above); not in the story.
         assert [r["task"] for r in results["restarts"]] in ([], ["worker1"]), results["restarts"]
     else:
-        faults.assert_story(results, victim.replace("-", ""), row, "killed by SIGKILL")
+        faults.assert_story(results, victim, row, "killed by SIGKILL")
 
     # The SavedModel loads and predicts, in a fresh container of the image, from the job's volume.
     volume = f"{job.project}_tfps-data"
@@ -420,11 +420,11 @@ def test_gpu_example_is_valid_compose(compose_cli, tmp_path):
     assert proc.returncode == 0, proc.stderr
     config = json.loads(proc.stdout)
     services = config["services"]
-    assert set(services) == {"ps-0", "worker-0", "worker-1"}  # the tensorboard profile is off
+    assert set(services) == {"ps0", "worker0", "worker1"}  # the tensorboard profile is off
     for index in (0, 1):
-        devices = services[f"worker-{index}"]["deploy"]["resources"]["reservations"]["devices"]
+        devices = services[f"worker{index}"]["deploy"]["resources"]["reservations"]["devices"]
         assert devices == [{"driver": "nvidia", "device_ids": [str(index)], "capabilities": ["gpu"]}]
-    assert "deploy" not in services["ps-0"]
+    assert "deploy" not in services["ps0"]
 
 
 def test_default_file_settings_as_compose_reads_them(compose_cli, tmp_path):
@@ -440,7 +440,7 @@ def test_default_file_settings_as_compose_reads_them(compose_cli, tmp_path):
     from tfps.config import DEFAULT_FINAL_SAVE_TIMEOUT, grace_period
 
     grace = grace_period(DEFAULT_FINAL_SAVE_TIMEOUT)
-    for name in ("ps-0", "worker-0", "worker-1"):
+    for name in ("ps0", "worker0", "worker1"):
         s = services[name]
         assert s["stop_grace_period"] in (f"{grace}s", f"{grace // 60}m{grace % 60}s"), s["stop_grace_period"]
         assert s["restart"] == "on-failure:3"
@@ -449,7 +449,7 @@ def test_default_file_settings_as_compose_reads_them(compose_cli, tmp_path):
         assert "ports" not in s, "TF ports must not be published"
         assert "init" not in s
     # A .env beside the file reaches no task's environment.
-    for name in ("ps-0", "worker-0", "worker-1"):
+    for name in ("ps0", "worker0", "worker1"):
         assert not [k for k in services[name]["environment"] if k.startswith("APPRISE_URLS")], name
         assert "secrets" not in services[name], name
     assert "hook" not in proc.stdout
@@ -468,9 +468,9 @@ def test_default_file_settings_as_compose_reads_them(compose_cli, tmp_path):
     assert proc.returncode == 0, proc.stderr
     config = json.loads(proc.stdout)
     assert config["secrets"]["notify_urls"]["file"] == str(urls)
-    chief = config["services"]["worker-0"]
+    chief = config["services"]["worker0"]
     assert [(s["source"], s["target"]) for s in chief["secrets"]] == [("notify_urls", "notify_urls")]
     assert chief["environment"]["APPRISE_URLS_FILE"] == "/run/secrets/notify_urls"
-    for name in ("ps-0", "worker-1"):
+    for name in ("ps0", "worker1"):
         assert "secrets" not in config["services"][name] and "APPRISE_URLS_FILE" not in config["services"][name]["environment"]
     assert "hunter2222" not in proc.stdout

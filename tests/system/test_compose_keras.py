@@ -38,7 +38,7 @@ def test_keras_model_from_a_host_directory_trains_and_serves(keras_job, tmp_path
     from tfps import demo
     rc = keras_job.run(timeout=600)
     assert rc == 0, keras_job.tail()
-    assert exit_codes(keras_job) == {"ps-0": 0, "worker-0": 0, "worker-1": 0}
+    assert exit_codes(keras_job) == {"ps0": 0, "worker0": 0, "worker1": 0}
     results = keras_job.read_json(f"{MODEL_DIR}/results.json")
     assert results["status"] == "succeeded" and results["global_step"] >= STEPS
     assert results["export_complete"] is True

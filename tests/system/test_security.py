@@ -43,7 +43,7 @@ pytestmark = pytest.mark.system
 
 #: The image's user (Dockerfile: useradd --uid 10001; USER 10001:10001).
 UID = 10001
-SERVICES = ("ps-0", "worker-0", "worker-1")
+SERVICES = ("ps0", "worker0", "worker1")
 TASK_PORT = 2222
 USER = "ops"
 #: A password with every character that trips URLs up; its pieces are distinctive enough
@@ -187,7 +187,7 @@ def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
     rc = job.wait(timeout=300)
     print(f"compose job of 200 steps: {time.monotonic() - t0:.1f} s")
     assert rc == 0, job.tail()
-    assert exit_codes(job) == {"ps-0": 0, "worker-0": 0, "worker-1": 0}
+    assert exit_codes(job) == {"ps0": 0, "worker0": 0, "worker1": 0}
 
     # -- 1. non-root, no extra capabilities ------------------------------------------
     containers = {s: job.container(s) for s in SERVICES}
@@ -233,7 +233,7 @@ def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
     assert mount["Type"] == "bind" and mount["RW"] is False and mount["Source"] == str(secret), mount
     st = secret.stat()
     assert (st.st_mode & 0o777, st.st_uid) == (0o400, UID)
-    for service in ("ps-0", "worker-1"):
+    for service in ("ps0", "worker1"):
         assert not any(m["Destination"].startswith("/run/secrets") for m in containers[service].attrs["Mounts"])
     chief_logs = containers[CHIEF].logs().decode("utf-8", "replace")
     assert "delivered to mailto://" in chief_logs and "****" in chief_logs, "no masked URL in the chief's log"

@@ -35,6 +35,10 @@ def test_verbose_before_or_after_the_command():
     assert p.parse_args(["demo_data", "d"]).verbose is False
     assert p.parse_args(["local", "--verbose"]).verbose is True
     assert p.parse_args(["plan", "-i", "x"]).verbose is False
+    # Every command, not just some: -v after plan and compose too.
+    for command in (["plan", "-i", "x"], ["compose"], ["run"], ["notify_test"], ["healthcheck"]):
+        assert p.parse_args([*command, "-v"]).verbose is True, command
+        assert p.parse_args(["-v", *command]).verbose is True, command
 
 
 def test_every_command_dispatches_to_a_function():

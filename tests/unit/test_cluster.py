@@ -422,17 +422,12 @@ def test_render_table_lists_every_task():
     assert len({row.index("10.0.0") for row in rows}) == 1  # aligned columns
 
 
-def test_tasks_on_host():
-    plan = two_ps_three_workers()
-    assert [t.name for t in plan.tasks_on("g")] == ["worker0", "worker1"]
-
-
 
 def test_to_json_with_launch_gives_every_task_its_container_argv_and_env():
     p = two_ps_three_workers()
     launch = Launch(name="j", run_args=("--train_steps=5",), stop_timeout=60, extra={"model_dir": "/m"})
     data = json.loads(json.dumps(p.to_json(launch)))
-    assert data["job"] == {"name": "j", "model_dir": "/m"}
+    assert data["job"] == {"name": "j", "tensorboard_container": "tfps-j-tensorboard", "model_dir": "/m"}
     for entry, task in zip(data["tasks"], p.tasks):
         ref = p.task_ref(task)
         assert entry["container"] == f"tfps-j-{task.name}"

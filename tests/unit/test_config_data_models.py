@@ -59,6 +59,8 @@ def test_defaults_are_valid():
     ("train_steps", 2**63, "64-bit"),
     ("batch_size", 2**63, "64-bit"),
     ("replicas_to_aggregate", 2, "--sync_replicas"),
+    ("backup_workers", 1, "asynchronous training never waits"),
+    ("backup_workers", -1, "0 or more"),
     ("hash_buckets", 0, "positive"),
     ("embedding_dim", -1, "positive"),
     ("partition_mb", 0, "positive"),
@@ -73,6 +75,30 @@ def test_replicas_above_the_workers_are_refused_before_start():
     cfg = RunConfig(sync_replicas=True, replicas_to_aggregate=3).validate()
     assert "more than the 2 worker(s)" in refused("replicas_to_aggregate", check_replicas, cfg, 2)
     check_replicas(cfg, 3)
+
+
+def test_backup_workers_must_leave_a_gradient_and_agree_with_replicas_to_aggregate():
+    from tfps.config import check_replicas, replicas_per_step
+    cfg = RunConfig(sync_replicas=True, backup_workers=1).validate()
+    check_replicas(cfg, 3)
+    assert replicas_per_step(cfg, 3) == 2
+    assert replicas_per_step(RunConfig(sync_replicas=True).validate(), 3) == 3
+    two = RunConfig(sync_replicas=True, backup_workers=2).validate()
+    assert "2 backup worker(s) of 2 worker(s) leave no gradient to aggregate; use at most 1" in \
+        refused("backup_workers", check_replicas, two, 2)
+    both = RunConfig(sync_replicas=True, backup_workers=1, replicas_to_aggregate=3).validate()
+    assert "mean 2 gradient(s) per step, and --replicas_to_aggregate says 3" in \
+        refused("backup_workers", check_replicas, both, 3)
+    check_replicas(RunConfig(sync_replicas=True, backup_workers=1, replicas_to_aggregate=2).validate(), 3)
+
+
+def test_the_cli_refuses_backup_workers_in_one_line_with_exit_2(capsys, tmp_path):
+    from tfps.cli import main
+    rc = main(["local", "--workers", "2", "--sync_replicas", "--backup_workers", "2",
+               "--model_dir", str(tmp_path / "m")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("tfps: error: backup_workers: 2 backup worker(s)")
+    assert not (tmp_path / "m").exists()
 
 
 def test_checkpoint_steps_and_secs_are_exclusive():

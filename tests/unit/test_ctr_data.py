@@ -121,3 +121,62 @@ def test_auc_is_ranked_over_the_whole_set():
     assert auc([0.1, 0.2], [0, 1]) == auc([0.8, 0.9], [0, 1]) == 1.0
     # ...but the whole set is not.
     assert auc([0.1, 0.2, 0.8, 0.9], [0, 1, 0, 1]) == 0.75
+
+
+BIG_ID = 2**40 + 7   # float32 cannot hold it exactly: it must arrive as int64
+
+
+def write_ctr_tfrecord(path, rows=((b"u1", BIG_ID, 1.5, 1), (b"u2", 3, 2.0, 0), (b"u1", BIG_ID, 0.5, 1),
+                                   (b"u3", 3, 1.0, 0)), user_values=1):
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for user, item, price, label in rows:
+            f = tf.train.Feature
+            w.write(tf.train.Example(features=tf.train.Features(feature={
+                "user": f(bytes_list=tf.train.BytesList(value=[user] * user_values)),
+                "item": f(int64_list=tf.train.Int64List(value=[item])),
+                "price": f(float_list=tf.train.FloatList(value=[price])),
+                "label": f(int64_list=tf.train.Int64List(value=[label]))})).SerializeToString())
+    return str(path)
+
+
+def test_tfrecord_bytes_are_string_columns_and_int64_ids_arrive_exact(tmp_path):
+    schema = data.infer_schema(write_ctr_tfrecord(tmp_path / "ctr.tfrecord"))
+    assert schema.string_columns == ("user",) and schema.num_classes == 2
+    assert schema.column_kinds() == (("item", "int64"), ("price", "float32"), ("user", "string"))
+    features, labels = next(iter(data.make_dataset(schema, "label", 4, train=False)))
+    assert features["user"].dtype == tf.string and features["item"].dtype == tf.int64
+    assert features["price"].dtype == tf.float32
+    assert features["item"].numpy().tolist() == [BIG_ID, 3, BIG_ID, 3]
+    assert labels.numpy().tolist() == [1, 0, 1, 0]
+
+
+def test_tfrecord_columns_reach_keras_inputs_in_their_dtypes(tmp_path):
+    path = write_ctr_tfrecord(tmp_path / "ctr.tfrecord")
+    setup = JobSetup(RunConfig(model="tests.fixtures.ctr_models:int_ids", train_data=path).validate())
+    assert setup.model_fn.serving_inputs == {"user": ([1], "string"), "item": ([1], "int64"),
+                                             "price": ([1], "float32")}
+    msg = refused("model", model="tests.fixtures.ctr_models:int_price", train_data=path)
+    assert "input 'price' takes int64" in msg and "column 'price' holds float32" in msg
+
+
+def test_wide_deep_hashes_tfrecord_int64_ids_read_exact_without_text(tmp_path):
+    rows = [(b"", BIG_ID, 1.5, 1), (b"", 3, 2.0, 0)]
+    with tf.io.TFRecordWriter(str(tmp_path / "ids.tfrecord")) as w:
+        for _, item, price, label in rows:
+            f = tf.train.Feature
+            w.write(tf.train.Example(features=tf.train.Features(feature={
+                "item": f(int64_list=tf.train.Int64List(value=[item])),
+                "price": f(float_list=tf.train.FloatList(value=[price])),
+                "label": f(int64_list=tf.train.Int64List(value=[label]))})).SerializeToString())
+    setup = JobSetup(RunConfig(model="wide_deep", train_data=str(tmp_path / "ids.tfrecord"),
+                               hash_buckets=64).validate())
+    assert setup.model_fn.serving_inputs == {"item": ([], "int64"), "price": ([], "float32")}
+    features, _ = next(iter(data.make_dataset(setup.schema, "label", 2, train=False)))
+    assert features["item"].numpy().tolist() == [BIG_ID, 3]
+
+
+def test_a_tfrecord_string_column_holds_one_value_per_record(tmp_path):
+    path = write_ctr_tfrecord(tmp_path / "bad.tfrecord", user_values=2)
+    with pytest.raises(ConfigError) as info:
+        data.infer_schema(path)
+    assert "feature 'user' holds 2 byte strings" in str(info.value)

@@ -22,6 +22,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from ansible.release import __version__ as ANSIBLE_CORE
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests/fixtures"
@@ -34,6 +35,10 @@ ANSIBLE_VAULT = BIN / "ansible-vault"
 LAYOUT_KEYS = ("ansible_host", "tfps_address", "tfps_base_port", "tfps_ps_tasks", "tfps_workers", "tfps_gpus", "tfps_gpu_count")
 
 # ansible-core is a dev dependency: where it is missing these tests fail, they never skip.
+
+#: ansible-core 2.19+ tags every value with its file and line, INI ones included (and quotes
+#: a failing inventory script's exit code); 2.17 and 2.18 know the lines of YAML values only.
+INI_LINES = tuple(int(p) for p in ANSIBLE_CORE.split(".")[:2]) >= (2, 19)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -446,10 +451,10 @@ def test_vaulted_value_the_plan_does_not_need_needs_no_password(env, tmp_path, v
     assert layout(data) == [("ps0", "p", "p", 2222, None), ("worker0", "w", "w", 2222, None),
                             ("worker1", "w", "w", 2223, None)]
     assert "--train_steps=55" in data["tasks"][0]["argv"]
-    assert "secret" not in json.dumps(data)
+    assert "user:secret@" not in json.dumps(data)   # (the plan names /run/secrets/..., never the value)
     with_password = tfps_plan(env, sources, "--vault-password-file", vault_password)
     assert with_password == data
-    assert "secret" not in json.dumps(with_password)
+    assert "user:secret@" not in json.dumps(with_password)
 
 
 def vaulted_port(env: dict, tmp_path: Path, password: Path) -> Path:
@@ -528,7 +533,7 @@ def test_unknown_variable_in_an_ini_file(env, tmp_path):
     source = ini(tmp_path, "[ps]\np\n\n[worker]\nw tfps_wrokers=2\n")
     line = tfps_fails(env, [source])
     assert "tfps_wrokers" in line
-    assert f"{source}:5" in line
+    assert f"{source}:5" in line or not INI_LINES
     assert "did you mean 'tfps_workers'?" in line
 
 
@@ -619,7 +624,7 @@ def test_failing_inventory_script_names_the_script(env, tmp_path):
     script = write(tmp_path / "failing.sh", "#!/bin/sh\necho oops >&2\nexit 3\n")
     script.chmod(0o755)
     line = tfps_fails(env, [script])
-    assert "failing.sh" in line and "exit code 3" in line
+    assert "failing.sh" in line and ("exit code 3" if INI_LINES else "oops") in line  # 2.17, 2.18 quote stderr only
 
 
 def test_empty_directory_is_not_an_inventory(env, tmp_path):
@@ -679,4 +684,4 @@ def test_a_port_collision_points_at_the_line_of_the_host_to_change(env, tmp_path
                            "h2 ansible_host=10.0.0.2\nh1b ansible_host=10.0.0.1 tfps_base_port=2222\n")
     line = tfps_fails(env, [source])
     assert "give host 'h1b' another tfps_base_port" in line, line
-    assert line.endswith(f"(set in {source}:6)"), line
+    assert line.endswith(f"(set in {source}:6)") or not INI_LINES, line

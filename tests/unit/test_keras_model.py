@@ -75,7 +75,7 @@ def test_a_function_of_other_arguments_is_refused():
 #: Each bad model, the data it is checked against, and what its one message must say.
 REFUSALS = {
     "keras3": ("csv8", ["returned a Keras 3 model", "Keras 3 cannot do parameter-server training",
-                        "import tf_keras as keras"]),
+                        "Build the model with tf.keras", "import tf_keras as keras"]),
     "wrong_input": ("csv8", ["the model's input 'x' takes examples of shape [5]",
                              "has examples of shape [8] (8 feature columns)"]),
     "wrong_output": ("csv8", ["the model's output has shape [7], but the data has 3 classes", "Dense(3)"]),
@@ -191,3 +191,18 @@ def test_adapter_trains_updates_moving_statistics_and_exports_named_inputs(named
     res = fn(score=tf.zeros([3, 1]), age=tf.ones([3, 1]), income=tf.zeros([3, 1]))
     np.testing.assert_allclose(res["probabilities"].numpy().sum(axis=1), 1.0, atol=1e-5)
     assert res["classes"].shape == (3,)
+
+
+def test_tf_keras_as_tutorials_write_it_is_tf_keras_under_tfps(csv8):
+    """tfps sets TF_USE_LEGACY_KERAS=1 before TensorFlow loads: tf.keras is tf_keras, and its
+    compiled optimizer and learning rate apply."""
+    import os
+    import sys
+    import tensorflow as tf
+    assert os.environ["TF_USE_LEGACY_KERAS"] == "1" and "tfps" in sys.modules
+    assert tf.keras.Sequential.__module__.startswith("tf_keras.")
+    from tfps.config import RunConfig
+    from tfps.task.setup import JobSetup
+    setup = JobSetup(RunConfig(model=f"{FIX}:tf_dot_keras", train_data=csv8).validate())
+    assert isinstance(setup.model_fn, keras_model.KerasModelFn)
+    assert (setup.optimizer, setup.learning_rate) == ("sgd", 0.05)

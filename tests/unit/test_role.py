@@ -138,7 +138,9 @@ def test_unknown_variable_names_host_file_and_line(tmp_path):
     out = result.stdout + result.stderr
     assert result.returncode != 0
     assert "tfps_wrokers: unknown variable of host 'b'" in out, out[-3000:]
-    assert f"(set in {tmp_path / 'hosts.ini'}:5" in out
+    from ansible.release import __version__
+    if tuple(int(p) for p in __version__.split(".")[:2]) >= (2, 19):  # 2.17, 2.18 know no line of an INI value
+        assert f"(set in {tmp_path / 'hosts.ini'}:5" in out
     assert "did you mean 'tfps_workers'?" in out
     assert "UNREACHABLE" not in out
 
@@ -192,3 +194,41 @@ def test_the_roles_settle_timeout_is_tfps_locals():
     from tfps import timeouts
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     assert defaults["tfps_settle_timeout"] == timeouts.SETTLE_SECS
+
+
+def test_the_role_takes_names_and_paths_from_the_plan():
+    """Container names and the paths inside the containers are facts of the plan's JSON
+    (tfps.cluster.plan, tfps.notify.urls), never written again in the role."""
+    from tfps.cluster.plan import DATA_MOUNT, NOTIFY_CONFIG_MOUNT, USER_MODEL_MOUNT, Launch, container_name
+    from tfps.cluster.single_host import local_plan
+    from tfps.cluster.variables import launch_from_vars
+    from tfps.notify.urls import ENV_URLS_FILE, URLS_FILE_MOUNT
+    files = [*sorted(ROLE.glob("tasks/*.yml")), ROLE / "vars" / "main.yml", *sorted(ROLE.glob("filter_plugins/*.py"))]
+    for path in files:
+        code = [line for line in path.read_text().splitlines() if not line.lstrip().startswith("#")]
+        for line in code:
+            for fact in (USER_MODEL_MOUNT, NOTIFY_CONFIG_MOUNT, URLS_FILE_MOUNT, ENV_URLS_FILE, f"'{DATA_MOUNT}"):
+                assert fact not in line, f"{path.relative_to(REPO)}: {line.strip()}"
+            assert "-tensorboard" not in line and "tfps-%s" not in line, f"{path.relative_to(REPO)}: {line.strip()}"
+    _, launch = launch_from_vars({"tfps_job_name": "train"})
+    job = local_plan(1, 1, ports=[2222, 2223]).to_json(launch)["job"]
+    assert job["tensorboard_container"] == container_name("train", "tensorboard") == "tfps-train-tensorboard"
+    assert (job["user_model_mount"], job["data_mount"], job["notify_config_mount"], job["notify_urls_mount"],
+            job["notify_urls_env"]) == (USER_MODEL_MOUNT, DATA_MOUNT, NOTIFY_CONFIG_MOUNT, URLS_FILE_MOUNT,
+                                        ENV_URLS_FILE)
+    assert isinstance(launch, Launch)
+
+
+def test_the_images_tensorboard_pin_is_the_projects():
+    """TensorBoard is pinned where TensorFlow is installed (the image's TF layer), as in pyproject.toml."""
+    import tomllib
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    pin = next(d for d in deps if re.match(r"tensorboard\b", d))
+    assert f'ARG TENSORBOARD_PACKAGE="{pin}"' in (REPO / "Dockerfile").read_text()
+
+
+def test_the_roles_final_save_timeout_is_tfps_own_default():
+    """The role's default cannot import Python: kept equal to tfps.timeouts by this test."""
+    from tfps import timeouts
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert defaults["tfps_final_save_timeout"] == timeouts.DEFAULT_FINAL_SAVE_TIMEOUT

@@ -31,7 +31,7 @@ def _tfps(*args: str) -> subprocess.CompletedProcess:
 def test_compose_and_local_layouts_need_no_ansible():
     proc = _tfps("compose", "--ps", "1", "--workers", "2")
     assert proc.returncode == 0, proc.stderr
-    assert "worker-1:" in proc.stdout and "TF_CONFIG" in proc.stdout
+    assert "worker1:" in proc.stdout and "TF_CONFIG" in proc.stdout
 
 
 def test_plan_without_ansible_says_how_to_install_it():

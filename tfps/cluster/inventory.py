@@ -50,12 +50,9 @@ def plain(value: Any) -> Any:
 
 def origin(value: Any) -> str | None:
     """Where Ansible read a value or a variable name (``file:line``), when it knows."""
-    try:
-        from ansible._internal._datatag._tags import Origin
-    except ImportError:  # another ansible-core: the message just names no file
-        return None
-    tag = Origin.get_tag(value)
-    return str(tag) if tag is not None else None
+    from tfps.compat import ansible_origin
+
+    return ansible_origin(value)
 
 
 def _resolve(host: str, raw: Mapping[str, Any], defaults: Mapping[str, Any], template: Template) -> dict:
@@ -149,7 +146,7 @@ def _missing_group(job: str, groups: Mapping[str, Sequence[str]]) -> ConfigError
 
 def _ansible():
     try:
-        from ansible.cli.inventory import InventoryCLI  # noqa: F401
+        import ansible.inventory.manager  # noqa: F401
     except ImportError:
         raise ConfigError(
             "reading an inventory needs ansible-core on this machine; install it with "
@@ -165,17 +162,30 @@ def load_view(
     vault_password_files: Sequence[str] = (),
     playbook_dir: str | None = None,
 ):
-    """Ansible's view of the inventory, built exactly as ``ansible-inventory --list`` builds it.
+    """Ansible's view of the inventory, built as ``ansible-inventory --list`` builds it.
+
+    The same steps as the CLI's, through ansible-core's public API (ansible-core 2.17 to
+    2.21): ``ansible-inventory``'s own argument parser (so ``-e``, ``--vault-id`` and paths
+    mean what they mean there), a DataLoader with the vault secrets, an InventoryManager and
+    a VariableManager. Nothing is kept in ansible-core's per-process CLI state, so a second
+    call in the same process brings its own sources, extra vars and vault passwords.
 
     Returns ``(groups, host_vars, defaults, template)`` for :func:`plan_from_view`.
     """
     _ansible()
     import os
 
-    from ansible import context
+    from tfps.compat import check_ansible
+
+    check_ansible()
+
     from ansible.cli.inventory import InventoryCLI
     from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar
+    from ansible.utils.vars import combine_vars
+    from ansible.vars.manager import VariableManager
 
     for source in sources:
         if "," not in source and not os.path.exists(source):
@@ -183,34 +193,45 @@ def load_view(
                               "configuration, as for ansible-playbook -i", source)
     args = ["ansible-inventory", "--list"]
     for source in sources:
-        args += ["-i", source]
+        args += [f"--inventory={source}"]
     for value in extra_vars:
-        args += ["-e", value]
+        args += [f"--extra-vars={value}"]
     for value in vault_ids:
-        args += ["--vault-id", value]
+        args += [f"--vault-id={value}"]
     for value in vault_password_files:
-        args += ["--vault-password-file", value]
+        args += [f"--vault-password-file={value}"]
     if playbook_dir:
-        args += ["--playbook-dir", playbook_dir]
-    cli = InventoryCLI(args)
-    previous = context.CLIARGS
+        args += [f"--playbook-dir={playbook_dir}"]
     warnings = _Warnings()
     try:
-        _forget_cli_state()
-        cli.parse()
+        options = _parse_args(InventoryCLI(args))
         _plugin_loader()
-        with warnings:
-            loader, inventory, manager = cli._play_prereqs()
+        loader = DataLoader()
+        if options.basedir:
+            _set_playbook_dir(loader, options.basedir)
+        secrets = _vault_secrets(loader, options)
+        with warnings, _VaultContext(secrets):
+            inventory = InventoryManager(loader=loader, sources=options.inventory)
+            manager = VariableManager(loader=loader, inventory=inventory,
+                                      version_info=InventoryCLI.version_info(gitinfo=False))
         unparsed = warnings.unparsed(sources)
         if unparsed or not _parsed_sources(inventory):
             raise ConfigError(f"Ansible could not read it as an inventory: {warnings.reason()}; fix it and check "
                               "it with ansible-inventory -i SOURCE --list", unparsed or ",".join(sources))
         warnings.replay()
-        groups = inventory.get_groups_dict()
-        host_vars = {}
-        for host in dict.fromkeys(list(groups.get(PS) or []) + list(groups.get(WORKER) or [])):
-            host_vars[host] = manager.get_vars(host=inventory.get_host(host), include_hostvars=False, stage="all")
-        defaults = loader.load_from_file(str(DEFAULTS), trusted_as_template=True) or {}
+        with _VaultContext(secrets):
+            extra = _extra_vars(loader, options.extra_vars)
+            # What VariableManager takes from the CLI arguments of the process (and keeps from
+            # the first call): the magic variables of ansible-inventory's options.
+            magic = {"ansible_inventory_sources": options.inventory, "ansible_verbosity": options.verbosity}
+            groups = inventory.get_groups_dict()
+            host_vars = {}
+            for host in dict.fromkeys(list(groups.get(PS) or []) + list(groups.get(WORKER) or [])):
+                # -e outranks everything, as in VariableManager.get_vars (which would take it
+                # from the process-wide CLI arguments instead).
+                found = manager.get_vars(host=inventory.get_host(host), include_hostvars=False, stage="all")
+                host_vars[host] = {**combine_vars(found, extra), **magic}
+            defaults = _load_trusted(loader, str(DEFAULTS)) or {}
     except AnsibleError as exc:
         text = " ".join(str(exc).split())
         where = getattr(exc, "obj", None)
@@ -221,13 +242,121 @@ def load_view(
                               f"decrypted ({text}); pass --vault-password-file or --vault-id as for "
                               "ansible-playbook", "inventory") from None
         raise ConfigError(f"{text}; fix the inventory", where or "inventory") from None
-    finally:
-        context.CLIARGS = previous
 
     def template(value, variables):
-        return Templar(loader=loader, variables=variables).template(value)
+        # Inline-vaulted values decrypt when they are used, with these secrets.
+        with _VaultContext(secrets):
+            return plain(Templar(loader=loader, variables=variables).template(value))
 
     return groups, host_vars, defaults, template
+
+
+def _parse_args(cli):
+    """The options of an ``ansible-inventory`` command line, parsed by that CLI's own parser
+    (values tagged and paths made absolute as it does), without ``CLI.parse()``'s last step:
+    storing them as the process's one global ``context.CLIARGS``."""
+    cli.init_parser()
+    return cli.post_process_args(cli.parser.parse_args(cli.args[1:]))
+
+
+def _set_playbook_dir(loader, basedir: str) -> None:
+    """``--playbook-dir``: what ``ansible-inventory`` does with it (group_vars/host_vars
+    and plugins beside the playbook)."""
+    from ansible.plugins.loader import add_all_plugin_dirs
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
+
+    loader.set_basedir(basedir)
+    add_all_plugin_dirs(basedir)
+    AnsibleCollectionConfig.playbook_paths = basedir
+
+
+def _vault_secrets(loader, options) -> list:
+    """The vault secrets of ``--vault-id``/``--vault-password-file`` (and of ansible.cfg's
+    vault settings), loaded into ``loader`` as ``ansible-inventory`` does."""
+    import inspect
+
+    from ansible import constants as C
+    from ansible.cli import CLI
+
+    kwargs = {}
+    if "initialize_context" in inspect.signature(CLI.setup_vault_secrets).parameters:
+        kwargs["initialize_context"] = False  # 2.19+: tfps sets the context per call (_VaultContext)
+    secrets = CLI.setup_vault_secrets(loader, vault_ids=list(C.DEFAULT_VAULT_IDENTITY_LIST) + list(options.vault_ids),
+                                      vault_password_files=list(options.vault_password_files),
+                                      ask_vault_pass=options.ask_vault_pass, auto_prompt=False, **kwargs)
+    loader.set_vault_secrets(secrets)
+    return secrets
+
+
+class _VaultContext:
+    """These vault secrets for inline-vaulted values while the block runs.
+
+    ansible-core 2.19+ decrypts an inline ``!vault`` value when it is used, with the
+    secrets of the process-wide ``VaultSecretsContext``, which can be set only once per
+    process. tfps sets it once (empty) and puts each call's secrets in it for the time
+    it reads or templates variables, then puts back what was there. ansible-core 2.17 and
+    2.18 keep the secrets in each value (from the loader): nothing to do there.
+    """
+
+    def __init__(self, secrets: list):
+        self.secrets = secrets
+        self.previous: list | None = None
+
+    def __enter__(self):
+        try:
+            from ansible.parsing.vault import VaultSecretsContext
+        except ImportError:  # ansible-core 2.17, 2.18
+            self.context = None
+            return self
+        self.context = VaultSecretsContext.current(optional=True)
+        if self.context is None:
+            VaultSecretsContext.initialize(VaultSecretsContext([]))
+            self.context = VaultSecretsContext.current()
+        self.previous = self.context.secrets
+        self.context.secrets = list(self.secrets)
+        return self
+
+    def __exit__(self, *exc):
+        if self.context is not None:
+            self.context.secrets = self.previous
+        return False
+
+
+def _extra_vars(loader, values: Sequence[str]) -> dict:
+    """``-e`` values as one dict, read as ansible-core's ``load_extra_vars`` reads them
+    (which takes them from the process's global CLI arguments and keeps the first result)."""
+    from collections.abc import MutableMapping
+
+    from ansible.errors import AnsibleOptionsError
+    from ansible.parsing.splitter import parse_kv
+    from ansible.utils.vars import combine_vars
+
+    result: dict = {}
+    for value in values or ():
+        if not value:
+            continue
+        if value.startswith("@"):  # a YAML or JSON file
+            data = _load_trusted(loader, value[1:])
+        elif value[0] in ("/", "."):
+            raise AnsibleOptionsError(f"Please prepend extra_vars filename '{value}' with '@'")
+        elif value[0] in ("[", "{"):  # YAML or JSON
+            data = loader.load(value)
+        else:  # key=value ...
+            data = parse_kv(value)
+        if not isinstance(data, MutableMapping):
+            raise AnsibleOptionsError(f"Invalid extra vars data supplied. '{value}' could not be made into a dictionary")
+        result = combine_vars(result, data)
+    return result
+
+
+def _load_trusted(loader, path: str):
+    """A YAML file of ours or of the user, its strings templated as the play would
+    (2.19+ templates only strings marked trusted; 2.17 and 2.18 template every string)."""
+    import inspect
+
+    if "trusted_as_template" in inspect.signature(loader.load_from_file).parameters:
+        return loader.load_from_file(path, trusted_as_template=True)
+    return loader.load_from_file(path)
 
 
 class _Warnings:
@@ -241,15 +370,18 @@ class _Warnings:
 
         self._display = Display()
         self._original = self._display.warning
-        self._original_error = self._display.error_as_warning
         self._display.warning = lambda msg, *a, **k: self.messages.append(str(msg))
-        self._display.error_as_warning = lambda msg, exception=None, **k: self.messages.append(
-            f"{msg} {exception}" if exception is not None else str(msg))
+        # 2.19+ reports a source that failed to parse with error_as_warning (2.17, 2.18: warning).
+        self._original_error = getattr(self._display, "error_as_warning", None)
+        if self._original_error is not None:
+            self._display.error_as_warning = lambda msg, exception=None, **k: self.messages.append(
+                f"{msg} {exception}" if exception is not None else str(msg))
         return self
 
     def __exit__(self, *exc):
         self._display.warning = self._original
-        self._display.error_as_warning = self._original_error
+        if self._original_error is not None:
+            self._display.error_as_warning = self._original_error
         return False
 
     def unparsed(self, sources: Sequence[str]) -> str | None:
@@ -285,22 +417,11 @@ def _vault_file(places: Sequence[str]) -> str | None:
     return None
 
 
-def _forget_cli_state() -> None:
-    """Ansible's CLI keeps its arguments, extra vars and vault secrets once per process;
-    a second plan in the same process (tests, ``tfps compose -i``) brings its own."""
-    from ansible.parsing.vault import VaultSecretsContext
-    from ansible.utils import context_objects, vars as ansible_vars
-
-    context_objects.GlobalCLIArgs._Singleton__instance = None
-    ansible_vars.load_extra_vars.extra_vars = None
-    VaultSecretsContext._current = None
-
-
 def _plugin_loader() -> None:
     """What ``ansible-inventory`` sets up before it reads: the collection finder (once per process)."""
-    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
 
-    if not any(isinstance(f, _AnsibleCollectionFinder) for f in __import__("sys").meta_path):
+    if not AnsibleCollectionConfig.collection_finder:
         from ansible.plugins.loader import init_plugin_loader
 
         init_plugin_loader([])
@@ -308,7 +429,7 @@ def _plugin_loader() -> None:
 
 def _parsed_sources(inventory) -> bool:
     """Whether Ansible parsed at least one source (it only warns when none works)."""
-    return bool(getattr(inventory, "_sources", None)) and bool(inventory.hosts or inventory.groups.get(PS))
+    return bool(inventory.hosts or inventory.groups.get(PS))
 
 
 def load_plan(sources: Sequence[str], **options) -> dict:

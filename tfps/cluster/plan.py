@@ -41,6 +41,9 @@ from tfps.errors import ConfigError
 DEFAULT_BASE_PORT = 2222
 #: Where a classic script (``tfps_script``) and user model modules appear in a container.
 USER_MODEL_MOUNT = "/opt/usermodels"
+#: Where the chief's container finds the notification config file (compose --notify_config,
+#: Ansible tfps_notify_config).
+NOTIFY_CONFIG_MOUNT = "/etc/tfps/notify.yml"
 #: Where the training data directory appears in a container, read-only (compose
 #: ``--data_dir``, Ansible ``tfps_data_dir``): ``--train_data /input/train.csv`` works in both.
 DATA_MOUNT = "/input"
@@ -55,9 +58,18 @@ CONTAINER_ENV = {"XDG_CACHE_HOME": "/tmp/.cache", "MPLCONFIGDIR": "/tmp/.config/
 DEFAULT_PIDS_LIMIT = 4096
 
 
-def container_name(job_name: str, task: "Task") -> str:
-    """``tfps-<job>-worker0``: the task's container on its host (Ansible)."""
-    return f"tfps-{job_name}-{task.name}"
+#: The job's TensorBoard container (Ansible ``tfps_tensorboard``), named like its tasks'.
+TENSORBOARD = "tensorboard"
+
+
+def container_name(job_name: str, task: "Task | str") -> str:
+    """``tfps-<job>-worker0``: the task's container on its host (Ansible); ``task`` may
+    also be the name of the job's other container, :data:`TENSORBOARD`.
+
+    The role takes every container name from the plan's JSON (each task's ``container``,
+    ``job.tensorboard_container``) and never builds one itself.
+    """
+    return f"tfps-{job_name}-{task if isinstance(task, str) else task.name}"
 
 
 @dataclass(frozen=True)
@@ -119,13 +131,8 @@ class Task:
 
     @property
     def name(self) -> str:
-        """``worker0``: how tfps names the task in logs, files and containers."""
+        """``worker0``: how tfps names the task in logs, files, containers and compose services."""
         return task_name(self.job, self.index)
-
-    @property
-    def service(self) -> str:
-        """``worker-0``: the task's name as a hostname (compose service)."""
-        return f"{self.job}-{self.index}"
 
     @property
     def target(self) -> str:
@@ -196,10 +203,6 @@ class Plan:
             "task",
         )
 
-    def tasks_on(self, host: str) -> tuple[Task, ...]:
-        """The tasks an inventory host runs (what Ansible starts there)."""
-        return tuple(t for t in self.tasks if t.host == host)
-
     def task_ref(self, task: Task) -> TaskRef:
         return TaskRef(self.cluster, task.job, task.index)
 
@@ -242,7 +245,8 @@ class Plan:
             "tasks": tasks,
         }
         if launch is not None:
-            data["job"] = {"name": launch.name, **launch.extra}
+            data["job"] = {"name": launch.name, "tensorboard_container": container_name(launch.name, TENSORBOARD),
+                           **launch.extra}
         return data
 
     def render_table(self) -> str:

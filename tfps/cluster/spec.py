@@ -29,8 +29,8 @@ JOBS = (PS, WORKER)
 
 
 def task_name(job: str, index: int) -> str:
-    """``worker0``, ``ps1``: a task's name in logs, files, results and container names
-    (compose services spell it ``worker-0``, tfps.cluster.plan.Task.service)."""
+    """``worker0``, ``ps1``: a task's one name, in logs (``tfps local``'s prefixes), files,
+    results, container names (tfps.cluster.plan.container_name) and compose services."""
     return f"{job}{index}"
 
 

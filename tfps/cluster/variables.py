@@ -22,17 +22,16 @@ from typing import Any
 
 import yaml
 
-from tfps.cluster.plan import DATA_MOUNT, USER_MODEL_MOUNT, Launch
+from tfps.cluster.plan import DATA_MOUNT, NOTIFY_CONFIG_MOUNT, USER_MODEL_MOUNT, Launch
 from tfps.data import LIST_PREFIX
 from tfps.config import RunConfig, grace_period
 from tfps.errors import ConfigError
+from tfps.notify.urls import ENV_URLS_FILE, URLS_FILE_MOUNT
 
 #: The role whose variables these are (a checkout, or the copy installed with tfps).
 ROLE_DIR = Path(os.environ.get("TFPS_ROLE_DIR", Path(__file__).resolve().parents[2] / "ansible" / "roles" / "tfps"))
 ARGUMENT_SPECS = ROLE_DIR / "meta" / "argument_specs.yml"
 DEFAULTS = ROLE_DIR / "defaults" / "main.yml"
-#: Where the chief's container finds the notification config file (tfps_notify_config).
-NOTIFY_CONFIG_MOUNT = "/etc/tfps/notify.yml"
 #: The list of the job's training files the play writes with tfps_data_src (tfps.cluster.datasrc).
 TRAIN_LIST_PATH = f"{DATA_MOUNT}/.tfps-train-files"
 
@@ -48,6 +47,7 @@ RUN_FIELDS = {
     "tfps_learning_rate": "learning_rate",
     "tfps_sync_replicas": "sync_replicas",
     "tfps_replicas_to_aggregate": "replicas_to_aggregate",
+    "tfps_backup_workers": "backup_workers",
     "tfps_checkpoint_steps": "checkpoint_steps",
     "tfps_final_save_timeout": "final_save_timeout",
     "tfps_notify_every": "notify_every",
@@ -137,6 +137,8 @@ def launch_from_vars(variables: Mapping[str, Any], where: str = "the job") -> tu
             "user_model_mount": USER_MODEL_MOUNT,
             "data_mount": DATA_MOUNT,
             "notify_config_mount": NOTIFY_CONFIG_MOUNT,
+            "notify_urls_mount": URLS_FILE_MOUNT,
+            "notify_urls_env": ENV_URLS_FILE,
         },
     )
     return cfg, launch
@@ -151,7 +153,7 @@ def _coerce(cfg: RunConfig) -> None:
         if value is None or f.name not in RUN_FIELDS.values():
             continue
         kind = type(f.default) if f.default is not None else None
-        if f.name in ("replicas_to_aggregate", "checkpoint_steps"):
+        if f.name in ("replicas_to_aggregate", "backup_workers", "checkpoint_steps"):
             kind = int
         try:
             if kind is bool and not isinstance(value, bool):

@@ -1,8 +1,10 @@
 """``tfps compose``: a docker-compose.yml for one job on one machine, from the cluster plan.
 
-The services are the plan's tasks (``ps-0``, ``worker-0``, ``worker-1``, ...) and the
-service names are the hostnames in the plan: every service has its own network
-namespace, so every task listens on the same port (2222) and peers reach it by name on
+The services are the plan's tasks, named as tfps names them everywhere (``ps0``,
+``worker0``, ``worker1``, ...: :func:`tfps.cluster.spec.task_name`, also the container
+names of the Ansible role and the log prefixes of ``tfps local``), and the service names
+are the hostnames in the plan: every service has its own network namespace, so every
+task listens on the same port (the plan's default, 2222) and peers reach it by name on
 the project's network. The TF ports are never published on the host (an open TF port
 runs any graph sent to it).
 
@@ -11,8 +13,8 @@ What the file encodes, and why:
 * ``TF_CONFIG`` per service comes from :meth:`TaskRef.to_tf_config`, the same rendering
   ``tfps plan`` shows and the playbook uses; the task numbering is the plan's.
 * Every task exits by itself (the ps after every worker's "done" token, the chief last,
-  once the ps has gone), so the job ends with the chief. Run it as ``docker compose up --exit-code-from worker-0 --attach
-  worker-0``: compose then watches only the chief, returns its exit status, and stops
+  once the ps has gone), so the job ends with the chief. Run it as ``docker compose up --exit-code-from worker0 --attach
+  worker0``: compose then watches only the chief, returns its exit status, and stops
   whatever is left when it exits. Without ``--attach``, ``--exit-code-from`` aborts the
   job when any task exits first (a worker that finished, or one that crashed and is
   being restarted); plain ``up`` always returns 0 (checked on Compose 2.26.1).
@@ -40,21 +42,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import re
 import shlex
 import sys
 
 from tfps.cluster import WORKER, Launch, Plan, Task, local_plan
-from tfps.cluster.plan import DATA_MOUNT, DEFAULT_PIDS_LIMIT, USER_MODEL_MOUNT
+from tfps.cluster.plan import (DATA_MOUNT, DEFAULT_BASE_PORT, DEFAULT_PIDS_LIMIT, NOTIFY_CONFIG_MOUNT,
+                               USER_MODEL_MOUNT)
 from tfps.config import RunConfig, add_run_options, from_args, grace_period
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.notify.urls import ENV_URLS_FILE, URLS_FILE_MOUNT
 
-#: Every task has its own network namespace, so all of them use TensorFlow's usual port.
-TASK_PORT = 2222
+#: Every task has its own network namespace, so all of them use the plan's default port.
+TASK_PORT = DEFAULT_BASE_PORT
 MODEL_DIR = "/data/model"
 VOLUME = "tfps-data"
 DEFAULT_IMAGE = "tfps:latest"
@@ -63,8 +65,6 @@ DEFAULT_GPU_IMAGE = "tfps:gpu"
 DEFAULT_RESTART = "on-failure:3"
 #: How often `tfps run --restarts` starts a task process killed by a signal again in its container.
 TASK_RESTARTS = 3
-#: Where --data_dir, --user_model_dir and --notify_config appear inside the containers.
-NOTIFY_CONFIG_MOUNT = "/etc/tfps/notify.yml"
 #: The image's user (Dockerfile: useradd --uid 10001).
 USER = "10001:10001"
 UID = 10001
@@ -80,8 +80,16 @@ _PLAN_ONLY_ENV = ("TFPS_HOST", "TFPS_TASK")
 
 
 def service_name(task: Task) -> str:
-    """``ps-0``, ``worker-1``: the plan's service name of the task (a valid hostname)."""
-    return task.service
+    """The task's compose service (and hostname): its name, ``ps0``, ``worker1``.
+
+    Compose wants service names of ``[a-z0-9._-]`` starting with a letter or digit, and a
+    hostname may hold no more; :func:`tfps.cluster.spec.task_name` gives exactly that, so
+    the name is used as it is (checked here, should that ever change).
+    """
+    name = task.name
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
+        raise ValueError(f"task name {name!r} is not a valid compose service name and hostname")
+    return name
 
 
 def chief_service(plan: Plan) -> str:
@@ -109,7 +117,7 @@ def up_command(plan: Plan, output: str | None = None) -> str:
 
 
 def compose_plan(plan: Plan) -> Plan:
-    """The same tasks, each on its own service: address = service name, port 2222.
+    """The same tasks, each on its own service: address = service name, port TASK_PORT.
 
     Only the layout of ``plan`` is kept (how many ps and workers, which GPU each worker
     gets); on one machine two workers cannot share a GPU id, so that is refused.
@@ -179,8 +187,8 @@ def plan_from_args(ns: argparse.Namespace) -> Plan:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Write a docker-compose.yml that runs one job on this machine: one service per task of the "
-        "cluster plan (ps-0, worker-0, ...), TF_CONFIG from the plan, the job settings as the command. "
-        "Run it with: docker compose up --exit-code-from worker-0 --attach worker-0"
+        "cluster plan (ps0, worker0, ...), TF_CONFIG from the plan, the job settings as the command. "
+        "Run it with: docker compose up --exit-code-from worker0 --attach worker0"
     )
     g = parser.add_argument_group("cluster layout (one of)")
     g.add_argument("--ps", type=int, help="number of ps tasks (default 1)")
@@ -325,18 +333,44 @@ def project_name(cfg: RunConfig) -> str:
     return name or "tfps"
 
 
-def _q(value: str) -> str:
-    """A YAML scalar: plain when unambiguous, else quoted (single quotes around JSON)."""
+class _Anchored(dict):
+    """The settings every task shares: written once under ``x-tfps-task`` with the anchor
+    ``&tfps-task``, which each task's service merges (``<<: *tfps-task``)."""
+
+
+class _Merge(str):
+    """The YAML merge key ``<<`` (a plain ``'<<'`` string would be quoted, and merge nothing)."""
+
+
+def _dumper():
     import yaml   # here, not at the top: every task's CLI imports this module
-    if re.fullmatch(r"[A-Za-z0-9/_.-][A-Za-z0-9/_.=,+-]*", value):
-        try:
-            if yaml.safe_load(value) == value:
-                return value
-        except yaml.YAMLError:
-            pass
-    if '"' in value:
-        return "'" + value.replace("'", "''") + "'"
-    return json.dumps(value)
+
+    class Dumper(yaml.SafeDumper):
+        # Only the shared task settings become an anchor; a list that happens to be one
+        # object in two places is written out twice.
+        def ignore_aliases(self, data):
+            return not isinstance(data, _Anchored)
+
+        def generate_anchor(self, node):
+            return "tfps-task"
+
+        # Items of a list indented under their key, as compose files are usually written.
+        def increase_indent(self, flow=False, indentless=False):
+            return super().increase_indent(flow, False)
+
+    Dumper.add_representer(_Anchored, lambda d, data: d.represent_dict(data.items()))
+    Dumper.add_representer(_Merge, lambda d, data: d.represent_scalar("tag:yaml.org,2002:merge", "<<"))
+    # `tfps-data:` rather than `tfps-data: null` (the same to YAML, as compose files write it).
+    Dumper.add_representer(type(None), lambda d, data: d.represent_scalar("tag:yaml.org,2002:null", ""))
+    return Dumper
+
+
+def _dump(data: dict) -> str:
+    """YAML of the compose file, with a blank line between its top-level sections."""
+    import yaml
+    text = yaml.dump(data, Dumper=_dumper(), sort_keys=False, default_flow_style=False,
+                     allow_unicode=True, width=1 << 16)
+    return re.sub(r"\n(?=[^\s#])", "\n\n", text)
 
 
 def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
@@ -370,8 +404,8 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
         volumes.append(f"{_host_path(ns.user_model_dir, output, 'user_model_dir')}:{USER_MODEL_MOUNT}:ro")
 
     layout = f"{n_ps} ps + {n_workers} worker(s)" + (" (one per GPU)" if gpu else "")
-    L: list[str] = [
-        f"# A tfps job on one machine: {layout}; worker-0 is the chief.",
+    header = [
+        f"# A tfps job on one machine: {layout}; {chief} is the chief.",
         "#",
         f"# Generated by `{regen}`.",
         "# Change the job by regenerating (add -o FILE) rather than by editing: the cluster plan",
@@ -384,138 +418,77 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
         (f"# Notifications: the secret {SECRET} (URLs in {secret_source}), read by the chief only."
          if ns.notify_urls_file else
          "# Notifications: none; regenerate with --notify_urls_file FILE (docs/security.md) for a message."),
+        f"# TensorBoard on http://127.0.0.1:{TENSORBOARD_PORT} while or after the job runs:",
+        "#   docker compose --profile tensorboard up -d tensorboard",
+        "#",
+        "# x-tfps-task holds what every task shares (`<<: *tfps-task` in each service):",
+        "# - stop_grace_period is grace_period(final_save_timeout): after SIGTERM the chief writes its",
+        "#   final checkpoint and SavedModel, and the ps must serve it until then.",
+        "# - restart: a crashed task comes back and resumes; one that exited 0 or was stopped stays down.",
+        "# - no `init: true`: the image runs tini as PID 1; the healthcheck is the image's (`tfps healthcheck`).",
+        "# - an open TF port runs any graph sent to it (docs/security.md): no published ports, no",
+        "#   capabilities, no privilege gain, a read-only root filesystem, bounded processes, rotating logs.",
+        "# - command: the job settings, the same for every task (TF_CONFIG tells each task its role).",
         "",
-        f"name: {_q(project_name(cfg))}",
-        "",
-        "x-tfps-task: &tfps-task",
-        f"  image: {_q(image)}",
-        "  # The image runs tini as PID 1 (it forwards SIGTERM to tfps), so no `init: true`.",
-        f"  user: {_q(USER)}",
-        "  # grace_period(final_save_timeout): after SIGTERM the chief writes its final checkpoint",
-        "  # and SavedModel, and the ps must serve it until then, so every task gets this long.",
-        f"  stop_grace_period: {grace}s",
-        "  # A crashed task comes back and resumes; one that exited 0 or was stopped stays down.",
-        f"  restart: {_q(ns.restart_policy)}",
-        "  volumes:",
-        *(f"    - {_q(v)}" for v in volumes),
-        "  # An open TF port runs any graph sent to it (docs/security.md): no capabilities, no",
-        "  # privilege gain, nothing written outside the volumes and the tmpfs, bounded processes.",
-        "  cap_drop: [ALL]",
-        "  security_opt: [no-new-privileges:true]",
-        "  read_only: true",
-        "  tmpfs:",
-        *(f"    - {_q(t)}" for t in entries[plan.chief.name]["tmpfs"]),
-        f"  pids_limit: {ns.pids_limit}",
-        "  # json-file logs rotate: a long job does not fill the disk.",
-        "  logging:",
-        "    driver: json-file",
-        "    options:",
-        f"      max-size: {_q(ns.log_max_size)}",
-        f"      max-file: {_q(str(ns.log_max_file))}",
     ]
-    L += [
-        "  # The healthcheck is the image's: `tfps healthcheck` (this task's TF port accepts connections).",
-        "  # The job settings, the same for every task (TF_CONFIG tells each task its role).",
-        "  command:",
-        *(f"    - {_q(arg)}" for arg in command),
-        "",
-        "services:",
-    ]
+    shared = _Anchored({
+        "image": image,
+        "user": USER,
+        "stop_grace_period": f"{grace}s",
+        "restart": ns.restart_policy,
+        "volumes": list(volumes),
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "read_only": True,
+        "tmpfs": list(entries[plan.chief.name]["tmpfs"]),
+        "pids_limit": ns.pids_limit,
+        "logging": {"driver": "json-file", "options": {"max-size": ns.log_max_size, "max-file": str(ns.log_max_file)}},
+        "command": list(command),
+    })
+    services: dict[str, dict] = {}
     for task in plan.tasks:
         name = service_name(task)
-        entry = entries[task.name]
-        note = "  # the chief: checkpoints, exports, writes results.json, notifies" if task.is_chief else ""
-        L += [f"  {name}:{note}", "    <<: *tfps-task", f"    hostname: {name}"]
+        service: dict = {_Merge("<<"): shared, "hostname": name}
         if task.is_chief:
             if cfg.notify_config:
                 # The apprise config file only on the chief (merging replaces lists, hence the repeats).
                 config = f"{_host_path(cfg.notify_config, output, 'notify_config')}:{NOTIFY_CONFIG_MOUNT}:ro"
-                L += ["    command:", *(f"      - {_q(a)}" for a in command + [f"--notify_config={NOTIFY_CONFIG_MOUNT}"])]
-                L += ["    volumes:", *(f"      - {_q(v)}" for v in volumes + [config])]
+                service["command"] = [*command, f"--notify_config={NOTIFY_CONFIG_MOUNT}"]
+                service["volumes"] = [*volumes, config]
             if ns.notify_urls_file:
-                L += [
-                    "    # The URLs of the completion message, as a read-only file: never in the environment.",
-                    "    secrets:",
-                    f"      - source: {SECRET}",
-                    f"        target: {SECRET}",
-                ]
-            L += [
-                "    # Lets a notification URL name a mail relay or webhook on this machine.",
-                "    extra_hosts:",
-                '      - "host.docker.internal:host-gateway"',
-            ]
+                # The URLs of the completion message, as a read-only file: never in the environment.
+                service["secrets"] = [{"source": SECRET, "target": SECRET}]
+            # Lets a notification URL name a mail relay or webhook on this machine.
+            service["extra_hosts"] = ["host.docker.internal:host-gateway"]
         memory, cpus = getattr(ns, f"{task.job}_memory"), getattr(ns, f"{task.job}_cpus")
         if memory is not None:
-            L += [f"    mem_limit: {_q(memory)}"]
+            service["mem_limit"] = memory
         if cpus is not None:
-            L += [f"    cpus: {cpus:g}"]
-        L += ["    environment:"]
-        L += [f"      {k}: {_q(v)}" for k, v in entry["env"].items() if k not in _PLAN_ONLY_ENV]
+            service["cpus"] = int(cpus) if float(cpus).is_integer() else cpus
+        env = {k: v for k, v in entries[task.name]["env"].items() if k not in _PLAN_ONLY_ENV}
         if task.is_chief and ns.notify_urls_file:
-            L += [f"      {ENV_URLS_FILE}: {_q(URLS_FILE_MOUNT)}"]
+            env[ENV_URLS_FILE] = URLS_FILE_MOUNT
+        service["environment"] = env
         if task.gpu is not None:
-            L += [
-                "    deploy:",
-                "      resources:",
-                "        reservations:",
-                "          devices:",
-                "            - driver: nvidia",
-                f"              device_ids: [{_q(task.gpu)}]",
-                "              capabilities: [gpu]",
-            ]
-    L += [
-        "",
-        "  # TensorBoard on http://127.0.0.1:" + str(TENSORBOARD_PORT) + " while or after the job runs:",
-        "  #   docker compose --profile tensorboard up -d tensorboard",
-        "  tensorboard:",
-        "    profiles: [tensorboard]",
-        f"    image: {_q(image)}",
-        f"    user: {_q(USER)}",
-        "    entrypoint: [/usr/bin/tini, --, tensorboard]",
-        "    cap_drop: [ALL]",
-        "    security_opt: [no-new-privileges:true]",
-        f"    command: [{_q('--logdir=' + cfg.model_dir)}, --bind_all, --port={TENSORBOARD_PORT}]",
-        "    healthcheck:",
-        "      disable: true",
-        "    ports:",
-        f"      - {_q(f'127.0.0.1:{TENSORBOARD_PORT}:{TENSORBOARD_PORT}')}",
-        "    volumes:",
-        f"      - {VOLUME}:/data:ro",
-        "",
-        "volumes:",
-        f"  {VOLUME}:",
-    ]
+            service["deploy"] = {"resources": {"reservations": {"devices": [
+                {"driver": "nvidia", "device_ids": [task.gpu], "capabilities": ["gpu"]}]}}}
+        services[name] = service
+    services["tensorboard"] = {
+        "profiles": ["tensorboard"],
+        "image": image,
+        "user": USER,
+        "entrypoint": ["/usr/bin/tini", "--", "tensorboard"],
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "command": [f"--logdir={cfg.model_dir}", "--bind_all", f"--port={TENSORBOARD_PORT}"],
+        "healthcheck": {"disable": True},
+        "ports": [f"127.0.0.1:{TENSORBOARD_PORT}:{TENSORBOARD_PORT}"],
+        "volumes": [f"{VOLUME}:/data:ro"],
+    }
+    data: dict = {"name": project_name(cfg), "x-tfps-task": shared, "services": services, "volumes": {VOLUME: None}}
     if ns.notify_urls_file:
-        L += ["", "secrets:", f"  {SECRET}:", f"    file: {_q(secret_source)}"]
-    text = "\n".join(L) + "\n"
-    _self_check(text, plan, command)
-    return text
-
-
-class RenderError(RuntimeError):
-    """The rendered YAML does not read back as the intended services: a bug in the quoting."""
-
-
-def _self_check(text: str, plan: Plan, command: list[str]) -> None:
-    """The rendered YAML must read back as the intended services (guards the hand-written quoting).
-
-    Real checks, not ``assert``: ``python -O`` would drop those.
-    """
-    import yaml
-    data = yaml.safe_load(text)
-    for task in plan.tasks:
-        name = service_name(task)
-        service = data["services"][name]
-        checks = [
-            ("TF_CONFIG", json.loads(service["environment"]["TF_CONFIG"]), json.loads(plan.task_ref(task).to_tf_config())),
-            ("command", service["command"][: len(command)], command),
-        ]
-        if task.gpu is not None:
-            checks.append(("device_ids", service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"],
-                           [task.gpu]))
-        for what, got, want in checks:
-            if got != want:
-                raise RenderError(f"service {name}: {what} reads back as {got!r}, not {want!r}")
+        data["secrets"] = {SECRET: {"file": secret_source}}
+    return "\n".join(header) + "\n" + _dump(data)
 
 
 def main(ns: argparse.Namespace) -> int:

@@ -28,6 +28,7 @@ from tfps.config import RunConfig
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.outcome import results
+from tfps.outcome.contract import JobResult, ResultsError
 from tfps.task import entry as task_entry
 
 log = logging.getLogger("tfps")
@@ -54,8 +55,8 @@ def _tf_noise(line: str) -> bool:
 class TaskProcess:
     """One task of the plan running as a child process, its output prefixed with its name.
 
-    ``spawn`` starts the process, ``pump`` the thread that copies its output; ``start`` does
-    both. The launcher spawns every task before it starts any thread (see ``ForkedTask``)."""
+    ``spawn`` starts the process, ``pump`` the thread that copies its output. The launcher
+    spawns every task before it starts any thread (see ``ForkedTask``)."""
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str], out=sys.stdout, verbose: bool = False):
         self.name, self.argv, self.env, self.out, self.verbose = name, argv, env, out, verbose
@@ -65,10 +66,6 @@ class TaskProcess:
         self.signalled: set[int] = set()   # signals the launcher sent
         self._stream = None
         self._reader: threading.Thread | None = None
-
-    def start(self) -> None:
-        self.spawn()
-        self.pump()
 
     def spawn(self) -> None:
         self.proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -95,7 +92,7 @@ class TaskProcess:
         if self.code is None and self.pid is not None:
             self.code = self._exit_code()
             if self.code is not None and self._reader:
-                self._reader.join(timeout=5)
+                self._reader.join(timeout=timeouts.LOCAL_OUTPUT_DRAIN_SECS)
         return self.code
 
     def sample_rss(self) -> None:
@@ -288,7 +285,7 @@ def _watch_until_chief_exits(chief: TaskProcess, others: list[TaskProcess], cfg:
             elif overdue > timeouts.LOCAL_STOP_WAIT_SECS and stopped_chief == 1:
                 stopped_chief = 2
                 chief.signal(signal.SIGKILL)
-        time.sleep(0.2)
+        time.sleep(timeouts.LOCAL_WATCH_POLL_SECS)
     return lost
 
 
@@ -297,7 +294,7 @@ def _wait(tasks: list[TaskProcess], timeout: float) -> bool:
     while time.monotonic() < end:
         if all(t.poll() is not None for t in tasks):
             return True
-        time.sleep(0.1)
+        time.sleep(timeouts.LOCAL_EXIT_POLL_SECS)
     return all(t.poll() is not None for t in tasks)
 
 
@@ -406,14 +403,14 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
                             ", ".join(t.name for t in others if t.poll() is None))
                 for t in others:      # a ps takes a second signal as "exit now"
                     t.signal(signal.SIGTERM)
-                time.sleep(0.5)
+                time.sleep(timeouts.LOCAL_SECOND_SIGNAL_SECS)
                 for t in others:
                     t.signal(signal.SIGTERM)
                 _wait(others, timeouts.LOCAL_STOP_WAIT_SECS)
     finally:
         for t in tasks:
             t.signal(signal.SIGKILL)
-        _wait(tasks, 5)
+        _wait(tasks, timeouts.LOCAL_KILL_WAIT_SECS)
         for s, h in old.items():
             signal.signal(s, h)
     for t in tasks:
@@ -447,36 +444,26 @@ def _describe(code: int | None) -> str:
 
 
 def _summary(cfg: RunConfig, code, launched: float, urls: list[str], lost: dict[str, str]) -> None:
+    """Read the chief's results.json, add what only the launcher saw, print the summary.
+
+    Results count only if the chief of this launch wrote them (``JobResult.written_since``);
+    otherwise the chief died without reporting, and the launcher sends the failure message."""
     path = os.path.join(cfg.model_dir, results.RESULTS)
-    res = results.read_json(path)
-    fresh = res is not None and os.path.getmtime(path) >= launched
-    if not fresh:
+    res = None
+    try:
+        res = JobResult.load(path)
+    except FileNotFoundError:
+        pass
+    except (OSError, ResultsError) as e:
+        log.error("%s", e)
+    if res is None or not res.written_since(launched):
         log.error("the chief exited with %s without writing results", _describe(code))
         from tfps.outcome.report import orphan_failure
         orphan_failure(cfg, urls, f"the chief process exited with {_describe(code)} before reporting",
-                       {"lost_tasks": sorted(lost)} if lost else None)
+                       sorted(lost))
         return
     if lost:
         # What only the launcher saw: tasks that died while the job ran (a worker whose
         # loss the job survived, in async mode), next to what the chief recorded.
-        res["lost_tasks"] = sorted(set(res.get("lost_tasks") or []) | set(lost))
-        res["task_exits"] = {**(res.get("task_exits") or {}), **lost}
-        results.write_json_atomic(path, res)
-    t = res.get("times", {})
-    lines = [
-        f"job {res['job']} {res['status'].upper()} at global step {res['global_step']}/{res['train_steps']}",
-        f"  final loss {res.get('final_loss')}  metrics {res.get('metrics')}  eval {res.get('eval_metrics')}",
-        f"  start-up {t.get('startup_s')} s, training {t.get('training_s')} s, final save {t.get('final_save_s')} s",
-        f"  checkpoint {res.get('checkpoint')}",
-        f"  export     {res.get('export_dir')} (complete: {res.get('export_complete')})",
-        f"  results    {os.path.join(os.path.abspath(cfg.model_dir), results.RESULTS)}",
-    ]
-    restarts = res.get("restarts") or []
-    if restarts:
-        lines.append(f"  recovered from {len(restarts)} failure(s): " +
-                     "; ".join(f"{r.get('task')} ({r.get('cause')})" for r in restarts))
-    if res.get("lost_tasks"):
-        lines.append(f"  lost tasks {', '.join(res['lost_tasks'])}")
-    if res.get("error"):
-        lines.append(f"  error      {res['error']['type']}: {res['error']['message']}")
-    print("\n".join(lines), flush=True)
+        res.add_lost_tasks(lost).save(path)
+    print("\n".join(res.summary_lines(results_path=os.path.abspath(path))), flush=True)

@@ -10,6 +10,8 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from tfps.outcome.contract import JobResult
+
 TRACEBACK_LINES = 30
 TRACEBACK_CHARS = 4000
 
@@ -154,9 +156,11 @@ def _story(event: str, r: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def format_message(event: str, results: Mapping[str, Any]) -> tuple[str, str]:
+def format_message(event: str, results: JobResult | Mapping[str, Any]) -> tuple[str, str]:
     """The (title, body) of the message for ``event``, in plain text.
 
+    ``results`` is the job's record (``JobResult``, as results.json holds it: the end
+    messages) or, for the messages during the job, its head with the figures of the moment.
     Every key of ``results`` may be missing except ``job`` and ``status``; missing
     values are left out rather than shown as None. Keys used: job, status, exit_code,
     model, mode, started_at, ended_at, duration_s, global_step, train_steps, final_loss,
@@ -166,6 +170,8 @@ def format_message(event: str, results: Mapping[str, Any]) -> tuple[str, str]:
     last_step, since}], stall_timeout, resumed [lines]; restarts [{task, time, cause,
     resumed_from, how, steps_redone}].
     """
+    if isinstance(results, JobResult):
+        results = results.to_dict()
     r = results if isinstance(results, Mapping) else {}
     title = _title(event, r)
     rows: list[tuple[str, str]] = []

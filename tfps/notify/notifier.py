@@ -18,12 +18,14 @@ from typing import Any, TextIO
 
 import apprise
 
+from tfps import timeouts
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.notify.message import format_message
 from tfps.notify.secrets import (SCRUBBER, URL_RE, apprise_held, hostless, install_scrubber, instantiate,
                                     known_scheme, misread, regex_mask, secrets_of, short)
 from tfps.notify.urls import ENV_URLS, ENV_URLS_FILE, collect_urls
+from tfps.outcome.contract import JobResult
 
 log = logging.getLogger("tfps.notify")
 
@@ -32,7 +34,6 @@ log = logging.getLogger("tfps.notify")
 EVENTS = ("started", "progress", "stalled", "succeeded", "failed", "stopped")
 #: A service tagged ``always`` receives every event (apprise's own name for this tag).
 ALWAYS = apprise.common.MATCH_ALWAYS_TAG
-DEFAULT_TIMEOUT = 15.0
 DEFAULT_ATTEMPTS = 2
 #: One retry at most: a message that two attempts could not deliver is not worth a
 #: longer wait at the end of a job.
@@ -97,7 +98,7 @@ class Notifier:
     """
 
     def __init__(self, urls: Sequence[str] = (), config_path: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT, attempts: int = DEFAULT_ATTEMPTS):
+                 timeout: float = timeouts.NOTIFY_ATTEMPT_SECS, attempts: int = DEFAULT_ATTEMPTS):
         install_scrubber()
         if not timeout or timeout <= 0:
             raise ConfigError(f"the notification timeout must be a positive number of seconds, not {timeout!r}",
@@ -250,18 +251,21 @@ class Notifier:
         """(masked URL, events it receives) for every configured service."""
         return [(s.masked, s.events) for s in self._services]
 
-    def send(self, event: str, results: Mapping[str, Any], attachments: Sequence[str] = ()) -> list[Delivery]:
+    def send(self, event: str, results: JobResult | Mapping[str, Any],
+             attachments: Sequence[str] = ()) -> list[Delivery]:
         """Send the message for ``event`` to every service that takes it. Never raises.
 
         Args:
             event: one of :data:`EVENTS`.
-            results: the job's results (see :func:`format_message`).
+            results: the job's record, or a message's figures (see :func:`format_message`).
             attachments: files to attach (loss plot, results.json); missing ones are skipped.
 
         Returns:
             One :class:`Delivery` per service the event went to (empty if none takes it).
         """
         try:
+            if isinstance(results, JobResult):
+                results = results.to_dict()
             if event not in EVENTS:
                 log.error("notification not sent: unknown event %r (expected one of %s)", event, ", ".join(EVENTS))
                 return []

@@ -8,6 +8,7 @@ nothing here writes them anywhere.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -15,6 +16,7 @@ import time
 import traceback
 
 from tfps.outcome import journal, results
+from tfps.outcome.contract import IMAGE_ENV, ErrorInfo, JobResult, Restart, ResultsError, Times, Versions, parse
 
 log = logging.getLogger("tfps")
 
@@ -26,17 +28,17 @@ def host_name() -> str:
 
 def image_id() -> str | None:
     """The id of the image the task runs in (``TFPS_IMAGE_ID`` set by the orchestrator), or None."""
-    return os.environ.get("TFPS_IMAGE_ID") or None
+    return os.environ.get(IMAGE_ENV) or None
 
 
-def format_error(error: BaseException | None) -> dict | None:
+def format_error(error: BaseException | None) -> ErrorInfo | None:
     """An exception as results.json and the message show it: type, first line, traceback tail."""
     if error is None:
         return None
     tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     message = getattr(error, "message", None) or str(error)
-    return {"type": type(error).__name__, "message": message.strip().splitlines()[0] if message else "",
-            "traceback_tail": "\n".join(tb.strip().splitlines()[-15:])}
+    return ErrorInfo(type=type(error).__name__, message=message.strip().splitlines()[0] if message else "",
+                     traceback_tail="\n".join(tb.strip().splitlines()[-15:]))
 
 
 def _notifier(cfg):
@@ -46,6 +48,29 @@ def _notifier(cfg):
     except Exception as e:  # a bad URL was refused before the job started; never fail here
         log.error("notifications disabled: %s", e)
         return None
+
+
+def job_config(cfg, setup=None) -> dict:
+    """results.json's ``config``: every setting of the job as the chief ran it.
+
+    All of RunConfig's fields except the notification URLs (they hold passwords), with
+    what the chief resolved in place of a default: the optimizer and learning rate as used
+    (a flag, the Keras model's compile(), or tfps's default; ``optimizer_note`` says
+    which), the export directory, the number of classes and the examples' shape."""
+    config = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "notify"}
+    config.update(run_name=cfg.name, export_dir=cfg.export_path, model_dir=os.path.abspath(cfg.model_dir),
+                  checkpoint_every_steps=cfg.checkpoint_every_steps)
+    if setup is not None:
+        config.update(optimizer=setup.optimizer, learning_rate=setup.learning_rate,
+                      optimizer_note=setup.optimizer_note, num_classes=setup.schema.num_classes,
+                      feature_shape=list(setup.schema.feature_shape), train_data=setup.train_glob,
+                      eval_data=setup.eval_glob)
+    return config
+
+
+#: The keys of a record that name the job: the head of every message (started, progress).
+HEAD_KEYS = ("job", "model", "mode", "task", "host", "cluster", "train_steps", "batch_size", "train_data",
+             "eval_data", "model_dir", "started_at", "image")
 
 
 class Reporter:
@@ -59,18 +84,24 @@ class Reporter:
             self.started_wall = story.first_start()
             self.started_iso = journal.iso(self.started_wall)
         self.notifier = _notifier(cfg)
+        self.versions = Versions.current()
+
+    def record(self, status: str, **fields) -> JobResult:
+        """A JobResult of this job with ``status``: its head (what ran, where, since when) and ``fields``."""
+        cfg, task = self.cfg, self.task
+        return JobResult(
+            job=cfg.name, status=status, model=cfg.model, mode="sync" if cfg.sync_replicas else "async",
+            task=task.name, host=host_name(), cluster=task.cluster.as_dict(),
+            train_steps=cfg.train_steps, batch_size=cfg.batch_size,
+            train_data=self.setup.train_glob if self.setup else cfg.train_data,
+            eval_data=self.setup.eval_glob if self.setup else cfg.eval_data,
+            model_dir=os.path.abspath(cfg.model_dir), started_at=self.started_iso, image=image_id(),
+            config=job_config(cfg, self.setup), versions=self.versions, **fields)
 
     def base(self) -> dict:
-        cfg, task = self.cfg, self.task
-        return {
-            "job": cfg.name, "model": cfg.model, "mode": "sync" if cfg.sync_replicas else "async",
-            "task": task.name, "host": host_name(), "cluster": task.cluster.as_dict(),
-            "train_steps": cfg.train_steps, "batch_size": cfg.batch_size,
-            "train_data": self.setup.train_glob if self.setup else cfg.train_data,
-            "eval_data": self.setup.eval_glob if self.setup else cfg.eval_data,
-            "model_dir": os.path.abspath(cfg.model_dir), "started_at": self.started_iso,
-            **({"image": image_id()} if image_id() else {}),
-        }
+        """The head of every message during the job (started, progress, stalled)."""
+        head = self.record("running").to_dict()
+        return {k: head[k] for k in HEAD_KEYS if k in head}
 
     def started(self) -> None:
         if self.story is not None and self.story.attempt > 0:
@@ -80,9 +111,9 @@ class Reporter:
 
     def notify_only(self, status: str, exit_code: int, error: BaseException) -> None:
         """The message for a job that ended before it had anything to write (bad input)."""
-        res = {**self.base(), "status": status, "exit_code": exit_code, "ended_at": results.now_iso(),
-               "duration_s": round(time.time() - self.started_wall, 3), "global_step": 0,
-               "error": format_error(error)}
+        res = self.record(status, exit_code=exit_code, ended_at=results.now_iso(),
+                          duration_s=round(time.time() - self.started_wall, 3), global_step=0,
+                          error=format_error(error))
         if self.notifier is not None and self.notifier.enabled:
             self.notifier.send(status, res)
 
@@ -96,33 +127,35 @@ class Reporter:
         return (self.notifier.timeout if self.notifier is not None else 0.0) + 5.0
 
     def finished(self, *, status, exit_code, step, checkpoint, export_dir, train_summary, eval_metrics,
-                 error, times, watched: dict | None = None) -> dict:
+                 error, times, workers=None, stalls=(), resumed=(), ps_shares_mb=None,
+                 lost_tasks=()) -> JobResult:
+        """Write results.json (the one writer of the chief's record) and send the end message."""
         ended = time.time()
-        res = self.base()
-        final_loss = train_summary.pop("loss", None) if train_summary else None
-        res.update({
-            "status": status, "exit_code": exit_code, "ended_at": results.now_iso(),
-            "duration_s": round(ended - self.started_wall, 3), "global_step": step,
-            "final_loss": final_loss, "metrics": train_summary or {}, "eval_metrics": eval_metrics or {},
-            "times": times, "checkpoint": checkpoint, "export_dir": export_dir,
-            "export_complete": bool(export_dir and results.export_complete(export_dir)),
-        })
+        summary = dict(train_summary or {})
+        final_loss = summary.pop("loss", None)
+        res = self.record(
+            status, exit_code=exit_code, ended_at=results.now_iso(), duration_s=round(ended - self.started_wall, 3),
+            global_step=step, final_loss=final_loss, metrics=summary, eval_metrics=dict(eval_metrics or {}),
+            times=Times(**times), checkpoint=checkpoint, export_dir=export_dir,
+            export_complete=bool(export_dir and results.export_complete(export_dir)),
+            workers=dict(workers or {}), stalls=list(stalls), resumed=list(resumed),
+            ps_shares_mb=dict(ps_shares_mb or {}), lost_tasks=list(lost_tasks), error=format_error(error))
         if self.story is not None:
-            res["restarts"] = self.story.restarts()
-            res["attempt_started_at"] = journal.iso(self.story.started_wall)
-        res.update(watched or {})
-        err = format_error(error)
-        if err:
-            res["error"] = err
-        path = os.path.join(self.cfg.model_dir, results.RESULTS)
-        results.write_json_atomic(path, res)
+            res.restarts = [parse(Restart, r, "restarts") for r in self.story.restarts()]
+            res.attempt_started_at = journal.iso(self.story.started_wall)
+            res.attempts = self.story.attempt + 1
+        path = res.save(os.path.join(self.cfg.model_dir, results.RESULTS))
         if self.story is not None:
             self.story.end(status)   # the next run in this model_dir tells a story of its own
-        log.info("chief: job %s %s at step %d; results in %s", res["job"], status, step, path)
+        log.info("chief: job %s %s at step %d; results in %s", res.job, status, step, path)
+        try:
+            res = JobResult.load(path)   # the message tells what the file says
+        except (OSError, ResultsError) as e:
+            log.error("chief: cannot read back %s: %s", path, e)
         self.notify(res)
         return res
 
-    def notify(self, res: dict) -> None:
+    def notify(self, res: JobResult) -> None:
         if self.notifier is None or not self.notifier.enabled:
             return
         attachments = [os.path.join(self.cfg.model_dir, results.RESULTS)]
@@ -134,10 +167,10 @@ class Reporter:
                 attachments.append(png)
         except Exception as e:  # noqa: BLE001 - a plot never blocks the message
             log.warning("no loss plot: %s", e)
-        self.notifier.send(res["status"], res, attachments)
+        self.notifier.send(res.status, res, attachments)
 
 
-def orphan_failure(cfg, urls: list[str], reason: str, results_extra: dict | None = None) -> bool:
+def orphan_failure(cfg, urls: list[str], reason: str, lost_tasks: list[str] | None = None) -> bool:
     """Send the failure message for a chief that died without sending one (orchestrators).
 
     Returns True when every configured service took the message (or none is configured).
@@ -150,7 +183,7 @@ def orphan_failure(cfg, urls: list[str], reason: str, results_extra: dict | None
         return False
     if not notifier.enabled:
         return True
-    res = {"job": cfg.name, "model": cfg.model, "status": "failed", "ended_at": results.now_iso(),
-           "model_dir": os.path.abspath(cfg.model_dir), "train_steps": cfg.train_steps,
-           "error": {"type": "ChiefLost", "message": reason, "traceback_tail": ""}, **(results_extra or {})}
+    res = JobResult(job=cfg.name, status="failed", model=cfg.model, ended_at=results.now_iso(),
+                    model_dir=os.path.abspath(cfg.model_dir), train_steps=cfg.train_steps,
+                    error=ErrorInfo(type="ChiefLost", message=reason), lost_tasks=sorted(lost_tasks or ()))
     return all(d.ok for d in notifier.send("failed", res))

@@ -1,4 +1,6 @@
-"""The job's record on the chief's disk: results.json, history.jsonl, the run identity.
+"""The job's files on the chief's disk: history.jsonl, the run identity, the export marker.
+
+results.json itself is written and read through ``tfps.outcome.contract.JobResult``.
 
 Only the chief writes here. ``tfps_run.json`` identifies the job that owns a model_dir so
 that a new, different job never silently resumes from another job's checkpoints.

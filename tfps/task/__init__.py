@@ -18,11 +18,13 @@ from __future__ import annotations
 import os
 import sys
 
+from tfps.compat import TF_EAGER_KERAS_MODULES
+
 #: What ``import tensorflow`` imports eagerly only to register Keras's optimizers for
 #: SavedModels of Keras objects (tensorflow/__init__.py): it loads all of Keras, about half
 #: a second of every task's start. A task never loads such a SavedModel, and a Keras model
 #: imports Keras itself when it is built.
-EAGER_KERAS = ("keras.src.optimizers", "tf_keras.src.optimizers")
+EAGER_KERAS = TF_EAGER_KERAS_MODULES
 
 
 def single_threaded_blas() -> None:
@@ -50,8 +52,14 @@ def import_tensorflow():
 
 
 def run_task(task, cfg, stop, started_wall: float | None = None):
-    """Run this process's task (ps, worker or chief) and return its ExitCode."""
+    """Run this process's task (ps, worker or chief) and return its ExitCode.
+
+    A TensorFlow without the internals tfps uses is refused here, before anything starts
+    (``tfps.compat.check_tensorflow``: ConfigError, one line).
+    """
     import_tensorflow()
+    from tfps.compat import check_tensorflow
+    check_tensorflow()
     if task.job == "ps":
         from tfps.task.ps import serve
         return serve(task, cfg, stop)

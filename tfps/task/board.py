@@ -22,8 +22,6 @@ import time
 from tfps import timeouts
 from tfps.outcome.journal import RESTART_SIGNAL_ENV
 
-#: Seconds between two writes of a worker's board.
-PUBLISH_SECS = 1.0
 FIELDS = ("local_steps", "global_step", "started", "restart_signal")
 
 
@@ -58,7 +56,7 @@ def restart_signal() -> int:
 
 
 def publish_hook(board: Board, job, extra_fetches: dict | None = None):
-    """A SessionRunHook that writes this worker's board at most every PUBLISH_SECS.
+    """A SessionRunHook that writes this worker's board at most every ``timeouts.BOARD_PUBLISH_SECS``.
 
     ``extra_fetches`` (the chief's loss and metrics) are fetched with the same steps, for
     the chief's progress messages: one step a second, never a step of its own.
@@ -94,7 +92,7 @@ def publish_hook(board: Board, job, extra_fetches: dict | None = None):
             now = time.monotonic()
             if now < self.next_write:
                 return None
-            self.next_write = now + PUBLISH_SECS
+            self.next_write = now + timeouts.BOARD_PUBLISH_SECS
             return v1.train.SessionRunArgs({"publish": board.publish, **(extra_fetches or {})},
                                            feed_dict={board.value: self.value()})
 

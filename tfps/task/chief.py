@@ -24,6 +24,7 @@ from tfps import timeouts
 from tfps.cluster.spec import split_target
 from tfps.exitcodes import ExitCode
 from tfps.outcome import journal, report, results
+from tfps.task.checkpoint import checkpoint_step
 from tfps.task.lifecycle import session_config
 from tfps.task.setup import JobSetup
 from tfps.task.watch import JobWatch
@@ -54,12 +55,12 @@ class Chief(Worker):
             return
         ckpt = tf.train.latest_checkpoint(self.cfg.model_dir)
         reporter.finished(
-            status="failed", exit_code=int(code), step=int(ckpt.rsplit("-", 1)[1]) if ckpt else 0,
+            status="failed", exit_code=int(code), step=checkpoint_step(ckpt),
             checkpoint=ckpt, export_dir=None, train_summary={}, eval_metrics={}, error=error,
             times={"startup_s": round((self.first_step_at or time.time()) - self.started_wall, 3),
                    "training_s": round(time.time() - self.first_step_at, 3) if self.first_step_at else 0.0,
                    "final_save_s": 0.0},
-            watched={"lost_tasks": list(lost_tasks)} if lost_tasks else None)
+            lost_tasks=list(lost_tasks or ()))
 
     def _prepare(self, setup: JobSetup) -> None:
         """Claim model_dir before building anything: a directory of another job is refused."""
@@ -156,7 +157,7 @@ class Chief(Worker):
         # (written as the session closes) and the export.
         t_trained = min(self.trained_at or t_save, t_save)
         ckpt = tf.train.latest_checkpoint(cfg.model_dir)
-        ckpt_step = int(ckpt.rsplit("-", 1)[1]) if ckpt else 0
+        ckpt_step = checkpoint_step(ckpt)
         step = max(ckpt_step, self.last_seen_step)
         export_dir = None
         eval_metrics = {}
@@ -192,7 +193,7 @@ class Chief(Worker):
         code = {"succeeded": ExitCode.OK, "stopped": ExitCode.STOPPED}.get(status, ExitCode.TRAINING_FAILED)
         reporter.finished(status=status, exit_code=int(code), step=step, checkpoint=ckpt, export_dir=export_dir,
                           train_summary=progress.summary() if progress else {}, eval_metrics=eval_metrics,
-                          error=error, watched={**watch.summary(), "ps_shares_mb": shares}, times={
+                          error=error, **watch.summary(), ps_shares_mb=shares, times={
                               "startup_s": round((self.first_step_at or t_train) - self.started_wall, 3),
                               "training_s": round(t_trained - (self.first_step_at or t_train), 3),
                               "final_save_s": round(t_end - t_trained, 3)})
@@ -204,7 +205,7 @@ class Chief(Worker):
         """Exit last: give the ps tasks (which exit once every worker is done) a moment to go.
 
         An orchestrator that watches only the chief (``docker compose up --exit-code-from
-        worker-0``, the Ansible play) stops whatever still runs when the chief exits; a
+        worker0``, the Ansible play) stops whatever still runs when the chief exits; a
         worker finishing its last step a moment after the chief would then be stopped
         instead of ending by itself. Bounded, so a worker that never reports cannot hold
         the chief, and well inside the grace that follows a stop request.
@@ -214,11 +215,11 @@ class Chief(Worker):
             host, port = split_target(target, "ps_hosts", "ps address")
             while time.monotonic() < deadline:
                 try:
-                    with socket.create_connection((host, port), timeout=1):
+                    with socket.create_connection((host, port), timeout=timeouts.PS_EXIT_CONNECT_SECS):
                         pass
                 except OSError:
                     break   # refused or no longer resolvable: this ps has exited
-                time.sleep(0.2)
+                time.sleep(timeouts.PS_EXIT_POLL_SECS)
             else:
                 log.info("chief: ps at %s still runs %.0f s after the final save; exiting anyway",
                          target, timeouts.PS_EXIT_WAIT_SECS)

@@ -4,13 +4,21 @@
 ``replica_device_setter`` pins variables to ``/job:ps``; so the SavedModel is never
 written from the training session. After the session closes, the chief rebuilds the
 model in predict mode in a new graph on its own CPU, restores the checkpoint (which a
-non-sharded saver wrote on the chief's own disk) and writes the SavedModel into a
-temporary directory that is renamed into place together with its completion marker.
-A reader therefore sees either the previous complete export or the new one.
+non-sharded saver wrote on the chief's own disk) and writes the SavedModel and its
+completion marker into a temporary directory next to ``export_dir``, which then takes
+the place of ``export_dir`` (:func:`switch_into_place`). The first export is one rename.
+A later one swaps the two directories in one step (Linux ``renameat2`` with
+``RENAME_EXCHANGE``: ext4, xfs, btrfs, tmpfs, Docker volumes), so a reader sees either
+the previous complete export or the new one, at any instant. Where the filesystem
+cannot swap directories (NFS, some FUSE filesystems), it falls back to two renames
+(old out, new in): a reader between them finds no ``export_dir`` for that instant, never
+a partial one. ``export_dir`` stays a plain directory either way (not a symlink), so
+``docker cp`` and a copy of the model directory take the SavedModel itself.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -70,12 +78,37 @@ def export_saved_model(model_fn, params, checkpoint: str, export_dir: str, globa
                    "completed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "inputs": {n: [None, *t.shape.as_list()[1:]] for n, t in inputs.items()},
                    "outputs": sorted(spec.predictions)}, fh, indent=2)
-    old = f"{export_dir}.old-{os.getpid()}"
-    if os.path.exists(export_dir):
-        os.replace(export_dir, old)
-    os.replace(tmp, export_dir)
-    shutil.rmtree(old, ignore_errors=True)
+    switch_into_place(tmp, export_dir)
     return export_dir
+
+
+#: renameat2(2): ``AT_FDCWD`` and the flag that swaps two existing paths.
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap the directories ``a`` and ``b`` in one step; False where the system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):   # not Linux, or a libc before glibc 2.28
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    return renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
+
+
+def switch_into_place(new: str, export_dir: str) -> None:
+    """Make the complete export in ``new`` the ``export_dir`` (see the module docstring)."""
+    if not os.path.lexists(export_dir):
+        os.replace(new, export_dir)
+    elif _exchange(new, export_dir):
+        shutil.rmtree(new, ignore_errors=True)   # ``new`` now holds the previous export
+    else:
+        old = f"{export_dir}.old-{os.getpid()}"
+        os.replace(export_dir, old)
+        os.replace(new, export_dir)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def evaluate(model_fn, params, checkpoint: str, dataset) -> dict[str, float]:

@@ -20,8 +20,9 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tfps import timeouts
+from tfps import compat, timeouts
 from tfps.outcome import results
+from tfps.task.checkpoint import checkpoint_step
 from tfps.task.lifecycle import StopSignal
 
 v1 = tf.compat.v1
@@ -140,14 +141,15 @@ class CheckpointSaverHook(v1.train.CheckpointSaverHook):
     def after_create_session(self, session, coord):
         self._initial_pending = True
         known = self._session_step() if self._session_step is not None else None
-        self._start_step = int(session.run(self._global_step_tensor)) if known is None else known
+        self._start_step = (int(session.run(v1.train.get_global_step(session.graph))) if known is None
+                            else known)
 
     def _initial_save(self, session) -> None:
         self._initial_pending = False
         super().after_create_session(session, None)
         # Periodic saves count from the session's first step, as before: every N steps
         # from there (a job with --checkpoint_steps 100 started at 0 saves at 100, 200, ...).
-        self._timer.update_last_triggered_step(self._start_step)
+        compat.checkpoint_saver_timer(self).update_last_triggered_step(self._start_step)
 
     def after_run(self, run_context, run_values):
         if self._initial_pending:
@@ -181,29 +183,32 @@ class FastWorkerSessionCreator(v1.train.WorkerSessionCreator):
     ready_op)`` (the worker's own wait, which may give up) in the session it returns, and
     runs the local initialisation there: both readiness checks are set up while the chief
     still initialises, not after it is done, in a new session. A recreated session (a
-    ps was lost) waits the way TensorFlow does, every JOIN_POLL_SECS.
+    ps was lost) waits the way TensorFlow does, every JOIN_POLL_SECS (the session manager
+    it is given before TensorFlow's ``create_session`` would make its own).
     """
 
     def __init__(self, *args, wait_for_chief=None, **kw):
         super().__init__(*args, **kw)
         self._wait_for_chief = wait_for_chief
 
-    def _get_session_manager(self):
-        if self._session_manager is None:
-            s = self._scaffold
-            self._session_manager = v1.train.SessionManager(
+    def _create_waiting_as_tensorflow(self):
+        """TensorFlow's ``create_session``, with a session manager that polls every JOIN_POLL_SECS."""
+        if compat.session_creator_session_manager(self) is None:
+            s = compat.session_creator_scaffold(self).finalize()
+            compat.set_session_creator_session_manager(self, v1.train.SessionManager(
                 local_init_op=s.local_init_op, ready_op=s.ready_op,
                 ready_for_local_init_op=s.ready_for_local_init_op,
                 graph=v1.get_default_graph(), recovery_wait_secs=timeouts.JOIN_POLL_SECS,
-                local_init_feed_dict=s.local_init_feed_dict)
-        return self._session_manager
+                local_init_feed_dict=s.local_init_feed_dict))
+        return super().create_session()
 
     def create_session(self):
         wait, self._wait_for_chief = self._wait_for_chief, None
         if wait is None:
-            return super().create_session()
-        s = self._scaffold.finalize()
-        session = v1.Session(self._master, graph=v1.get_default_graph(), config=self._config)
+            return self._create_waiting_as_tensorflow()
+        s = compat.session_creator_scaffold(self).finalize()
+        session = v1.Session(compat.session_creator_master(self), graph=v1.get_default_graph(),
+                             config=compat.session_creator_config(self))
         try:
             wait(session, s.ready_for_local_init_op, s.ready_op)
             if s.local_init_op is not None:
@@ -216,7 +221,7 @@ class FastWorkerSessionCreator(v1.train.WorkerSessionCreator):
             session.close()
             raise
         session.close()   # not ready after all (the chief restarted meanwhile): wait as TensorFlow does
-        return super().create_session()
+        return self._create_waiting_as_tensorflow()
 
 
 class RestoreLoggingChiefSessionCreator(v1.train.ChiefSessionCreator):
@@ -230,8 +235,9 @@ class RestoreLoggingChiefSessionCreator(v1.train.ChiefSessionCreator):
     """
 
     def create_session(self):
-        checkpoint = tf.train.latest_checkpoint(self._checkpoint_dir) if self._checkpoint_dir else None
+        checkpoint_dir = compat.session_creator_checkpoint_dir(self)
+        checkpoint = tf.train.latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
         session = super().create_session()
         if checkpoint:
-            log.info("restored checkpoint of step %d from %s", int(checkpoint.rsplit("-", 1)[1]), checkpoint)
+            log.info("restored checkpoint of step %d from %s", checkpoint_step(checkpoint), checkpoint)
         return session

@@ -230,7 +230,7 @@ def healthcheck() -> ExitCode:
         with open(health_file()) as fh:
             info = json.load(fh)
         os.kill(int(info["pid"]), 0)
-        with socket.create_connection(("127.0.0.1", int(info["port"])), timeout=3):
+        with socket.create_connection(("127.0.0.1", int(info["port"])), timeout=timeouts.HEALTHCHECK_CONNECT_SECS):
             pass
     except (OSError, ValueError, KeyError) as e:
         print(f"unhealthy: {e}")

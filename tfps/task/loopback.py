@@ -33,10 +33,13 @@ import socket
 import struct
 import threading
 
+from tfps.compat import TF_CC_LIBRARY
+
 log = logging.getLogger("tfps")
 
-#: The TensorFlow library whose gRPC server makes the bind call.
-LIBRARY = "libtensorflow_cc.so"
+#: The TensorFlow library whose gRPC server makes the bind call (its name is TensorFlow's
+#: own, so it lives in tfps.compat, whose start-up check looks for it).
+LIBRARY = TF_CC_LIBRARY
 
 _lock = threading.Lock()
 _installed: dict = {}

@@ -25,6 +25,8 @@ import contextlib
 import logging
 import math
 
+from tfps import compat
+
 log = logging.getLogger("tfps")
 
 def _nbytes(shape, dtype) -> int:
@@ -137,13 +139,6 @@ def partitioned_keras_weights(partitioner):
     rows up with ``tf.nn.embedding_lookup``, which takes the shards as they are, and the
     fresh export graph (built without this) restores the whole table under that name.
     """
-    try:
-        from tf_keras.src.engine import base_layer, base_layer_v1
-    except ImportError:
-        yield
-        return
-    originals = {cls: cls.add_weight for cls in (base_layer.Layer, base_layer_v1.Layer)}
-
     def wrap(original):
         def add_weight(self, name=None, shape=None, dtype=None, initializer=None, *args, **kwargs):
             if kwargs.get("partitioner") is None and _splits(partitioner, shape, dtype or self.dtype or "float32"):
@@ -158,10 +153,5 @@ def partitioned_keras_weights(partitioner):
             return original(self, name, shape, dtype, initializer, *args, **kwargs)
         return add_weight
 
-    for cls, original in originals.items():
-        cls.add_weight = wrap(original)
-    try:
+    with compat.keras_add_weight_wrapped(wrap):   # tf_keras's layer bases; nothing without tf_keras
         yield
-    finally:
-        for cls, original in originals.items():
-            cls.add_weight = original

@@ -27,15 +27,14 @@ import re
 
 import tensorflow as tf
 
-from tfps import timeouts
+from tfps import compat, timeouts
 from tfps.cluster.spec import PS, task_name
+from tfps.task.checkpoint import checkpoint_step
 from tfps.task.hooks import RestoreLoggingChiefSessionCreator
 
 v1 = tf.compat.v1
 log = logging.getLogger("tfps")
 
-#: Seconds a probe of the ps's variables may take before the chief takes the checkpoint path.
-PROBE_TIMEOUT_MS = 10000
 #: Tokens the drain takes out at most (the queue holds at most a few steps' worth).
 DRAIN_LIMIT = 1024
 
@@ -65,33 +64,35 @@ class LiveJoiningChiefSessionCreator(RestoreLoggingChiefSessionCreator):
         """Names of the global variables the ps do not hold; None when they do not answer."""
         # The scaffold's own check of the global variables (and shared resources), which a
         # non-chief's session runs too: no second copy of it in the graph.
-        probe = self._scaffold.ready_for_local_init_op
+        probe = compat.session_creator_scaffold(self).ready_for_local_init_op
         try:
-            with v1.Session(self._master, config=self._config) as s:
-                names = s.run(probe, options=v1.RunOptions(timeout_in_ms=PROBE_TIMEOUT_MS))
+            with v1.Session(compat.session_creator_master(self), config=compat.session_creator_config(self)) as s:
+                names = s.run(probe, options=v1.RunOptions(timeout_in_ms=timeouts.REJOIN_PROBE_TIMEOUT_MS))
             return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
         except tf.errors.OpError as e:
             log.debug("probing the ps's variables failed: %s", e.message.splitlines()[0])
             return None
 
     def create_session(self):
-        self._scaffold.finalize()
+        scaffold = compat.session_creator_scaffold(self).finalize()
         skip, self._skip_probe = self._skip_probe, False
         missing = None if skip else self._uninitialised()
         if missing == []:
             sm = v1.train.SessionManager(
-                local_init_op=self._scaffold.local_init_op, ready_op=self._scaffold.ready_op,
-                ready_for_local_init_op=self._scaffold.ready_for_local_init_op,
+                local_init_op=scaffold.local_init_op, ready_op=scaffold.ready_op,
+                ready_for_local_init_op=scaffold.ready_for_local_init_op,
                 graph=v1.get_default_graph(), recovery_wait_secs=timeouts.JOIN_POLL_SECS)
-            session = sm.wait_for_session(self._master, config=self._config)
+            session = sm.wait_for_session(compat.session_creator_master(self),
+                                          config=compat.session_creator_config(self))
             step = int(session.run(self._global_step)) if self._global_step is not None else 0
             log.info("joined the live variables on the ps at step %d (nothing restored)", step)
             how, lost = "joined", []
         else:
             lost = sorted({p for p in (_ps_of(n, v1.get_default_graph()) for n in missing or []) if p})
-            checkpoint = tf.train.latest_checkpoint(self._checkpoint_dir) if self._checkpoint_dir else None
+            checkpoint_dir = compat.session_creator_checkpoint_dir(self)
+            checkpoint = tf.train.latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
             session = super().create_session()
-            step = int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0
+            step = checkpoint_step(checkpoint)
             how = "restored" if checkpoint else "initialised"
         self._drain_tokens(session)
         if self._on_session is not None:
@@ -102,7 +103,7 @@ class LiveJoiningChiefSessionCreator(RestoreLoggingChiefSessionCreator):
         """Take out the previous chief's sync tokens (the chief hook then puts in fresh ones)."""
         if self._token_queue is None:
             return
-        options = v1.RunOptions(timeout_in_ms=PROBE_TIMEOUT_MS)
+        options = v1.RunOptions(timeout_in_ms=timeouts.REJOIN_PROBE_TIMEOUT_MS)
         taken = 0
         try:
             while taken < DRAIN_LIMIT and int(session.run(self._size, options=options)) > 0:

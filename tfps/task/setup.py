@@ -37,7 +37,12 @@ class JobSetup:
             if self.eval_schema.feature_shape != self.schema.feature_shape:
                 raise ConfigError(f"eval examples have shape {list(self.eval_schema.feature_shape)}, training "
                                   f"examples {list(self.schema.feature_shape)}", "eval_data")
-        columns = self._columns(self.schema)
+        if cfg.model in models.NAMED_COLUMNS and self.schema.fmt == "tfrecord":
+            # int64 ids reach the model exact, never through float32
+            self.schema = dataclasses.replace(self.schema, named=True)
+            if self.eval_schema is not None:
+                self.eval_schema = dataclasses.replace(self.eval_schema, named=True)
+        columns = self.schema.column_kinds()
         if cfg.model in models.BUILTIN:
             if self.schema.string_columns and cfg.model not in models.NAMED_COLUMNS:
                 raise ConfigError(f"the data has text columns ({', '.join(self.schema.string_columns)}), and the "
@@ -52,16 +57,13 @@ class JobSetup:
                                          cfg.hash_buckets, cfg.embedding_dim)
         if isinstance(self.model_fn, keras_model.KerasBuilder):   # a Keras model: checked against the data now
             self.model_fn = keras_model.bind(self.model_fn, self.schema, self.params, self.eval_schema)
+            if self.model_fn.info.columns is not None and self.schema.fmt == "tfrecord":
+                # one Input per column: each in its own dtype (int64 ids exact, not float32)
+                self.schema = dataclasses.replace(self.schema, named=True)
+                if self.eval_schema is not None:
+                    self.eval_schema = dataclasses.replace(self.eval_schema, named=True)
         self.optimizer, self.learning_rate, self.optimizer_note = choose_optimizer(cfg, self.model_fn)
         self.params = dataclasses.replace(self.params, learning_rate=self.learning_rate)
-
-    @staticmethod
-    def _columns(schema) -> tuple[tuple[str, str], ...]:
-        """(name, dtype) of each feature column, when the data has one value per named column."""
-        if schema.fmt not in ("csv", "tfrecord") or len(schema.feature_keys) != schema.num_features:
-            return ()
-        text = set(schema.string_columns)
-        return tuple((k, "string" if k in text else "float32") for k in schema.feature_keys)
 
     def batch_bytes(self) -> int:
         """A lower bound of the memory one worker's training step needs for its batch.

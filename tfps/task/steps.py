@@ -41,7 +41,7 @@ import time
 
 import tensorflow as tf
 
-from tfps import timeouts
+from tfps import compat, timeouts
 
 v1 = tf.compat.v1
 
@@ -165,11 +165,9 @@ def pack_reads(ops, worker_device: str) -> None:
     and joins its reads into one tensor, the worker splits it again, and the users of each
     read take their part, the same values. A read that waits for something (a control
     input, e.g. after an update) or is larger than ``PACK_MAX_ELEMENTS`` keeps its own
-    transfer. TensorFlow has no public way to change the input of a built op; without its
-    internal one (``Operation._update_input``), nothing is packed.
+    transfer. TensorFlow has no public way to change the input of a built op: its internal
+    one is ``compat.update_op_input`` (checked when the task starts).
     """
-    if not hasattr(tf.Operation, "_update_input"):
-        return
     worker = _task_of(worker_device)
     by_ps: dict[str, list] = {}
     for op in ops:
@@ -190,7 +188,7 @@ def pack_reads(ops, worker_device: str) -> None:
             for user in users:
                 for j, x in enumerate(user.inputs):
                     if x is t:
-                        user._update_input(j, value)   # noqa: SLF001
+                        compat.update_op_input(user, j, value)
 
 
 class StepsPerRunHook(v1.train.SessionRunHook):

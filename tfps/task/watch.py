@@ -23,14 +23,16 @@ import logging
 import threading
 import time
 
+from tfps import timeouts
 from tfps.cluster.spec import WORKER, task_name
 from tfps.outcome import journal, results
+from tfps.outcome.contract import Stall, WorkerFigures, parse
 
 log = logging.getLogger("tfps")
 
-#: Seconds between two reads of the boards.
-POLL_SECS = 2.0
-READ_TIMEOUT_MS = 5000
+#: Seconds between two reads of the boards, and the bound on one read (tfps.timeouts).
+POLL_SECS = timeouts.WATCH_POLL_SECS
+READ_TIMEOUT_MS = timeouts.WATCH_READ_TIMEOUT_MS
 #: The global steps/s behind the ETA are measured over this many seconds.
 RATE_WINDOW_SECS = 60.0
 
@@ -218,14 +220,11 @@ class JobWatch:
         return res
 
     def summary(self) -> dict:
-        """What the final report adds: per-worker figures, the stalls, resumptions not yet told."""
-        out = {"workers": self.per_worker()}
-        if self.stalls:
-            out["stalls"] = self.stalls
-        lines = self.take_pending()
-        if lines:
-            out["resumed"] = lines
-        return out
+        """What the final report adds (``Reporter.finished``'s keywords): per-worker figures,
+        the stalls, resumptions not yet told."""
+        return {"workers": {name: parse(WorkerFigures, w, f"workers.{name}") for name, w in self.per_worker().items()},
+                "stalls": [parse(Stall, s, "stalls") for s in self.stalls],
+                "resumed": self.take_pending()}
 
     def take_pending(self) -> list[str]:
         out, self.pending = self.pending, []

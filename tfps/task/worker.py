@@ -23,9 +23,9 @@ import sys
 import threading
 import time
 
+from tfps import compat, timeouts
 from tfps import data as data_mod
-from tfps import timeouts
-from tfps.config import RunConfig
+from tfps.config import RunConfig, replicas_per_step
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.outcome import results
@@ -108,8 +108,13 @@ class Worker:
                 log.info("%s: %s", task.name, setup.optimizer_note)
                 opt = _optimizer(setup)
                 if cfg.sync_replicas:
+                    per_step = replicas_per_step(cfg, task.num_workers)
+                    if per_step < task.num_workers:
+                        log.info("%s: sync: each step aggregates %d of %d gradients; the %d slowest are dropped "
+                                 "(backup workers)", task.name, per_step, task.num_workers,
+                                 task.num_workers - per_step)
                     opt = v1.train.SyncReplicasOptimizer(
-                        opt, replicas_to_aggregate=cfg.replicas_to_aggregate or task.num_workers,
+                        opt, replicas_to_aggregate=per_step,
                         total_num_replicas=task.num_workers)
 
                 def step():
@@ -132,8 +137,10 @@ class Worker:
                     train_op, ops["steps"], loss, metrics, ops["steps_per_run"] = steps_mod.step_loop(
                         step, global_step, cfg.train_steps)
                 ops["release_tokens"] = opt.get_init_tokens_op(task.num_workers) if cfg.sync_replicas else None
-                ops["token_queue"] = getattr(opt, "_sync_token_queue", None) if cfg.sync_replicas else None
+                ops["token_queue"] = compat.sync_token_queue(opt) if cfg.sync_replicas else None
                 ops["sync_hook"] = opt.make_session_run_hook(task.is_chief) if cfg.sync_replicas else None
+                ops["close_tokens"] = (ops["token_queue"].close() if cfg.sync_replicas and not task.is_chief
+                                       else None)
             flag = stop_flag()
             ops["flag"], ops["raise_flag"] = flag, flag.assign(True)
             ops["board"] = Board(task.num_workers, task.index, global_step)
@@ -196,6 +203,10 @@ class Worker:
                                          stop_grace_period_secs=timeouts.SESSION_CLOSE_GRACE_SECS), progress
 
     def _train(self, server, graph):
+        ended = threading.Event()
+        if self.ops.get("close_tokens") is not None:
+            threading.Thread(target=self._end_last_token_wait, args=(server, graph, ended),
+                             name="tfps-sync-end", daemon=True).start()
         try:
             with graph.as_default():
                 sess, progress = self._session(server, graph, [])
@@ -207,8 +218,43 @@ class Worker:
                     self.trained_at = time.time()
             return progress
         finally:
+            ended.set()
             # A job restored at its last step trains none; its final save is not start-up.
             self.watchdog.disarm()
+
+    def _end_last_token_wait(self, server, graph, ended: threading.Event) -> None:
+        """Sync, non-chief: end a wait for a token that no chief will give any more.
+
+        A sync worker's step waits for a token from the chief. When the chief has made the
+        last step and gone (its end releases the waiting workers, but a chief that was
+        restarted mid-job can leave one waiting), the global step is at ``train_steps`` and
+        nothing will ever fill the queue. Once that has lasted ``SYNC_END_GRACE_SECS``,
+        this worker closes the token queue (what the chief's queue runner does at its end):
+        the waiting step ends with OutOfRange, which ends MonitoredSession's loop cleanly.
+        """
+        import tensorflow as tf
+        v1 = tf.compat.v1
+        reached_at = None
+        try:
+            with v1.Session(server.target, graph=graph, config=session_config(self.task, self.cfg)) as s:
+                while not ended.wait(timeouts.SYNC_END_POLL_SECS):
+                    try:
+                        step = int(s.run(self.ops["global_step"],
+                                         options=v1.RunOptions(timeout_in_ms=timeouts.WATCH_READ_TIMEOUT_MS)))
+                    except tf.errors.OpError:
+                        continue   # a ps restarting, or not initialised yet
+                    if step < self.cfg.train_steps:
+                        reached_at = None
+                        continue
+                    reached_at = reached_at or time.monotonic()
+                    if time.monotonic() - reached_at >= timeouts.SYNC_END_GRACE_SECS and not ended.is_set():
+                        log.info("%s: the job reached step %d and this worker still waits for a sync token; "
+                                 "closing the token queue ends the wait", self.task.name, step)
+                        s.run(self.ops["close_tokens"],
+                              options=v1.RunOptions(timeout_in_ms=timeouts.WATCH_READ_TIMEOUT_MS))
+                        return
+        except Exception as e:  # noqa: BLE001 - a helper thread: the training loop decides the outcome
+            log.debug("%s: the sync end watch stopped: %s", self.task.name, e)
 
     def _end_rpc(self, server, graph, fetches, what: str) -> bool:
         """One last RPC to the ps (a done token, the stop flag), bounded as a whole.

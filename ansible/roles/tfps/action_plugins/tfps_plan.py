@@ -30,8 +30,9 @@ class ActionModule(ActionBase):
     def _host_vars(self, hostvars, host: str, derived: dict) -> dict:
         """``host``'s variables in this play and task, untemplated (as ``hostvars.raw_get``),
         without ``derived`` (the role's vars/main.yml: values derived from the plan, not settings)."""
-        manager = getattr(hostvars, "_variable_manager", None)
-        inventory = getattr(hostvars, "_inventory", None)
+        from tfps.compat import ansible_play_variables
+
+        manager, inventory = ansible_play_variables(hostvars)
         play = self._task.get_play() if hasattr(self._task, "get_play") else None
         if manager is None or inventory is None or play is None or inventory.get_host(host) is None:
             return hostvars.raw_get(host)
@@ -42,6 +43,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         try:
             from tfps.cluster.inventory import plan_from_view
+            from tfps.compat import ansible_task_role, check_ansible
             from tfps.errors import ConfigError
         except ImportError as exc:
             raise AnsibleActionFail(
@@ -51,7 +53,11 @@ class ActionModule(ActionBase):
         groups = task_vars["groups"]
         hostvars = task_vars["hostvars"]
         hosts = list(dict.fromkeys(list(groups.get("ps", [])) + list(groups.get("worker", []))))
-        role = self._task._role
+        try:
+            check_ansible()
+        except ConfigError as exc:
+            raise AnsibleActionFail(f"tfps plan: {exc}") from None
+        role = ansible_task_role(self._task)
         defaults = role.get_default_vars() if role is not None else {}
         derived = role.get_vars(include_params=False) if role is not None else {}
         raw = {host: self._host_vars(hostvars, host, derived) for host in hosts}

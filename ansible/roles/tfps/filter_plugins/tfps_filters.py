@@ -29,9 +29,10 @@ def tfps_is_archive_image(images, archive_image):
     return not archive_image.get("digests") and bool(layers) and (image.get("RootFS") or {}).get("Layers") == layers
 
 
-def tfps_status_row(result, job="?"):
-    """One line of status.yml for a docker_container_info result of a task's container."""
-    name = "tfps-%s-%s" % (job, result.get("item", {}).get("name", "?"))
+def tfps_status_row(result):
+    """One line of status.yml for a docker_container_info result of a task's container
+    (looped over the plan's tasks: the container's name is the plan's, never rebuilt here)."""
+    name = result.get("item", {}).get("container", "?")
     container = result.get("container") if result.get("exists") else None
     if not container:
         return "  %-28s not created" % name

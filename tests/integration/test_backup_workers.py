@@ -1,0 +1,81 @@
+"""Backup workers: one of three sync workers frozen (SIGSTOP) for 20 s.
+
+Real local clusters (``python -m tfps run`` per task, ``tfps.cluster.local_plan``), the
+paced MLP (every step sleeps a little, so that the job outlasts the freeze) and a real
+webhook (tests/servers.py):
+
+* with ``--backup_workers 1`` each step aggregates the first two gradients: the chief keeps
+  stepping while worker2 is frozen, the job ends by itself and every task exits 0;
+* without backup workers every step needs worker2's gradient: the chief stops stepping and
+  the freeze shows as a stall (one "stalled" message), and the job still ends by itself
+  once worker2 is thawed.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from integration_helpers import (Proc, Processes, assert_nothing_left, base_env, poll, read_results,
+                                 run_flags)
+
+pytestmark = pytest.mark.integration
+
+PACED_MODEL = "tests.fixtures.paced_model:model_fn"
+FREEZE_SECS = 20
+
+
+def start_cluster(procs: Processes, model_dir, *extra, steps: int, chief_env: dict[str, str]):
+    from tfps.cluster import local_plan
+    plan = local_plan(1, 3)
+    tasks: dict[str, Proc] = {}
+    for t in plan.tasks:
+        env = {"TFPS_TEST_STEP_SECS": "0.03", **(chief_env if t.name == "worker0" else {})}
+        tasks[t.name] = procs.tfps(t.name, "run", *plan.task_ref(t).to_flags(),
+                                   *run_flags(model_dir, "--model", PACED_MODEL, "--sync_replicas",
+                                              "--log_steps", 10, *extra, steps=steps),
+                                   env=base_env(**env))
+    return tasks, [t.port for t in plan.tasks]
+
+
+def chief_step(chief: Proc) -> int:
+    import faults
+    steps = faults.progress_steps(chief.output())
+    return max(steps) if steps else 0
+
+
+@pytest.mark.parametrize("backup", [1, 0], ids=["one-backup", "no-backup"])
+def test_a_frozen_sync_worker(backup, procs, tmp_path, webhook_server):
+    model_dir = tmp_path / "model"
+    extra = ["--backup_workers", backup] if backup else []
+    tasks, ports = start_cluster(procs, model_dir, *extra, "--stall_timeout", 6, steps=900 if backup else 300,
+                                 chief_env={"APPRISE_URLS": webhook_server.url()})
+    chief, frozen = tasks["worker0"], tasks["worker2"]
+    everyone = list(tasks.values())
+    poll(lambda: chief_step(chief) >= 50, 300, "the chief's first steps", *everyone)
+
+    frozen.signal(signal.SIGSTOP)
+    try:
+        time.sleep(2)   # a step already under way when the freeze began may still complete
+        before = chief_step(chief)
+        time.sleep(FREEZE_SECS - 2)
+        during = chief_step(chief) - before
+        titles = [str(m.get("title")) for m in webhook_server.bodies()]
+    finally:
+        frozen.signal(signal.SIGCONT)
+    for p in everyone:
+        assert p.wait(300) == 0, f"{p.name}:\n{p.tail()}"
+    res = read_results(model_dir)
+    assert res["status"] == "succeeded", res.get("error")
+    assert res["global_step"] >= (900 if backup else 300)
+    if backup:
+        # Two gradients per step: worker0 and worker1 alone keep the job going.
+        assert during >= 100, f"the chief made {during} steps while worker2 was frozen"
+        assert "sync: each step aggregates 2 of 3 gradients" in chief.output(), chief.tail()
+    else:
+        # Every step waits for worker2: the freeze holds the job and shows as a stall.
+        assert during <= 10, f"the chief made {during} steps while a needed worker was frozen"
+        assert any("stalled" in t for t in titles), titles
+    assert_nothing_left(ports, *everyone)

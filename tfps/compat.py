@@ -1,0 +1,390 @@
+"""Every private attribute of TensorFlow and tf_keras that tfps touches, in one place.
+
+tfps trains with ``tf.compat.v1`` machinery whose public API leaves a few things out
+(changing a built op's input, the sync token queue, a session creator's master, a Keras
+model's compile() arguments as given). Each such access is a named function here, and
+nothing else in tfps names a private attribute, imports ``tensorflow.python...`` or
+``tf_keras.src...``, or patches their classes (``tests/unit/test_compat.py`` keeps it so).
+
+A new TensorFlow or tf_keras may rename any of them. Rather than fail in the middle of a
+job (or, worse, silently train differently), every task checks them when it starts:
+``check_tensorflow()`` (and ``check_tf_keras()`` where tf_keras is used) refuses to run
+with one line, ``tfps needs X from TensorFlow 2.21's Y; this is TensorFlow Z``. The checks
+look at classes and their code only (no graph, no session), a few milliseconds.
+
+This module imports neither TensorFlow nor tf_keras at the top: ``import tensorflow`` is
+``tfps.task.import_tensorflow``'s job, and the CLI must stay light.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dis
+import glob
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from typing import NoReturn
+
+from tfps.errors import ConfigError
+
+#: The versions whose internals this module was written against.
+TENSORFLOW_VERSION = "2.21"
+TF_KERAS_VERSION = "2.21"
+
+_INSTALL = {"TensorFlow": "pip install 'tfps[cpu]' (tensorflow-cpu==2.21.*)",
+            "tf_keras": "pip install --no-deps 'tf_keras==2.21.*'"}
+
+
+def _refuse(package: str, have: str, missing: list[tuple[str, str]]) -> NoReturn:
+    """Refuse with one line that names the first missing internal (and how many more there are)."""
+    what, where = missing[0]
+    want = TENSORFLOW_VERSION if package == "TensorFlow" else TF_KERAS_VERSION
+    more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+    raise ConfigError(f"tfps needs {what} from {package} {want}'s {where}; this is {package} {have}{more}. "
+                       f"Install {package} {want}: {_INSTALL[package]}")
+
+
+def _code_objects(func):
+    code = getattr(inspect.unwrap(func), "__code__", None)
+    stack = [code] if code is not None else []
+    while stack:
+        c = stack.pop()
+        yield c
+        stack.extend(k for k in c.co_consts if inspect.iscode(k))
+
+
+def _stores(func, attr: str) -> bool:
+    """Whether ``func`` (or a function nested in it) assigns ``self.<attr>``: how an attribute
+    that exists on instances only is checked without building one."""
+    return any(i.opname == "STORE_ATTR" and i.argval == attr
+               for code in _code_objects(func) for i in dis.get_instructions(code))
+
+
+# =================================================================== TensorFlow
+#: The library whose gRPC server calls ``bind`` (tfps.task.loopback patches its GOT entry).
+TF_CC_LIBRARY = "libtensorflow_cc.so"
+
+#: What ``import tensorflow`` imports eagerly only to register Keras's optimizers
+#: (tensorflow/__init__.py): ``tfps.task.import_tensorflow`` blocks them during the import.
+#: Should a new TensorFlow stop importing them, the block does nothing; no check needed.
+TF_EAGER_KERAS_MODULES = ("keras.src.optimizers", "tf_keras.src.optimizers")
+
+
+def _tensorflow_missing(tf) -> list[tuple[str, str]]:
+    """(internal, where) of each internal this TensorFlow lacks."""
+    v1 = tf.compat.v1
+    t = v1.train
+    missing: list[tuple[str, str]] = []
+
+    def has(owner, attr: str, where: str) -> None:
+        if not hasattr(owner, attr):
+            missing.append((attr, where))
+
+    def stored(func, attr: str, where: str) -> None:
+        if func is None or not _stores(func, attr):
+            missing.append((attr, where))
+
+    has(tf.Operation, "_update_input", "tf.Operation")
+    stored(getattr(t.SyncReplicasOptimizer, "apply_gradients", None), "_sync_token_queue",
+           "tf.compat.v1.train.SyncReplicasOptimizer.apply_gradients")
+    for cls, attrs in ((t.ChiefSessionCreator, ("_scaffold", "_master", "_config", "_checkpoint_dir",
+                                                "_session_manager")),
+                       (t.WorkerSessionCreator, ("_scaffold", "_master", "_config", "_session_manager"))):
+        for attr in attrs:
+            stored(cls.__init__, attr, f"tf.compat.v1.train.{cls.__name__}.__init__")
+        # Its create_session takes the session manager set here (set_session_creator_session_manager).
+        has(cls, "_get_session_manager", f"tf.compat.v1.train.{cls.__name__}")
+        stored(getattr(cls, "_get_session_manager", None), "_session_manager",
+               f"tf.compat.v1.train.{cls.__name__}._get_session_manager")
+    stored(t.CheckpointSaverHook.__init__, "_timer", "tf.compat.v1.train.CheckpointSaverHook.__init__")
+    has(t.SecondOrStepTimer, "update_last_triggered_step", "tf.compat.v1.train.SecondOrStepTimer")
+    for attr in ("_apply_sparse", "_resource_apply_sparse"):
+        has(t.Optimizer, attr, "tf.compat.v1.train.Optimizer")
+    stored(t.Optimizer.__init__, "_use_locking", "tf.compat.v1.train.Optimizer.__init__")
+    has(t.AdamOptimizer, "_get_beta_accumulators", "tf.compat.v1.train.AdamOptimizer")
+    for attr in ("_lr_t", "_beta1_t", "_beta2_t", "_epsilon_t"):
+        stored(getattr(t.AdamOptimizer, "_prepare", None), attr, "tf.compat.v1.train.AdamOptimizer._prepare")
+    if not glob.glob(os.path.join(os.path.dirname(tf.__file__), TF_CC_LIBRARY + "*")):
+        missing.append((TF_CC_LIBRARY, "package directory"))
+    return missing
+
+
+def check_tensorflow() -> None:
+    """Refuse (ConfigError, one line) a TensorFlow that lacks an internal tfps uses.
+
+    Run at the start of every task (``tfps.task.run_task``), after TensorFlow is imported;
+    also checks tf_keras when it is already loaded.
+    """
+    import tensorflow as tf
+    missing = _tensorflow_missing(tf)
+    if missing:
+        _refuse("TensorFlow", tf.__version__, missing)
+    if "tf_keras" in sys.modules:
+        check_tf_keras()
+
+
+# --------------------------------------------------------------- graph surgery
+def update_op_input(op, index: int, tensor) -> None:
+    """Make input ``index`` of the built op ``op`` read ``tensor`` (no public way exists)."""
+    op._update_input(index, tensor)
+
+
+# --------------------------------------------------------------- SyncReplicasOptimizer
+def sync_token_queue(opt):
+    """The token queue of a SyncReplicasOptimizer whose ``apply_gradients`` (``minimize``) ran.
+
+    The chief drains the previous chief's tokens from it (tfps.task.rejoin); without it a
+    restarted sync chief would take stale gradients, so its absence is an error, not a skip.
+    """
+    queue = getattr(opt, "_sync_token_queue", None)
+    if queue is None:
+        import tensorflow as tf
+        if not hasattr(opt, "_sync_token_queue"):
+            _refuse("TensorFlow", tf.__version__,
+                          [("_sync_token_queue", "tf.compat.v1.train.SyncReplicasOptimizer")])
+        raise RuntimeError("SyncReplicasOptimizer has no token queue yet: call it after minimize()")
+    return queue
+
+
+# --------------------------------------------------------------- session creators
+def session_creator_scaffold(creator):
+    """The Scaffold of a Chief/WorkerSessionCreator (a default one when none was given)."""
+    return creator._scaffold
+
+
+def session_creator_master(creator) -> str:
+    """The target (``grpc://host:port``) a Chief/WorkerSessionCreator opens sessions on."""
+    return creator._master
+
+
+def session_creator_config(creator):
+    """The ConfigProto a Chief/WorkerSessionCreator opens sessions with."""
+    return creator._config
+
+
+def session_creator_checkpoint_dir(creator) -> str | None:
+    """The directory a ChiefSessionCreator restores from."""
+    return creator._checkpoint_dir
+
+
+def session_creator_session_manager(creator):
+    """The SessionManager a Chief/WorkerSessionCreator has made so far, or None."""
+    return creator._session_manager
+
+
+def set_session_creator_session_manager(creator, manager) -> None:
+    """Give a Chief/WorkerSessionCreator the SessionManager its ``create_session`` uses
+    (TensorFlow makes one with a 30 s ``recovery_wait_secs`` and no way to pass another)."""
+    creator._session_manager = manager
+
+
+# --------------------------------------------------------------- hooks
+def checkpoint_saver_timer(hook):
+    """The SecondOrStepTimer that decides when a CheckpointSaverHook saves next."""
+    return hook._timer
+
+
+# --------------------------------------------------------------- v1 optimizers
+def adam_hyper_tensors(opt) -> tuple:
+    """(learning rate, beta1, beta2, epsilon) tensors of a v1 AdamOptimizer, as its
+    ``_prepare`` made them for the update being built."""
+    return opt._lr_t, opt._beta1_t, opt._beta2_t, opt._epsilon_t
+
+
+def adam_beta_powers(opt) -> tuple:
+    """(beta1 ** t, beta2 ** t) accumulators of a v1 AdamOptimizer."""
+    return opt._get_beta_accumulators()
+
+
+def optimizer_use_locking(opt) -> bool:
+    """The ``use_locking`` a v1 optimizer was made with."""
+    return opt._use_locking
+
+
+def with_sparse_updates(base: type, name: str, apply_sparse, resource_apply_sparse) -> type:
+    """A subclass of the v1 optimizer ``base`` whose sparse updates are the given functions.
+
+    ``apply_sparse(self, grad, var)`` (an IndexedSlices gradient of a ref variable) and
+    ``resource_apply_sparse(self, grad, var, indices)`` (of a resource variable) are the
+    methods TensorFlow's v1 ``Optimizer`` documents for subclasses to override.
+    """
+    return type(name, (base,), {"_apply_sparse": apply_sparse, "_resource_apply_sparse": resource_apply_sparse,
+                                "__module__": getattr(apply_sparse, "__module__", __name__),
+                                "__qualname__": name, "__doc__": base.__doc__})
+
+
+# =================================================================== tf_keras
+#: tf_keras's graph-mode layer bases, whose ``add_weight`` tfps.task.placement wraps.
+TF_KERAS_LAYER_MODULES = ("tf_keras.src.engine.base_layer", "tf_keras.src.engine.base_layer_v1")
+
+
+def _tf_keras_missing(keras) -> list[tuple[str, str]]:
+    missing: list[tuple[str, str]] = []
+    if not _stores(keras.Model.compile, "_compile_config"):
+        missing.append(("_compile_config", "tf_keras.Model.compile"))
+    wrapper = getattr(keras.metrics, "MeanMetricWrapper", None)
+    for attr in ("_fn", "_fn_kwargs"):
+        if wrapper is None or not _stores(wrapper.__init__, attr):
+            missing.append((attr, "tf_keras.metrics.MeanMetricWrapper.__init__"))
+    for name in TF_KERAS_LAYER_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            missing.append((name, "modules"))
+            continue
+        if not callable(getattr(getattr(module, "Layer", None), "add_weight", None)):
+            missing.append(("Layer.add_weight", name))
+    return missing
+
+
+def check_tf_keras() -> None:
+    """Refuse (ConfigError, one line) a tf_keras that lacks an internal tfps uses.
+
+    Run where tf_keras is used: a Keras model's set-up, the wrapping of ``add_weight``,
+    and a task's start when tf_keras is loaded. Imports tf_keras (about 0.2 s after
+    TensorFlow).
+    """
+    import tf_keras
+    missing = _tf_keras_missing(tf_keras)
+    if missing:
+        _refuse("tf_keras", getattr(tf_keras, "__version__", "?"), missing)
+
+
+def keras_compile_config(model) -> dict:
+    """The arguments of the model's ``compile()`` as the user gave them (metric objects and
+    functions themselves), {} for a model never compiled. The public ``get_compile_config()``
+    serialises them, which loses a user's own metric functions."""
+    return getattr(getattr(model, "_compile_config", None), "config", None) or {}
+
+
+def keras_metric_fn(metric) -> tuple:
+    """(function, keyword arguments) of a tf_keras metric that wraps a function
+    (``MeanMetricWrapper``: ``SparseTopKCategoricalAccuracy(k=3)``...); (None, {}) for others."""
+    return getattr(metric, "_fn", None), dict(getattr(metric, "_fn_kwargs", None) or {})
+
+
+def keras_installed() -> bool:
+    """Whether tf_keras can be imported (looked up, not imported)."""
+    return "tf_keras" in sys.modules or importlib.util.find_spec("tf_keras") is not None
+
+
+@contextlib.contextmanager
+def keras_add_weight_wrapped(wrap):
+    """While inside: tf_keras's layer bases create weights with ``wrap(original_add_weight)``.
+
+    Does nothing when tf_keras is not installed. Both bases are patched because a model
+    built in a ``tf.Graph`` may use either (TF2 layers, or the v1 graph-mode ones).
+    """
+    if not keras_installed():
+        yield
+        return
+    check_tf_keras()
+    classes = [importlib.import_module(name).Layer for name in TF_KERAS_LAYER_MODULES]
+    originals = {cls: cls.add_weight for cls in classes}
+    for cls, original in originals.items():
+        cls.add_weight = wrap(original)
+    try:
+        yield
+    finally:
+        for cls, original in originals.items():
+            cls.add_weight = original
+
+
+# =================================================================== ansible-core
+# Reserved for the accessors of ansible-core's internals (tfps.cluster.inventory), kept by
+# whoever moves them here.
+#
+# ansible-core 2.17 to 2.21 (``ansible-core>=2.17,<2.22`` in pyproject.toml). tfps reads
+# inventories through ansible-core's public API (tfps.cluster.inventory); what the public
+# API leaves out is here: where a value was read (2.19+ data tags), and, for the role's
+# tfps_plan action, the play's VariableManager and the task's role.
+
+ANSIBLE_CORE_OLDEST = "2.17"
+_ANSIBLE_CHECKED = False
+
+
+def _ansible_assigns(func, attr: str) -> bool:
+    """Whether ``func`` assigns ``self.<attr>`` (an instance attribute, checked without an instance)."""
+    import dis
+
+    code = getattr(func, "__code__", None)
+    return code is not None and any(i.opname == "STORE_ATTR" and i.argval == attr for i in dis.get_instructions(code))
+
+
+def _ansible_missing() -> list[tuple[str, str]]:
+    from ansible.playbook.task import Task
+    from ansible.vars.hostvars import HostVars
+
+    missing = []
+    if _ansible_has_data_tags():
+        try:
+            from ansible._internal._datatag import _tags
+        except ImportError:
+            _tags = None
+        if not callable(getattr(getattr(_tags, "Origin", None), "get_tag", None)):
+            missing.append(("Origin.get_tag", "ansible._internal._datatag._tags (2.19+)"))
+    for attr in ("_inventory", "_variable_manager"):
+        if not _ansible_assigns(HostVars.__init__, attr):
+            missing.append((f"HostVars.{attr}", "ansible.vars.hostvars"))
+    if not _ansible_assigns(Task.__init__, "_role"):
+        missing.append(("Task._role", "ansible.playbook.task"))
+    return missing
+
+
+def _ansible_has_data_tags() -> bool:
+    """ansible-core 2.19+ tags every value it reads with its origin (2.17, 2.18 do not)."""
+    from ansible.release import __version__
+
+    return tuple(int(p) for p in __version__.split(".")[:2]) >= (2, 19)
+
+
+def check_ansible() -> None:
+    """Refuse (ConfigError, one line) an ansible-core that lacks an internal tfps uses:
+    ``tfps needs X from ansible-core 2.17+'s Y; this is ansible-core Z``.
+
+    Run before ``tfps plan`` reads an inventory and by the role's tfps_plan action.
+    """
+    global _ANSIBLE_CHECKED
+    if _ANSIBLE_CHECKED:
+        return
+    from ansible.release import __version__
+
+    missing = _ansible_missing()
+    if missing:
+        what, where = missing[0]
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise ConfigError(f"tfps needs {what} from ansible-core {ANSIBLE_CORE_OLDEST}+'s {where}; this is "
+                          f"ansible-core {__version__}{more}. Install a supported one: pip install 'tfps[ansible]' "
+                          "(ansible-core>=2.17,<2.22)")
+    _ANSIBLE_CHECKED = True
+
+
+def ansible_origin(value) -> str | None:
+    """Where ansible-core read a value or a variable name (``file:line[:column]``), or None.
+
+    2.19+: the value's Origin tag (INI, YAML, -e). 2.17, 2.18: the position a YAML value
+    carries (``ansible_pos``, public); INI values and -e carry none there.
+    """
+    if _ansible_has_data_tags():
+        from ansible._internal._datatag._tags import Origin
+
+        tag = Origin.get_tag(value)
+        return str(tag) if tag is not None else None
+    source, line, column = getattr(value, "ansible_pos", None) or (None, 0, 0)
+    if not source:
+        return None
+    return f"{source}:{line}:{column}" if line and column else f"{source}:{line}" if line else str(source)
+
+
+def ansible_play_variables(hostvars):
+    """The play's ``(VariableManager, InventoryManager)`` behind ``task_vars['hostvars']``,
+    or ``(None, None)``: the action resolves each host's variables with the play and task."""
+    return getattr(hostvars, "_variable_manager", None), getattr(hostvars, "_inventory", None)
+
+
+def ansible_task_role(task):
+    """The role a task belongs to (its defaults and vars), or None."""
+    return getattr(task, "_role", None)
