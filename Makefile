@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.tfps-installed
 PYTEST_ARGS ?=
 TF_KERAS ?= 'tf_keras==2.21.*'
 
-.PHONY: install demo test unit docker image collections compose-files compose-demo bench clean
+.PHONY: install demo test lint unit docker image collections compose-files compose-demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,13 +42,17 @@ compose-demo: image
 collections: install
 	bash .ci/ansible-collections.sh
 
+# Lint first: the configuration is [tool.ruff] in pyproject.toml.
+lint: install
+	$(VENV)/bin/ruff check .
+
 unit: install collections
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
 # Exit status 5 (no test collected) is a failure here, never a silent pass; so is a test
 # that skips for any reason but a missing GPU (--fail-on-skip, tests/conftest.py), and the
 # end of the output counts the passed and skipped tests.
-test: install image collections
+test: install image collections lint
 	$(VENV)/bin/pytest -q -rs --durations=15 --fail-on-skip tests $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
 

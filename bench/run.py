@@ -280,7 +280,7 @@ def bench_final_save(rows, quick):
         res = t["results"]
         ok = res["status"] == "succeeded" and res["export_complete"]
         out[label] = t["final_save_s"]
-        rows.append((f"final save, {label} of variables (s)", f"{t['final_save_s']:.1f}", "", 
+        rows.append((f"final save, {label} of variables (s)", f"{t['final_save_s']:.1f}", "",
                      "complete" if ok else "CUT SHORT", "complete within 1800 s default"))
     return out
 

@@ -125,7 +125,7 @@ class SMTPServer(_Server):
     def received(self) -> list[email.message.EmailMessage]:
         return self.messages
 
-    def start(self) -> "SMTPServer":
+    def start(self) -> SMTPServer:
         self._controller.start()
         return self
 
@@ -134,7 +134,7 @@ class SMTPServer(_Server):
 
 
 class _WebhookHandler(http.server.BaseHTTPRequestHandler):
-    server: "_HTTPServer"
+    server: _HTTPServer
 
     def do_POST(self):  # noqa: N802 (http.server's name)
         length = int(self.headers.get("Content-Length") or 0)
@@ -162,7 +162,7 @@ class _WebhookHandler(http.server.BaseHTTPRequestHandler):
 
 class _HTTPServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
-    owner: "WebhookServer"
+    owner: WebhookServer
 
 
 class WebhookServer(_Server):
@@ -196,7 +196,7 @@ class WebhookServer(_Server):
     def received(self) -> list[dict[str, Any]]:
         return self.requests
 
-    def start(self) -> "WebhookServer":
+    def start(self) -> WebhookServer:
         self._thread.start()
         return self
 

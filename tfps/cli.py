@@ -29,6 +29,7 @@ from tfps.exitcodes import ExitCode
 from tfps.task import entry
 from tfps.task.entry import require_tensorflow
 
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tfps", description="TensorFlow parameter-server training that ends cleanly.")
     p.add_argument("--version", action="version", version=f"tfps {__version__}")
@@ -56,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: arguments for --script")
     local.set_defaults(func=cmd_local)
 
-    plan = sub.add_parser("plan", parents=[verbose], help="print the cluster plan of an inventory, as Ansible resolves it",
+    plan = sub.add_parser("plan", parents=[verbose],
+                          help="print the cluster plan of an inventory, as Ansible resolves it",
                           description="The cluster plan of an Ansible inventory: ansible-core resolves the "
                                       "inventory (every format and precedence rule), tfps numbers the tasks. "
                                       "The play computes the same plan. Needs pip install 'tfps[ansible]'.")
@@ -88,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     hc.set_defaults(func=cmd_healthcheck)
 
     from tfps.launch import compose
-    compose.add_arguments(sub.add_parser("compose", parents=[verbose], help="write a docker-compose.yml for a cluster plan"))
+    compose.add_arguments(sub.add_parser("compose", parents=[verbose],
+                                         help="write a docker-compose.yml for a cluster plan"))
 
     dd = sub.add_parser("demo_data", aliases=["demo-data"], parents=[verbose], help="write the demo datasets")
     dd.add_argument("directory")
@@ -126,6 +129,7 @@ def cmd_local(ns) -> ExitCode:
 
 def cmd_plan(ns) -> int:
     import json
+
     from tfps.cluster.inventory import load_plan, plan_of
     data = load_plan(ns.inventory, extra_vars=ns.extra_vars, vault_ids=ns.vault_id,
                      vault_password_files=ns.vault_password_file, playbook_dir=ns.playbook_dir)

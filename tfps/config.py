@@ -14,11 +14,18 @@ import math
 import os
 
 from tfps import models as _models
-from tfps.task import optimizers as _optimizers
 from tfps.errors import ConfigError
+from tfps.task import optimizers as _optimizers
+
 # Re-exported: compose generation and the tests read these from tfps.config.
-from tfps.timeouts import (DEFAULT_FINAL_SAVE_TIMEOUT, DEFAULT_STALL_TIMEOUT, DEFAULT_SYNC_TIMEOUT,  # noqa: F401
-                           GRACE_MARGIN, MIN_FINAL_SAVE_TIMEOUT, grace_period)
+from tfps.timeouts import (  # noqa: F401
+    DEFAULT_FINAL_SAVE_TIMEOUT,
+    DEFAULT_STALL_TIMEOUT,
+    DEFAULT_SYNC_TIMEOUT,
+    GRACE_MARGIN,
+    MIN_FINAL_SAVE_TIMEOUT,
+    grace_period,
+)
 
 #: The built-in models' names: the registry itself is tfps.models.BUILTIN (no TensorFlow import).
 BUILTIN_MODELS = tuple(_models.BUILTIN)
@@ -33,7 +40,7 @@ DEFAULT_LEARNING_RATE = 0.01
 MAX_INT64_FLAG = 2**62
 
 
-def check_replicas(cfg: "RunConfig", num_workers: int) -> None:
+def check_replicas(cfg: RunConfig, num_workers: int) -> None:
     """Refuse --replicas_to_aggregate or --backup_workers that do not fit the number of
     workers before anything starts."""
     if cfg.replicas_to_aggregate and cfg.replicas_to_aggregate > num_workers:
@@ -51,7 +58,7 @@ def check_replicas(cfg: "RunConfig", num_workers: int) -> None:
                           f"says {cfg.replicas_to_aggregate}; give one of the two", "backup_workers")
 
 
-def replicas_per_step(cfg: "RunConfig", num_workers: int) -> int:
+def replicas_per_step(cfg: RunConfig, num_workers: int) -> int:
     """Gradients a sync step aggregates: --replicas_to_aggregate, else the workers less the
     backup workers (whose gradients, the slowest of each step, are dropped)."""
     return cfg.replicas_to_aggregate or num_workers - (cfg.backup_workers or 0)
@@ -115,7 +122,7 @@ class RunConfig:
         return self.checkpoint_steps or max(1, min(500, self.train_steps // 5))
 
     # --------------------------------------------------------------- validation
-    def validate(self) -> "RunConfig":
+    def validate(self) -> RunConfig:
         """Raise ConfigError naming the first bad field and what to change."""
         def positive(field: str, value, kind=int):
             if value is None:
@@ -213,8 +220,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("model and data")
     g.add_argument("--model", default=d.model,
                    help="built-in model (linear, mlp, cnn, wide_deep) or package.module:function (default %(default)s)")
-    g.add_argument("--train_data", help="glob of training files: .csv, .tfrecord, .npz, MNIST idx (default: demo data); "
-                   "or @FILE, a file listing them one a line (each worker needs only its own shard)")
+    g.add_argument("--train_data",
+                   help="glob of training files: .csv, .tfrecord, .npz, MNIST idx (default: demo data); "
+                        "or @FILE, a file listing them one a line (each worker needs only its own shard)")
     g.add_argument("--eval_data", help="glob of evaluation files, same format as train_data")
     g.add_argument("--label_column", default=d.label_column, help="label column or feature key (default %(default)s)")
     g.add_argument("--num_classes", type=int, help="0 for regression; inferred from the labels when not given")
@@ -225,7 +233,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                    help="wide_deep: width of each id's embedding (default %(default)s)")
     g = parser.add_argument_group("training")
     g.add_argument("--train_steps", type=int, default=d.train_steps, help="global steps to train (default %(default)s)")
-    g.add_argument("--batch_size", type=int, default=d.batch_size, help="examples per step per worker (default %(default)s)")
+    g.add_argument("--batch_size", type=int, default=d.batch_size,
+                   help="examples per step per worker (default %(default)s)")
     g.add_argument("--learning_rate", type=float,
                    help=f"(default: a Keras model's compiled one, else {DEFAULT_LEARNING_RATE})")
     g.add_argument("--optimizer", help=f"one of {', '.join(OPTIMIZERS)} (default: a Keras model's compiled one, "
@@ -257,7 +266,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                                        f"(default {d.model_dir}; for tfps local runs/JOB-TIME)")
     g.add_argument("--export_dir", help="SavedModel directory (default MODEL_DIR/export)")
     g.add_argument("--run_name", help="name of the job in results and messages (default tfps-MODEL)")
-    g.add_argument("--checkpoint_steps", type=int, help="checkpoint every N global steps (default train_steps/5, max 500)")
+    g.add_argument("--checkpoint_steps", type=int,
+                   help="checkpoint every N global steps (default train_steps/5, max 500)")
     g.add_argument("--checkpoint_secs", type=int, help="checkpoint every N seconds instead")
     g.add_argument("--summary_steps", type=int, default=d.summary_steps, help="TensorBoard summaries every N steps")
     g.add_argument("--log_steps", type=int, default=d.log_steps, help="progress line every N steps")

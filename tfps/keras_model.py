@@ -32,7 +32,8 @@ import dataclasses
 import inspect
 import logging
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tfps import compat
 from tfps.errors import ConfigError
@@ -45,8 +46,8 @@ INSTALL_HINT = "pip install --no-deps 'tf_keras==2.21.*'"
 KERAS3_MESSAGE = (
     "{name} returned a Keras 3 model ({cls}). Keras 3 cannot do parameter-server training: it builds no "
     "tf.compat.v1 graph, so its variables cannot be placed on the ps tasks and it cannot train under "
-    "MonitoredTrainingSession. Build the model with tf.keras (`import tensorflow as tf; tf.keras.Sequential(...)`, which is tf_keras "
-    "under tfps) or `import tf_keras as keras` "
+    "MonitoredTrainingSession. Build the model with tf.keras (`import tensorflow as tf; "
+    "tf.keras.Sequential(...)`, which is tf_keras under tfps) or `import tf_keras as keras` "
     f"({INSTALL_HINT}); the layers and compile() arguments are the same")
 
 #: tfps's optimizers by the lower-cased class name of a Keras optimizer (the same names).

@@ -32,8 +32,6 @@ from tfps.errors import ConfigError
 from tfps.modelspec import ModelFn, ModelParams, ModelSpec  # noqa: F401 - the interface, imported from here by users
 
 
-
-
 def _dense(x, units: int, name: str, seed: int, activation=None):
     import tensorflow as tf
     v1 = tf.compat.v1

@@ -8,7 +8,8 @@ wrapped by tfps.keras_model all have this shape, so one training lifecycle serve
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from integration_helpers import Processes
 
 

@@ -9,9 +9,9 @@ starts run in sessions of their own); teardown kills all of them by process grou
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-import dataclasses
 import re
 import signal
 import subprocess
@@ -223,7 +223,7 @@ def base_env(**extra: str) -> dict[str, str]:
 @dataclasses.dataclass
 class FinishedJob:
     """A `tfps local` job a module's tests share: its launcher, directory, ports, exit code."""
-    proc: "Proc"
+    proc: Proc
     model_dir: Path
     ports: list[int]
     rc: int
@@ -317,7 +317,7 @@ def checkpoint_step(model_dir: Path) -> int:
     return step_of_checkpoint(m.group(1)) if m else 0
 
 
-def poll(predicate, timeout: float, what: str, *watch: "Proc", interval: float = 0.05):
+def poll(predicate, timeout: float, what: str, *watch: Proc, interval: float = 0.05):
     """Wait for ``predicate()`` to return something truthy; fail if a watched process exits."""
     end = time.monotonic() + timeout
     while True:

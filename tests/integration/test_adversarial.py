@@ -21,9 +21,17 @@ import signal
 import time
 
 import pytest
-
-from integration_helpers import (assert_nothing_left, base_env, cluster_pids, launcher_ports, pids_with_cmdline, poll,
-                                 read_results, run_flags, task_exit)
+from integration_helpers import (
+    assert_nothing_left,
+    base_env,
+    cluster_pids,
+    launcher_ports,
+    pids_with_cmdline,
+    poll,
+    read_results,
+    run_flags,
+    task_exit,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from integration_helpers import (
+    FinishedJob,
+    assert_nothing_left,
+    first_step_secs,
+    launcher_ports,
+    load_and_predict,
+    load_csv,
+    read_history,
+    run_flags,
+    task_exit,
+)
 
 from tfps.task.checkpoint import checkpoint_step
-from integration_helpers import (FinishedJob, assert_nothing_left, first_step_secs, launcher_ports, load_and_predict,
-                                 load_csv, read_history, run_flags, task_exit)
 
 pytestmark = pytest.mark.integration
 

@@ -17,9 +17,7 @@ import signal
 import time
 
 import pytest
-
-from integration_helpers import (Proc, Processes, assert_nothing_left, base_env, poll, read_results,
-                                 run_flags)
+from integration_helpers import Proc, Processes, assert_nothing_left, base_env, poll, read_results, run_flags
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from integration_helpers import assert_nothing_left, run_flags
 from test_restarts import start_cluster
 

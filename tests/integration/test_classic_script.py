@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from integration_helpers import REPO, assert_nothing_left, launcher_ports, task_exit
 
 pytestmark = pytest.mark.integration

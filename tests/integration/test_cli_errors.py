@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from integration_helpers import REPO, base_env
 
 pytestmark = pytest.mark.integration

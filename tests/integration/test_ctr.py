@@ -14,8 +14,8 @@ import csv
 
 import numpy as np
 import pytest
-
 from integration_helpers import assert_nothing_left, launcher_ports, read_results, run_flags
+
 from tfps.task.export import auc
 
 pytestmark = pytest.mark.integration

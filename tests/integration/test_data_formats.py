@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from integration_helpers import assert_nothing_left, launcher_ports, load_and_predict, read_results, run_flags
 
 pytestmark = pytest.mark.integration

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from integration_helpers import assert_nothing_left, launcher_ports, read_results, run_flags, task_exit
 
 pytestmark = pytest.mark.integration

@@ -32,13 +32,21 @@ import signal
 import time
 from pathlib import Path
 
+import faults
 import numpy as np
 import pytest
-
-import faults
 from faults import Row
-from integration_helpers import (Proc, checkpoint_step, Processes, assert_nothing_left, base_env, load_and_predict, load_csv,
-                                 poll, read_results)
+from integration_helpers import (
+    Proc,
+    Processes,
+    assert_nothing_left,
+    base_env,
+    checkpoint_step,
+    load_and_predict,
+    load_csv,
+    poll,
+    read_results,
+)
 
 pytestmark = pytest.mark.integration
 

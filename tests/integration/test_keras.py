@@ -18,9 +18,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from integration_helpers import (FinishedJob, Processes, assert_nothing_left, base_env, checkpoint_step,
-                                 launcher_ports, read_history, read_results, run_flags, task_exit)
+from integration_helpers import (
+    FinishedJob,
+    Processes,
+    assert_nothing_left,
+    base_env,
+    checkpoint_step,
+    launcher_ports,
+    read_history,
+    read_results,
+    run_flags,
+    task_exit,
+)
 
 pytest.importorskip("tf_keras")
 pytestmark = pytest.mark.integration

@@ -10,7 +10,6 @@ import re
 import time
 
 import pytest
-
 from integration_helpers import _cmdline, _stat, assert_nothing_left, base_env, launcher_ports, run_flags
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,6 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-
 from integration_helpers import base_env, read_results, run_flags
 from servers import free_port
 

@@ -7,7 +7,6 @@ import signal
 import time
 
 import pytest
-
 from integration_helpers import assert_nothing_left, kill_task
 
 pytestmark = pytest.mark.integration
@@ -27,6 +26,7 @@ def start_ps(procs, *flags):
 def report_done(port: int, worker: int) -> None:
     """What a worker does at its end: put its index in ps 0's done queue."""
     import tensorflow as tf
+
     from tfps.task.lifecycle import done_queue
     graph = tf.Graph()
     with graph.as_default():

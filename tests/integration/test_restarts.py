@@ -12,9 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
-
-from integration_helpers import (Proc, Processes, assert_nothing_left, base_env, checkpoint_step, read_history,
-                                 read_results, run_flags)
+from integration_helpers import (
+    Proc,
+    Processes,
+    assert_nothing_left,
+    base_env,
+    checkpoint_step,
+    read_history,
+    read_results,
+    run_flags,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,6 @@ import socket
 import time
 
 import pytest
-
 from integration_helpers import base_env, read_results, run_flags
 from servers import free_port
 

@@ -11,9 +11,15 @@ import signal
 import time
 
 import pytest
-
-from integration_helpers import (assert_nothing_left, launcher_ports, load_and_predict, read_history,
-                                 read_results, run_flags, task_exit)
+from integration_helpers import (
+    assert_nothing_left,
+    launcher_ports,
+    load_and_predict,
+    read_history,
+    read_results,
+    run_flags,
+    task_exit,
+)
 
 pytestmark = pytest.mark.integration
 

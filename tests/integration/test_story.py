@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import datetime as dt
 import signal
-import time
 
 import pytest
-
-from integration_helpers import (Proc, Processes, assert_nothing_left, base_env, kill_task, poll, read_results,
-                                 run_flags)
+from integration_helpers import Proc, Processes, assert_nothing_left, base_env, kill_task, poll, read_results, run_flags
 
 pytestmark = pytest.mark.integration
 

@@ -10,9 +10,15 @@ import dataclasses
 
 import numpy as np
 import pytest
-
-from integration_helpers import (FinishedJob, assert_nothing_left, launcher_ports, load_and_predict, load_csv,
-                                 run_flags, task_exit)
+from integration_helpers import (
+    FinishedJob,
+    assert_nothing_left,
+    launcher_ports,
+    load_and_predict,
+    load_csv,
+    run_flags,
+    task_exit,
+)
 
 pytestmark = pytest.mark.integration
 

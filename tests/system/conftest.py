@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest_ansible import *  # noqa: F401,F403 - fixtures of the Ansible system tests
 from servers import SMTPServer
 

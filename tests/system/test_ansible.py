@@ -17,9 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import faults
+import pytest
 from conftest_ansible import ANSIBLE_DIR, REPO
 from hardening import assert_hardened
 

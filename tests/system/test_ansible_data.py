@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from test_ansible import assert_ok, job_vars, no_containers_anywhere, play_vars
+
 from tfps import demo
 
 #: ps0 on host1; worker0 (the chief) on host2; worker1 and worker2 on host3.

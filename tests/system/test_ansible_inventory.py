@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from test_ansible import IMAGE, assert_ok, no_containers_anywhere, play_vars, recap
 
 

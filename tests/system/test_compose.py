@@ -23,9 +23,8 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
-
 import faults
+import pytest
 from faults import Row
 from hardening import assert_hardened
 
@@ -408,7 +407,7 @@ def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, t
                                        entrypoint=[], volumes={volume: {"bind": "/data", "mode": "ro"}}, remove=True)
     faults.assert_predicts(out.decode())
 
-    messages = container_smtp_server.wait_for(1, timeout=30)
+    container_smtp_server.wait_for(1, timeout=30)
     time.sleep(2)
     faults.assert_one_success_message([str(m["Subject"]) for m in container_smtp_server.messages], job=name)
 

@@ -9,11 +9,9 @@ serves the demo evaluation data by the model's own input name.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
-
 from test_compose import CHIEF, MODEL_DIR, REPO, ComposeJob, exit_codes, generate
 
 pytestmark = pytest.mark.system
@@ -35,6 +33,7 @@ def keras_job(docker_client, compose_cli, tfps_image, tmp_path):
 
 def test_keras_model_from_a_host_directory_trains_and_serves(keras_job, tmp_path):
     import tensorflow as tf
+
     from tfps import demo
     rc = keras_job.run(timeout=600)
     assert rc == 0, keras_job.tail()

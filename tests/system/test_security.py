@@ -33,7 +33,6 @@ from urllib.parse import quote
 
 import docker
 import pytest
-
 from hardening import assert_hardened
 from hosts import HOST_IMAGE
 from test_ansible import IMAGE, LAYOUT, assert_ok, job_vars, no_containers_anywhere, play_vars

@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 from tfps import cli
-from tfps.launch import compose
 from tfps.cluster import TaskRef, local_plan
 from tfps.cluster.spec import task_name
 from tfps.config import DEFAULT_FINAL_SAVE_TIMEOUT, grace_period
 from tfps.errors import ConfigError
+from tfps.launch import compose
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = REPO / "compose"

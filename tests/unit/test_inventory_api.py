@@ -95,7 +95,6 @@ def test_the_wrong_or_no_password_after_the_right_one_is_refused(tmp_path):
 
 def test_extra_vars_belong_to_their_call_and_the_cli_state_is_untouched(tmp_path):
     from ansible import context
-
     from tfps.cluster.inventory import load_plan
 
     source = inventory(tmp_path / "a", "password-a", "3100", 11)

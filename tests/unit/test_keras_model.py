@@ -162,6 +162,7 @@ def test_explicit_flags_reach_every_task_even_when_equal_to_the_default():
 # ----------------------------------------------------------------------------- graph
 def test_adapter_trains_updates_moving_statistics_and_exports_named_inputs(named_csv, tmp_path):
     import tensorflow as tf
+
     from tfps import data
     from tfps.task import export
     v1 = tf.compat.v1
@@ -198,6 +199,7 @@ def test_tf_keras_as_tutorials_write_it_is_tf_keras_under_tfps(csv8):
     compiled optimizer and learning rate apply."""
     import os
     import sys
+
     import tensorflow as tf
     assert os.environ["TF_USE_LEGACY_KERAS"] == "1" and "tfps" in sys.modules
     assert tf.keras.Sequential.__module__.startswith("tf_keras.")

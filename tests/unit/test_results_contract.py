@@ -21,8 +21,16 @@ import yaml
 
 from tfps.config import RunConfig
 from tfps.notify.message import format_message
-from tfps.outcome.contract import (SCHEMA_VERSION, ErrorInfo, JobResult, Restart, ResultsError, Times, epoch,
-                                   run_outcome, summary_lines)
+from tfps.outcome.contract import (
+    SCHEMA_VERSION,
+    ErrorInfo,
+    JobResult,
+    Restart,
+    ResultsError,
+    Times,
+    epoch,
+    summary_lines,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "results"

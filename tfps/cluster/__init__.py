@@ -9,7 +9,6 @@
     gpu.py        judging a host's GPU smoke run (nvidia-smi) against the image's CUDA
 """
 
-from tfps.cluster.single_host import free_ports, local_plan
 from tfps.cluster.plan import (
     DEFAULT_BASE_PORT,
     LAYOUT_VARS,
@@ -19,6 +18,7 @@ from tfps.cluster.plan import (
     container_name,
     plan_from_hosts,
 )
+from tfps.cluster.single_host import free_ports, local_plan
 from tfps.cluster.spec import JOBS, PS, WORKER, ClusterSpec, TaskRef, join_target, split_target
 
 __all__ = [

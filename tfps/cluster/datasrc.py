@@ -3,9 +3,10 @@
 ``tfps_data_src`` is a directory or a glob on the machine that runs the play. The play
 copies to each worker host only the files its workers read, decided here with the
 tfps's own rule (:func:`tfps.data.shard_files`), and writes on every worker host
-the job's list of training files (``TRAIN_LIST_PATH``); the role's ``tfps_data`` action calls :func:`assign`: each worker then shards that global
-list (``--train_data @/input/.tfps-train-files``), not the files that happen to be on its
-host. Files keep their path below the source directory, so ``tfps_eval_data`` (read by
+the job's list of training files (``TRAIN_LIST_PATH``); the role's ``tfps_data`` action
+calls :func:`assign`: each worker then shards that global list
+(``--train_data @/input/.tfps-train-files``), not the files that happen to be on its host.
+Files keep their path below the source directory, so ``tfps_eval_data`` (read by
 the chief) names them as it would in ``tfps_data_dir``.
 
 :func:`compare_hosts` is the check of data placed by hand: every worker host must hold
@@ -15,7 +16,6 @@ never.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 from collections.abc import Mapping, Sequence

@@ -275,8 +275,9 @@ def _vault_secrets(loader, options) -> list:
     vault settings), loaded into ``loader`` as ``ansible-inventory`` does."""
     import inspect
 
-    from ansible import constants as C
     from ansible.cli import CLI
+
+    from ansible import constants as C
 
     kwargs = {}
     if "initialize_context" in inspect.signature(CLI.setup_vault_secrets).parameters:
@@ -344,7 +345,8 @@ def _extra_vars(loader, values: Sequence[str]) -> dict:
         else:  # key=value ...
             data = parse_kv(value)
         if not isinstance(data, MutableMapping):
-            raise AnsibleOptionsError(f"Invalid extra vars data supplied. '{value}' could not be made into a dictionary")
+            raise AnsibleOptionsError(
+                f"Invalid extra vars data supplied. '{value}' could not be made into a dictionary")
         result = combine_vars(result, data)
     return result
 

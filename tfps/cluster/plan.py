@@ -62,7 +62,7 @@ DEFAULT_PIDS_LIMIT = 4096
 TENSORBOARD = "tensorboard"
 
 
-def container_name(job_name: str, task: "Task | str") -> str:
+def container_name(job_name: str, task: Task | str) -> str:
     """``tfps-<job>-worker0``: the task's container on its host (Ansible); ``task`` may
     also be the name of the job's other container, :data:`TENSORBOARD`.
 
@@ -100,7 +100,7 @@ class Launch:
             return ref.to_flags() + list(self.script_args)
         return ["run", *self.run_args]
 
-    def env(self, task: "Task", ref: TaskRef) -> dict[str, str]:
+    def env(self, task: Task, ref: TaskRef) -> dict[str, str]:
         """The task's environment (never a secret: the role adds those itself)."""
         env = {"TFPS_HOST": task.host, "TFPS_TASK": task.name, **CONTAINER_ENV}
         if not self.script:
@@ -287,7 +287,8 @@ class Plan:
 
 
 #: Variables that decide the layout of the cluster on a host.
-LAYOUT_VARS = ("ansible_host", "tfps_address", "tfps_base_port", "tfps_ps_tasks", "tfps_workers", "tfps_gpus", "tfps_gpu_count")
+LAYOUT_VARS = ("ansible_host", "tfps_address", "tfps_base_port", "tfps_ps_tasks", "tfps_workers", "tfps_gpus",
+               "tfps_gpu_count")
 
 
 def plan_from_hosts(

@@ -23,8 +23,8 @@ from typing import Any
 import yaml
 
 from tfps.cluster.plan import DATA_MOUNT, NOTIFY_CONFIG_MOUNT, USER_MODEL_MOUNT, Launch
-from tfps.data import LIST_PREFIX
 from tfps.config import RunConfig, grace_period
+from tfps.data import LIST_PREFIX
 from tfps.errors import ConfigError
 from tfps.notify.urls import ENV_URLS_FILE, URLS_FILE_MOUNT
 

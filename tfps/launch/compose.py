@@ -48,8 +48,7 @@ import shlex
 import sys
 
 from tfps.cluster import WORKER, Launch, Plan, Task, local_plan
-from tfps.cluster.plan import (DATA_MOUNT, DEFAULT_BASE_PORT, DEFAULT_PIDS_LIMIT, NOTIFY_CONFIG_MOUNT,
-                               USER_MODEL_MOUNT)
+from tfps.cluster.plan import DATA_MOUNT, DEFAULT_BASE_PORT, DEFAULT_PIDS_LIMIT, NOTIFY_CONFIG_MOUNT, USER_MODEL_MOUNT
 from tfps.config import RunConfig, add_run_options, from_args, grace_period
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
@@ -343,7 +342,7 @@ class _Merge(str):
 
 
 def _dumper():
-    import yaml   # here, not at the top: every task's CLI imports this module
+    import yaml  # here, not at the top: every task's CLI imports this module
 
     class Dumper(yaml.SafeDumper):
         # Only the shared task settings become an anchor; a list that happens to be one

@@ -269,7 +269,8 @@ def _watch_until_chief_exits(chief: TaskProcess, others: list[TaskProcess], cfg:
         for t in others:
             # Killed (a signal, the OOM killer) or crashed; a task that gave up with the job
             # (exit 1 or 2 after the chief's stop) has said why itself.
-            if t not in lost and t.poll() is not None and (t.code < 0 or t.code == ExitCode.INTERNAL) and not interrupted():
+            if (t not in lost and t.poll() is not None and (t.code < 0 or t.code == ExitCode.INTERNAL)
+                    and not interrupted()):
                 lost.append(t)
                 if t.name.startswith("ps"):
                     lost_at = lost_at or time.monotonic()

@@ -22,8 +22,19 @@ from tfps import timeouts
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.notify.message import format_message
-from tfps.notify.secrets import (SCRUBBER, URL_RE, apprise_held, hostless, install_scrubber, instantiate,
-                                    known_scheme, misread, regex_mask, secrets_of, short)
+from tfps.notify.secrets import (
+    SCRUBBER,
+    URL_RE,
+    apprise_held,
+    hostless,
+    install_scrubber,
+    instantiate,
+    known_scheme,
+    misread,
+    regex_mask,
+    secrets_of,
+    short,
+)
 from tfps.notify.urls import ENV_URLS, ENV_URLS_FILE, collect_urls
 from tfps.outcome.contract import JobResult
 
@@ -129,7 +140,7 @@ class Notifier:
 
     @classmethod
     def from_settings(cls, cli_urls: Sequence[str] | None = None, config_path: str | None = None,
-                      environ: Mapping[str, str] = os.environ, **kw) -> "Notifier":
+                      environ: Mapping[str, str] = os.environ, **kw) -> Notifier:
         """A Notifier for ``--notify`` URLs, ``APPRISE_URLS`` and ``--notify_config``."""
         return cls(collect_urls(cli_urls, environ), config_path, **kw)
 

@@ -112,7 +112,7 @@ class Versions:
     extra: dict[str, Any] = _extra()
 
     @classmethod
-    def current(cls) -> "Versions":
+    def current(cls) -> Versions:
         """The versions of this process, read from package metadata (nothing is imported)."""
         import platform
 
@@ -207,7 +207,7 @@ class JobResult:
             raise
         return path
 
-    def add_lost_tasks(self, exits: dict[str, str]) -> "JobResult":
+    def add_lost_tasks(self, exits: dict[str, str]) -> JobResult:
         """Name tasks that died while the job ran, with how they ended (what a launcher saw)."""
         self.lost_tasks = sorted(set(self.lost_tasks) | set(exits))
         self.task_exits = {**self.task_exits, **exits}
@@ -215,7 +215,7 @@ class JobResult:
 
     # ------------------------------------------------------------------ reading
     @classmethod
-    def load(cls, path: str) -> "JobResult":
+    def load(cls, path: str) -> JobResult:
         """The record in ``path``. A file that is not a tfps results.json (cut short, edited,
         another program's) or one of a newer schema raises ``ResultsError``; a missing file
         ``FileNotFoundError``."""
@@ -227,7 +227,7 @@ class JobResult:
         return cls.from_json(text, path)
 
     @classmethod
-    def from_json(cls, text: str | bytes, source: str = "results.json") -> "JobResult":
+    def from_json(cls, text: str | bytes, source: str = "results.json") -> JobResult:
         try:
             data = json.loads(text)
         except ValueError as e:
@@ -236,7 +236,7 @@ class JobResult:
         return cls.from_dict(data, source)
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "results.json") -> "JobResult":
+    def from_dict(cls, data: Any, source: str = "results.json") -> JobResult:
         if not isinstance(data, dict):
             raise ResultsError(f"{source} is not a tfps results.json: it holds a JSON {type(data).__name__}, "
                                "not an object")

@@ -73,7 +73,7 @@ class Story:
         self.started_wall = time.time()
 
     # ------------------------------------------------------------------ writing
-    def begin(self, started_wall: float, cause: str | None = None) -> "Story":
+    def begin(self, started_wall: float, cause: str | None = None) -> Story:
         """Record this chief attempt's start; a previous attempt that never ended was lost."""
         records = current(read(self.model_dir))
         starts = [r for r in records if r["event"] == "start"]

@@ -77,6 +77,7 @@ class Chief(Worker):
     def _refuse_nonfinite_checkpoint(self) -> None:
         """A diverged run's checkpoint is never restored silently: it would fail again at once."""
         import tensorflow as tf
+
         from tfps.errors import ConfigError
         from tfps.task.export import nonfinite_variables
         ckpt = tf.train.latest_checkpoint(self.cfg.model_dir)
@@ -90,6 +91,7 @@ class Chief(Worker):
 
     def _role_hooks(self, server, scaffold) -> tuple[list, object]:
         import tensorflow as tf
+
         from tfps.task.board import publish_hook
         from tfps.task.hooks import CheckpointSaverHook, ReleaseSyncTokensHook
         from tfps.task.rejoin import LiveJoiningChiefSessionCreator
@@ -129,6 +131,7 @@ class Chief(Worker):
 
     def _run_trained(self, setup: JobSetup, server, graph, ops) -> ExitCode:
         import tensorflow as tf
+
         from tfps.task import export
         self.ops = ops
         cfg, task = self.cfg, self.task

@@ -132,6 +132,7 @@ def start_server(task, cfg):
     one line, not TensorFlow's traceback.
     """
     import tensorflow as tf
+
     from tfps.cluster.spec import split_target
     from tfps.task.loopback import ensure_loopback_bind, is_loopback_host
     host = split_target(task.target)[0]
@@ -175,6 +176,7 @@ def _tf_chatter_hidden():
 
 def _port_taken(host: str, port: int) -> bool:
     import socket
+
     from tfps.task.loopback import is_loopback_host
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:

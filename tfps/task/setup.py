@@ -89,7 +89,8 @@ class JobSetup:
             fits = max(1, int(self.cfg.batch_size * available / need))
             raise ConfigError(f"{self.cfg.batch_size} examples per step need at least {per / 2**30:.1f} GiB per "
                               f"worker ({workers_here} worker(s) on this host), and the host has "
-                              f"{available / 2**30:.1f} GiB available; use a much smaller --batch_size (even this lower "
+                              f"{available / 2**30:.1f} GiB available; use a much smaller --batch_size (even this "
+                              f"lower "
                               f"bound allows at most {fits})",
                               "batch_size")
 

@@ -25,7 +25,7 @@ import time
 
 from tfps import timeouts
 from tfps.cluster.spec import WORKER, task_name
-from tfps.outcome import journal, results
+from tfps.outcome import journal
 from tfps.outcome.contract import Stall, WorkerFigures, parse
 
 log = logging.getLogger("tfps")
@@ -79,7 +79,7 @@ class JobWatch:
         self._thread = threading.Thread(target=self._run, name="tfps-watch", daemon=True)
 
     # ------------------------------------------------------------------ control
-    def start(self) -> "JobWatch":
+    def start(self) -> JobWatch:
         self._thread.start()
         return self
 
@@ -90,6 +90,7 @@ class JobWatch:
 
     def _run(self) -> None:
         import tensorflow as tf
+
         from tfps.task.lifecycle import session_config
         v1 = tf.compat.v1
         try:

@@ -44,7 +44,7 @@ class StartupWatchdog:
         self.training = False   # a step has been trained: the bound is --sync_timeout from now on
         self.thread = threading.Thread(target=self._watch, name="tfps-startup-watchdog", daemon=True)
 
-    def start(self) -> "StartupWatchdog":
+    def start(self) -> StartupWatchdog:
         self.extend()
         self.thread.start()
         return self
@@ -170,7 +170,7 @@ def probe_task(target: str, timeout: float = timeouts.PROBE_TIMEOUT_SECS) -> str
                 head += chunk
     except ConnectionRefusedError:
         return "refuses connections (not running?)"
-    except socket.timeout:
+    except TimeoutError:
         return "accepts connections but is not a TensorFlow server (another program holds its port?)"
     except OSError as e:
         return f"does not answer ({e.strerror or type(e).__name__})"

@@ -30,8 +30,17 @@ from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.outcome import results
 from tfps.task.board import Board, publish_hook
-from tfps.task.lifecycle import (StopSignal, abandon_rpc, cluster_spec, done_queue, rpc_abandoned, session_config,
-                                    start_server, stop_flag, write_health)
+from tfps.task.lifecycle import (
+    StopSignal,
+    abandon_rpc,
+    cluster_spec,
+    done_queue,
+    rpc_abandoned,
+    session_config,
+    start_server,
+    stop_flag,
+    write_health,
+)
 from tfps.task.setup import JobSetup
 from tfps.task.watchdog import StartupWatchdog
 
@@ -84,6 +93,7 @@ class Worker:
     # ------------------------------------------------------------------ graph
     def build(self, setup: JobSetup):
         import tensorflow as tf
+
         from tfps.task import placement
         from tfps.task import steps as steps_mod
         v1 = tf.compat.v1
@@ -181,6 +191,7 @@ class Worker:
 
     def _session(self, server, graph, hooks):
         import tensorflow as tf
+
         from tfps.task import steps as steps_mod
         from tfps.task.hooks import ProgressHook, StopFlagHook
         v1 = tf.compat.v1

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Action tfps_data: which training files of tfps_data_src each worker host gets.
 
 Runs on the controller and contacts no host. ``tfps.cluster.datasrc.assign`` decides,

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Action tfps_plan: the cluster plan from what this play resolved.
 
 Runs on the controller and contacts no host. It hands the play's own ``groups`` and

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Filters of the tfps role: formatting, and the data check. The plan itself comes from `tfps plan`."""
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Filters of the GPU readiness check (tasks/gpu.yml): tfps's own decision logic,
 tfps.cluster.gpu, on the controller."""
 

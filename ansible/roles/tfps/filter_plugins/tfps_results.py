@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Filters of the tfps role over the chief's results.json: how the job ended, and its summary.
 
 The judgement and the summary are tfps's own (tfps.outcome.contract: ``JobResult``,

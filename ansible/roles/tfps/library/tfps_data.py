@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # The work is done by the action plugin of the same name (action_plugins/tfps_data.py),
 # on the controller; this file documents it.
 

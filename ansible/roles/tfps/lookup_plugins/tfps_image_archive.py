@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Lookup plugin: the image id and tags inside a `docker save` archive on the controller."""
 
 from __future__ import annotations
