@@ -88,8 +88,9 @@ def _tensorflow_missing(tf) -> list[tuple[str, str]]:
             missing.append((attr, where))
 
     has(tf.Operation, "_update_input", "tf.Operation")
-    stored(getattr(t.SyncReplicasOptimizer, "apply_gradients", None), "_sync_token_queue",
-           "tf.compat.v1.train.SyncReplicasOptimizer.apply_gradients")
+    for attr in ("_sync_token_queue", "_local_step"):
+        stored(getattr(t.SyncReplicasOptimizer, "apply_gradients", None), attr,
+               "tf.compat.v1.train.SyncReplicasOptimizer.apply_gradients")
     for cls, attrs in ((t.ChiefSessionCreator, ("_scaffold", "_master", "_config", "_checkpoint_dir",
                                                 "_session_manager")),
                        (t.WorkerSessionCreator, ("_scaffold", "_master", "_config", "_session_manager"))):
@@ -147,6 +148,18 @@ def sync_token_queue(opt):
                           [("_sync_token_queue", "tf.compat.v1.train.SyncReplicasOptimizer")])
         raise RuntimeError("SyncReplicasOptimizer has no token queue yet: call it after minimize()")
     return queue
+
+
+def sync_local_step(opt):
+    """The step a sync worker's next gradient belongs to: the last token it took (a local
+    variable that SyncReplicasOptimizer's ``apply_gradients`` creates). A gradient whose step
+    is behind the global step when it arrives is stale, and the accumulator drops it."""
+    step = getattr(opt, "_local_step", None)
+    if step is None:
+        import tensorflow as tf
+        if "_local_step" not in getattr(opt, "__dict__", {}):
+            _refuse("TensorFlow", tf.__version__, [("_local_step", "tf.compat.v1.train.SyncReplicasOptimizer")])
+    return step
 
 
 # --------------------------------------------------------------- session creators

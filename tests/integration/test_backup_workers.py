@@ -68,9 +68,13 @@ def test_a_frozen_sync_worker(backup, procs, tmp_path, webhook_server):
     res = read_results(model_dir)
     assert res["status"] == "succeeded", res.get("error")
     assert res["global_step"] >= (900 if backup else 300)
+    workers = res["workers"]
+    assert all("dropped_gradients" in w for w in workers.values()), workers
     if backup:
-        # Two gradients per step: worker0 and worker1 alone keep the job going.
+        # Two gradients per step: worker0 and worker1 alone keep the job going, and worker2's
+        # gradient of the step it froze in arrived long after that step: dropped, and counted.
         assert during >= 100, f"the chief made {during} steps while worker2 was frozen"
+        assert workers["worker2"]["dropped_gradients"] >= 1, workers
         assert "sync: each step aggregates 2 of 3 gradients" in chief.output(), chief.tail()
     else:
         # Every step waits for worker2: the freeze holds the job and shows as a stall.

@@ -22,7 +22,7 @@ import time
 from tfps import timeouts
 from tfps.outcome.journal import RESTART_SIGNAL_ENV
 
-FIELDS = ("local_steps", "global_step", "started", "restart_signal")
+FIELDS = ("local_steps", "global_step", "started", "restart_signal", "dropped_gradients")
 
 
 class Board:
@@ -71,7 +71,8 @@ def publish_hook(board: Board, job, extra_fetches: dict | None = None):
             self.latest: dict = {}
 
         def value(self) -> list:
-            return [job.local_steps, job.last_seen_step, job.started_wall, self.signal]
+            return [job.local_steps, job.last_seen_step, job.started_wall, self.signal,
+                    getattr(job, "dropped_gradients", 0)]
 
         def write(self, session) -> None:
             """Write the board outside a training step (bounded; the ps may be gone)."""

@@ -43,6 +43,8 @@ class ProgressHook(v1.train.SessionRunHook):
         self.recent: list[dict] = []
         self.examples_s = 0.0     # of the last progress line
         self.history_step: int | None = None   # global step of the chief's last history record
+        self.token_step: int | None = None     # sync: the step of the gradient the next run sends
+        self.dropped = 0                       # sync: this process's gradients that arrived stale
 
     def before_run(self, run_context):
         return v1.train.SessionRunArgs(self.fetches)
@@ -50,6 +52,16 @@ class ProgressHook(v1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         out = dict(run_values.results)
         steps = int(out.pop("steps", 1))   # an async run is several steps (tfps.task.steps)
+        if "token_step" in out:
+            # Sync: this run sent a gradient of step ``self.token_step`` (the token it took last
+            # run). When the global step, read as the run began, is already past it, the
+            # accumulator dropped it as stale (as SyncReplicasOptimizer does): a lower bound,
+            # since the step may also move on between that read and the gradient's arrival.
+            token = int(out.pop("token_step"))
+            if self.token_step is not None and self.token_step < int(out["global_step"]):
+                self.dropped += 1
+                self.job.dropped_gradients = self.dropped
+            self.token_step = token
         if steps == 0:
             return
         before, self.local_steps = self.local_steps, self.local_steps + steps
@@ -73,8 +85,9 @@ class ProgressHook(v1.train.SessionRunHook):
             gs_s = (rec["step"] - self.step_last) / dt_
             eta = (self.last_step - rec["step"]) / gs_s if gs_s > 0 else float("nan")
             metrics = " ".join(f"{k} {v:.4f}" for k, v in rec.items() if k not in ("step",))
-            log.info("%s: step %d/%d %s | %.0f examples/s | %.1f steps/s | ETA %.0f s", self.name,
-                     rec["step"], self.last_step, metrics, ex_s, gs_s, max(eta, 0))
+            dropped = f" | {self.dropped} stale gradient(s) dropped" if self.dropped else ""
+            log.info("%s: step %d/%d %s | %.0f examples/s | %.1f steps/s | ETA %.0f s%s", self.name,
+                     rec["step"], self.last_step, metrics, ex_s, gs_s, max(eta, 0), dropped)
             self.t_last, self.step_last, self.local_last = now, rec["step"], self.local_steps
             self.examples_s = ex_s
         # The history follows the job's global step, not the chief's own steps: the other

@@ -46,6 +46,8 @@ class _WatchedWorker:
         self.steps_before = 0                    # steps of its earlier processes
         self.local_steps = 0
         self.global_step = 0
+        self.dropped_before = 0                  # stale gradients of its earlier processes
+        self.dropped = 0                         # ... and of its current one
         self.changed_at = time.monotonic()       # the chief's clock: when its steps last moved
         self.changed_wall = time.time()
         self.rate_from: tuple[float, int] | None = None
@@ -68,6 +70,7 @@ class JobWatch:
         self.stall_timeout = cfg.stall_timeout
         self.notify_every = cfg.notify_every
         self.batch_size, self.train_steps = cfg.batch_size, cfg.train_steps
+        self.sync = cfg.sync_replicas
         self.workers = [_WatchedWorker(task_name(WORKER, i)) for i in range(chief.task.num_workers)]
         self.job_step, self.job_changed_at, self.job_changed_wall = 0, time.monotonic(), time.time()
         self.job_stalled_since: float | None = None
@@ -142,17 +145,20 @@ class JobWatch:
 
     def _update(self, w: _WatchedWorker, b: list, now: float, wall: float) -> None:
         local_steps, global_step, started, sig = int(b[0]), int(b[1]), b[2], int(b[3])
+        dropped = int(b[4]) if len(b) > 4 else 0
         if w.started is not None and abs(started - w.started) > 1e-3:
             # A new process of this worker: its predecessor failed and it came back (the
             # chief's own restarts are in the journal: its first look finds its predecessor's board).
             w.steps_before += w.local_steps
-            w.local_steps, w.rate_from = 0, None
+            w.dropped_before += w.dropped
+            w.local_steps, w.rate_from, w.dropped = 0, None, 0
             if w.name != self.chief.task.name:
                 cause = journal.signal_cause(sig) if sig else "restarted (cause unknown)"
                 log.warning("chief: %s was started again (%s); it rejoined at global step %d", w.name, cause,
                             global_step)
                 self.chief.story.restart(w.name, cause, started, global_step, 0)
         w.started = started
+        w.dropped = max(w.dropped, dropped)
         if local_steps != w.local_steps or w.rate_from is None:
             if w.rate_from is None:
                 w.rate_from = (now, local_steps)
@@ -196,7 +202,8 @@ class JobWatch:
     # ------------------------------------------------------------------ figures
     def per_worker(self) -> dict:
         """results.json's ``workers``: steps trained and examples/s of each worker."""
-        return {w.name: {"steps": w.steps, "examples_per_sec": round(w.rate * self.batch_size, 1)}
+        return {w.name: {"steps": w.steps, "examples_per_sec": round(w.rate * self.batch_size, 1),
+                         **({"dropped_gradients": w.dropped_before + w.dropped} if self.sync else {})}
                 for w in self.workers if w.started is not None}
 
     def progress(self, now: float, wall: float) -> dict:

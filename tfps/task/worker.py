@@ -148,6 +148,7 @@ class Worker:
                         step, global_step, cfg.train_steps)
                 ops["release_tokens"] = opt.get_init_tokens_op(task.num_workers) if cfg.sync_replicas else None
                 ops["token_queue"] = compat.sync_token_queue(opt) if cfg.sync_replicas else None
+                ops["token_step"] = compat.sync_local_step(opt) if cfg.sync_replicas else None
                 ops["sync_hook"] = opt.make_session_run_hook(task.is_chief) if cfg.sync_replicas else None
                 ops["close_tokens"] = (ops["token_queue"].close() if cfg.sync_replicas and not task.is_chief
                                        else None)
@@ -198,6 +199,8 @@ class Worker:
         cfg, task = self.cfg, self.task
         scaffold = v1.train.Scaffold(saver=v1.train.Saver(sharded=False, max_to_keep=5, save_relative_paths=True))
         steps = {} if self.ops["steps"] is None else {"steps": self.ops["steps"]}
+        if self.ops.get("token_step") is not None:   # sync: which gradients arrived stale
+            steps["token_step"] = self.ops["token_step"]
         progress = ProgressHook(self, {"global_step": self.ops["global_step"], "loss": self.ops["loss"],
                                        **self.ops["metrics"], **steps},
                                 cfg.log_steps, cfg.batch_size, cfg.train_steps, task.is_chief, cfg.model_dir, task.name)
