@@ -84,6 +84,7 @@ class RunConfig:
     sync_replicas: bool = False
     replicas_to_aggregate: int | None = None
     backup_workers: int | None = None      # sync: aggregate workers - K gradients per step
+    model_args: dict | None = None         # --model_arg KEY=VALUE: the model builder's keyword arguments
     checkpoint_steps: int | None = None
     checkpoint_secs: int | None = None
     summary_steps: int = 50
@@ -150,6 +151,17 @@ class RunConfig:
         if self.replicas_to_aggregate is not None and not self.sync_replicas:
             raise ConfigError("is used only by synchronous training; add --sync_replicas, or drop "
                               "--replicas_to_aggregate", "replicas_to_aggregate")
+        if self.model_args is not None:
+            if not isinstance(self.model_args, dict):
+                raise ConfigError(f"must be a mapping of the builder's keyword arguments, got {self.model_args!r}",
+                                  "model_args")
+            for key, value in self.model_args.items():
+                if not isinstance(key, str) or not key.isidentifier():
+                    raise ConfigError(f"{key!r} is not a Python name; name a keyword argument of the builder",
+                                      "model_args")
+                if isinstance(value, (dict, list, tuple, set)):
+                    raise ConfigError(f"{key}: the value must be one number, string, true/false or null, "
+                                      f"got {value!r}", "model_args")
         if self.backup_workers is not None:
             if isinstance(self.backup_workers, bool) or not isinstance(self.backup_workers, int) \
                     or self.backup_workers < 0:
@@ -203,7 +215,9 @@ class RunConfig:
             value = getattr(self, f.name)
             if value is None or value == f.default:
                 continue
-            if isinstance(value, bool):
+            if f.name == "model_args":
+                out += [f"--model_arg={k}={yaml_scalar(v)}" for k, v in value.items()]
+            elif isinstance(value, bool):
                 out.append(f"--{f.name}" if value else f"--no-{f.name}")
             elif isinstance(value, float) and value.is_integer():
                 out.append(f"--{f.name}={int(value)}")   # 60, not 60.0: the same flag however it was given
@@ -224,6 +238,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                    help="glob of training files: .csv, .tfrecord, .npz, MNIST idx (default: demo data); "
                         "or @FILE, a file listing them one a line (each worker needs only its own shard)")
     g.add_argument("--eval_data", help="glob of evaluation files, same format as train_data")
+    g.add_argument("--model_arg", action="append", metavar="KEY=VALUE",
+                   help="a keyword argument of the model's builder (VALUE read as a YAML scalar); repeatable. "
+                        "A model_fn finds them in params.model_args")
     g.add_argument("--label_column", default=d.label_column, help="label column or feature key (default %(default)s)")
     g.add_argument("--num_classes", type=int, help="0 for regression; inferred from the labels when not given")
     g.add_argument("--hidden_units", default=d.hidden_units, help="MLP layer sizes (default %(default)s)")
@@ -290,7 +307,43 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 def from_args(ns: argparse.Namespace) -> RunConfig:
     names = {f.name for f in dataclasses.fields(RunConfig)}
-    return RunConfig(**{k: v for k, v in vars(ns).items() if k in names and v is not None}).validate()
+    given = {k: v for k, v in vars(ns).items() if k in names and v is not None}
+    if getattr(ns, "model_arg", None):
+        given["model_args"] = parse_model_args(ns.model_arg)
+    return RunConfig(**given).validate()
+
+
+def parse_model_args(pairs: list[str]) -> dict:
+    """``["units=128", "dropout=0.2"]`` -> ``{"units": 128, "dropout": 0.2}``: each value a YAML scalar."""
+    import yaml
+    out: dict = {}
+    for pair in pairs:
+        key, eq, text = pair.partition("=")
+        key = key.strip()
+        if not eq or not key.isidentifier():
+            raise ConfigError(f"{pair!r} is not KEY=VALUE with KEY a Python name (e.g. --model_arg units=128)",
+                              "model_args")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            value = None
+        if isinstance(value, (dict, list)) or (value is None and text.strip() not in ("null", "~")):
+            raise ConfigError(f"{key}={text!r}: the value must be one number, string, true/false or null",
+                              "model_args")
+        if key in out:
+            raise ConfigError(f"{key} is given twice; give each builder argument once", "model_args")
+        out[key] = value
+    return out
+
+
+def yaml_scalar(value) -> str:
+    """A value as the YAML scalar that :func:`parse_model_args` reads back to the same value."""
+    import yaml
+    for kind in (bool, int, float, str):   # plain types: an inventory's values are subclasses of them
+        if isinstance(value, kind):
+            value = kind(value)
+            break
+    return yaml.safe_dump(value, default_flow_style=True, width=10**9).strip().removesuffix("...").strip()
 
 
 def normalize_argv(argv: list[str]) -> list[str]:

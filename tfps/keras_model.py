@@ -96,9 +96,24 @@ class KerasBuilder:
     def __post_init__(self):
         self.takes_params = "params" in inspect.signature(self.fn).parameters
 
+    def check_args(self, args: dict) -> None:
+        """Refuse --model_arg names the builder does not take, naming its signature."""
+        sig = inspect.signature(self.fn)
+        if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+            return
+        takes = {n for n, p in sig.parameters.items()
+                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n != "params"}
+        unknown = [k for k in args if k not in takes]
+        if unknown:
+            raise ConfigError(f"{self.name}{sig} takes no argument {', '.join(map(repr, unknown))}; give it "
+                              f"one of its own ({', '.join(sorted(takes)) or 'it takes none'}), or add it to the "
+                              "builder", "model_args")
+
     def call(self, params) -> Any:
+        args = dict(getattr(params, "model_args", None) or {})
+        self.check_args(args)
         try:
-            model = self.fn(params=params) if self.takes_params else self.fn()
+            model = self.fn(params=params, **args) if self.takes_params else self.fn(**args)
         except ConfigError:
             raise
         except Exception as e:  # noqa: BLE001 - a user's builder: one line, not its traceback

@@ -23,6 +23,8 @@ class ModelParams:
     columns: tuple[tuple[str, str], ...] = ()
     hash_buckets: int = 1 << 20     # rows of wide_deep's shared tables (--hash_buckets)
     embedding_dim: int = 16         # wide_deep's embedding width (--embedding_dim)
+    #: --model_arg KEY=VALUE pairs: keyword arguments of a Keras builder; a model_fn reads them here
+    model_args: dict = dataclasses.field(default_factory=dict)
 
     def __getitem__(self, key: str) -> Any:   # params["num_classes"] works too
         return getattr(self, key)

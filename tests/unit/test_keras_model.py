@@ -208,3 +208,48 @@ def test_tf_keras_as_tutorials_write_it_is_tf_keras_under_tfps(csv8):
     setup = JobSetup(RunConfig(model=f"{FIX}:tf_dot_keras", train_data=csv8).validate())
     assert isinstance(setup.model_fn, keras_model.KerasModelFn)
     assert (setup.optimizer, setup.learning_rate) == ("sgd", 0.05)
+
+
+def test_builder_arguments_reach_the_builder_and_unknown_ones_are_refused(csv8, tmp_path, capsys):
+    from tfps.cli import main
+    from tfps.config import RunConfig, from_args
+    from tfps.task.setup import JobSetup
+    ns = __import__("tfps.cli", fromlist=["build_parser"]).build_parser().parse_args(
+        ["local", "--model", f"{FIX}:sized", "--train_data", csv8, "--model_arg", "units=4",
+         "--model_arg", "activation=tanh"])
+    cfg = from_args(ns)
+    assert cfg.model_args == {"units": 4, "activation": "tanh"}
+    assert "--model_arg=units=4" in cfg.to_args() and "--model_arg=activation=tanh" in cfg.to_args()
+    setup = JobSetup(cfg)
+    hidden = setup.model_fn.builder.call(setup.params).get_layer("hidden")
+    assert (hidden.units, hidden.activation.__name__) == (4, "tanh")
+    assert setup.params.model_args == {"units": 4, "activation": "tanh"}
+    assert setup.identity()["model_args"] == {"units": 4, "activation": "tanh"}
+
+    model_dir = tmp_path / "m"
+    rc = main(["local", "--model", f"{FIX}:sized", "--train_data", csv8, "--model_arg", "dropout=0.2",
+               "--model_dir", str(model_dir)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "model_args: tests.fixtures.keras_models:sized(params, units=8, activation='relu') takes no " \
+           "argument 'dropout'" in err[0], err[0]
+    assert not model_dir.exists()
+    with pytest.raises(ConfigError, match="takes no builder arguments"):
+        JobSetup(RunConfig(model="mlp", train_data=csv8, model_args={"units": 3}).validate())
+
+
+@pytest.mark.parametrize("pair,says", [("units", "is not KEY=VALUE"), ("units=[1, 2]", "must be one number"),
+                                       ("9x=1", "is not KEY=VALUE")])
+def test_a_malformed_model_arg_is_refused(pair, says):
+    from tfps.config import parse_model_args
+    with pytest.raises(ConfigError, match=says.replace("[", r"\[")):
+        parse_model_args([pair])
+
+
+def test_the_inventory_gives_builder_arguments_as_a_mapping():
+    from tfps.cluster.variables import launch_from_vars
+    cfg, launch = launch_from_vars({"tfps_model": "pkg.mod:build", "tfps_model_args": "{units: 128, act: relu}"})
+    assert cfg.model_args == {"units": 128, "act": "relu"}
+    assert "--model_arg=units=128" in launch.run_args and "--model_arg=act=relu" in launch.run_args
+    with pytest.raises(ConfigError, match="tfps_model_args"):
+        launch_from_vars({"tfps_model_args": "[1, 2]"})

@@ -39,6 +39,7 @@ TRAIN_LIST_PATH = f"{DATA_MOUNT}/.tfps-train-files"
 RUN_FIELDS = {
     "tfps_job_name": "run_name",
     "tfps_model": "model",
+    "tfps_model_args": "model_args",
     "tfps_train_data": "train_data",
     "tfps_eval_data": "eval_data",
     "tfps_label_column": "label_column",
@@ -153,6 +154,15 @@ def _coerce(cfg: RunConfig) -> None:
         if value is None or f.name not in RUN_FIELDS.values():
             continue
         kind = type(f.default) if f.default is not None else None
+        if f.name == "model_args" and isinstance(value, str):   # an INI inventory: "{units: 128}"
+            import yaml
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError:
+                raise ConfigError(f"is {value!r}; use a mapping such as {{units: 128, dropout: 0.2}}",
+                                  f.name) from None
+            setattr(cfg, f.name, value)
+            continue
         if f.name in ("replicas_to_aggregate", "backup_workers", "checkpoint_steps"):
             kind = int
         try:

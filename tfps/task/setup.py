@@ -44,6 +44,10 @@ class JobSetup:
                 self.eval_schema = dataclasses.replace(self.eval_schema, named=True)
         columns = self.schema.column_kinds()
         if cfg.model in models.BUILTIN:
+            if cfg.model_args:
+                raise ConfigError(f"the built-in model {cfg.model} takes no builder arguments "
+                                  f"({', '.join(cfg.model_args)}); its options are flags (--hidden_units, "
+                                  "--hash_buckets, --embedding_dim)", "model_args")
             if self.schema.string_columns and cfg.model not in models.NAMED_COLUMNS:
                 raise ConfigError(f"the data has text columns ({', '.join(self.schema.string_columns)}), and the "
                                   f"built-in model {cfg.model} takes numbers only; use a Keras model with one "
@@ -54,7 +58,7 @@ class JobSetup:
             self.model_fn = models.NamedColumns(self.model_fn, columns)
         self.params = models.ModelParams(self.schema.feature_shape, self.schema.num_classes,
                                          tuple(cfg.hidden), cfg.learning_rate or 0.0, cfg.seed, columns,
-                                         cfg.hash_buckets, cfg.embedding_dim)
+                                         cfg.hash_buckets, cfg.embedding_dim, dict(cfg.model_args or {}))
         if isinstance(self.model_fn, keras_model.KerasBuilder):   # a Keras model: checked against the data now
             self.model_fn = keras_model.bind(self.model_fn, self.schema, self.params, self.eval_schema)
             if self.model_fn.info.columns is not None and self.schema.fmt == "tfrecord":
@@ -98,6 +102,8 @@ class JobSetup:
         c = self.cfg
         ident = {"run_name": c.name, "model": c.model, "feature_shape": list(self.schema.feature_shape),
                  "num_classes": self.schema.num_classes, "hidden_units": c.hidden_units}
+        if c.model_args:   # they shape the model: a checkpoint of other arguments does not fit
+            ident["model_args"] = dict(c.model_args)
         if c.model in models.NAMED_COLUMNS:   # the shapes of its tables
             ident.update(hash_buckets=c.hash_buckets, embedding_dim=c.embedding_dim)
         return ident
