@@ -37,6 +37,10 @@ class ModelSpec:
     metrics: dict = dataclasses.field(default_factory=dict)
     #: Ops to run with every training step (a Keras model's BatchNormalization updates).
     update_ops: list = dataclasses.field(default_factory=list)
+    #: Stateful metrics of an evaluation (a Keras model's AUC, Precision, Recall, ...): name ->
+    #: (update op, result tensor, variables). Streamed over the whole evaluation set: the
+    #: variables are initialised once, updated with every batch, read at the end.
+    streaming: dict = dataclasses.field(default_factory=dict)
 
 
 ModelFn = Callable[[Any, Any, str, ModelParams], ModelSpec]

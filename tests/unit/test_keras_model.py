@@ -253,3 +253,46 @@ def test_the_inventory_gives_builder_arguments_as_a_mapping():
     assert "--model_arg=units=128" in launch.run_args and "--model_arg=act=relu" in launch.run_args
     with pytest.raises(ConfigError, match="tfps_model_args"):
         launch_from_vars({"tfps_model_args": "[1, 2]"})
+
+
+def test_stateful_metrics_stream_over_the_whole_evaluation_set(tmp_path):
+    """AUC, Precision and Recall of the export's evaluation equal Keras's own over the whole
+    set at once, not a mean of per-batch values (which differs with small batches)."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from tfps import data
+    from tfps.config import RunConfig
+    from tfps.task import export
+    from tfps.task.setup import JobSetup
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(300, 4)).astype(np.float32)
+    y = (x[:, 0] + 0.8 * rng.normal(size=300) > 0).astype(np.int64)
+    path = tmp_path / "bin.csv"
+    path.write_text("a,b,c,d,label\n" + "".join(f"{r[0]},{r[1]},{r[2]},{r[3]},{t}\n" for r, t in zip(x, y)))
+    setup = JobSetup(RunConfig(model=f"{FIX}:binary_with_stateful_metrics", train_data=str(path)).validate())
+    v1 = tf.compat.v1
+    ckpt = str(tmp_path / "model.ckpt")
+    with tf.Graph().as_default():
+        feats, labels = v1.placeholder(tf.float32, [None, 4]), v1.placeholder(tf.int64, [None])
+        spec = setup.model_fn(feats, labels, "train", setup.params)
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            probs = sess.run(spec.predictions["probability"], {feats: x})
+            v1.train.Saver().save(sess, ckpt)
+    got = export.evaluate(setup.model_fn, setup.params, ckpt,
+                          lambda: data.make_dataset(setup.schema, "label", 16, train=False))
+    whole = {}
+    for name, metric in (("auc", keras.metrics.AUC()), ("precision", keras.metrics.Precision()),
+                         ("recall", keras.metrics.Recall())):
+        metric.update_state(y[:, None].astype(np.float32), probs[:, None])
+        whole[name] = float(metric.result())
+    for name in whole:
+        assert abs(got[name] - whole[name]) < 1e-4, (name, got, whole)
+    batches = [(y[i:i + 16], probs[i:i + 16]) for i in range(0, 300, 16)]
+    per_batch = []
+    for t, p in batches:
+        m = keras.metrics.Recall()
+        m.update_state(t[:, None].astype(np.float32), p[:, None])
+        per_batch.append(float(m.result()) * len(t))
+    assert abs(sum(per_batch) / 300 - whole["recall"]) > 1e-4   # the mean of batches would be wrong

@@ -128,16 +128,23 @@ def evaluate(model_fn, params, checkpoint: str, dataset) -> dict[str, float]:
                 and spec.predictions["probabilities"].shape[-1] == 2:
             scores = spec.predictions["probabilities"][:, 1]
         ranked = {"_scores": scores, "_labels": labels} if scores is not None else {}
+        # Stateful metrics (AUC, Precision, Recall): updated with every batch, read once at the end.
+        streamed = {f"_update_{k}": update for k, (update, _, _) in spec.streaming.items()}
+        state = [v for _, _, variables in spec.streaming.values() for v in variables]
         totals: dict[str, float] = {}
         count = 0
         seen_scores, seen_labels = [], []
         with v1.Session(graph=graph) as sess:
             _restore(sess, checkpoint)
+            if state:
+                sess.run(v1.variables_initializer(state))
             while True:
                 try:
-                    out = sess.run({**fetch, **ranked})
+                    out = sess.run({**fetch, **ranked, **streamed})
                 except tf.errors.OutOfRangeError:
                     break
+                for k in streamed:
+                    out.pop(k)
                 if ranked:
                     seen_scores.append(np.asarray(out.pop("_scores")).reshape(-1))
                     seen_labels.append(np.asarray(out.pop("_labels")).reshape(-1))
@@ -145,10 +152,12 @@ def evaluate(model_fn, params, checkpoint: str, dataset) -> dict[str, float]:
                 count += n
                 for k, v in out.items():
                     totals[k] = totals.get(k, 0.0) + float(np.asarray(v)) * n
+            results = sess.run({k: result for k, (_, result, _) in spec.streaming.items()}) if count else {}
     metrics = {k: round(v / count, 6) for k, v in totals.items()} if count else {}
+    metrics.update({k: round(float(np.asarray(v)), 6) for k, v in results.items()})
     if seen_scores:
         value = auc(np.concatenate(seen_scores), np.concatenate(seen_labels))
-        if value is not None:
+        if value is not None and "auc" not in results:   # a compiled keras.metrics.AUC keeps its own
             metrics["auc"] = round(value, 6)
     return metrics
 
