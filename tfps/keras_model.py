@@ -451,7 +451,29 @@ class KerasModelFn:
             key, value = self._metric(m, y_loss if self.num_classes else y[:, None], out, y)
             if key and key not in metrics and key != "loss":
                 metrics[key] = value
-        return ModelSpec(loss, preds, metrics, update_ops=update_ops)
+        streaming = self._streaming(info.metrics, y, preds, binary) if mode == "eval" else {}
+        return ModelSpec(loss, preds, metrics, update_ops=update_ops, streaming=streaming)
+
+    def _streaming(self, compiled, y, preds, binary) -> dict:
+        """The compiled stateful metrics (keras.metrics.AUC, Precision, Recall, ...) for an
+        evaluation, each a fresh copy in this graph fed as Keras feeds it: the labels (one-hot
+        for several classes) and the model's probabilities."""
+        import tensorflow as tf
+        import tf_keras as keras
+        out = {}
+        for m in compiled:
+            if not isinstance(m, keras.metrics.Metric) or compat.keras_metric_fn(m)[0] is not None:
+                continue   # a function (or a Metric wrapping one) is a mean of per-batch values already
+            fresh = type(m).from_config(m.get_config())
+            if binary:
+                target, scores = tf.cast(y, tf.float32)[:, None], preds["probability"][:, None]
+            elif self.num_classes:
+                target, scores = tf.one_hot(y, self.num_classes), preds["probabilities"]
+            else:
+                target, scores = y[:, None], preds["predictions"][:, None]
+            update = fresh.update_state(target, scores)
+            out[fresh.name] = (update, fresh.result(), list(fresh.variables))
+        return out
 
     @staticmethod
     def _regularization(model, xs, before) -> list:
