@@ -411,3 +411,16 @@ def test_collect_yml_judges_and_shows_the_job_through_ansible(tmp_path, case):
         assert f"  chief log  {tmp_path / 'runs'}/logs/worker0.full.log (whole)" in shown
     assert "  tasks      tfps-demo-ps0 exit 0, tfps-demo-worker0 exit %d, tfps-demo-worker1 exit 0" % exit_code in shown
     assert shown[-3:] == ["last lines of the chief's log:", "one", "two"]
+
+
+def test_the_message_shows_the_settings_that_differ_from_the_defaults():
+    from tfps.config import RunConfig
+    from tfps.notify.message import format_message
+    from tfps.outcome.report import job_config
+    cfg = RunConfig(sync_replicas=True, backup_workers=1, train_steps=500, model_args={"units": 4}).validate()
+    config = job_config(cfg)
+    assert config["changed"] == {"train_steps": 500, "sync_replicas": True, "backup_workers": 1,
+                                 "model_args": {"units": 4}}
+    _, body = format_message("succeeded", {"job": "j", "status": "succeeded", "config": config})
+    line = next(x for x in body.splitlines() if x.startswith("settings"))
+    assert line.split(None, 1)[1] == "train_steps 500, sync_replicas True, backup_workers 1, model_args units 4"

@@ -234,6 +234,9 @@ def format_message(event: str, results: JobResult | Mapping[str, Any]) -> tuple[
     workers = r.get("workers") if isinstance(r.get("workers"), Mapping) else {}
     row("workers", "; ".join(f"{name} {w.get('steps')} steps, {_num(w.get('examples_per_sec'))} examples/s"
                              for name, w in workers.items() if isinstance(w, Mapping)))
+    config = r.get("config") if isinstance(r.get("config"), Mapping) else {}
+    changed = config.get("changed") if isinstance(config.get("changed"), Mapping) else {}
+    row("settings", ", ".join(f"{k} {_pairs(v) if isinstance(v, Mapping) else v}" for k, v in changed.items()))
     row("hosts", _cluster(r.get("cluster")))
     row("image", r.get("image"))
     where = " on ".join(str(x) for x in (r.get("task"), r.get("host")) if x)

@@ -58,6 +58,10 @@ def job_config(cfg, setup=None) -> dict:
     (a flag, the Keras model's compile(), or tfps's default; ``optimizer_note`` says
     which), the export directory, the number of classes and the examples' shape."""
     config = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "notify"}
+    # What the user changed: the settings that differ from tfps's defaults (for the message).
+    defaults = dataclasses.asdict(type(cfg)())
+    config["changed"] = {k: v for k, v in config.items()
+                         if k not in ("notify_config", "model_dir", "export_dir", "run_name") and v != defaults.get(k)}
     config.update(run_name=cfg.name, export_dir=cfg.export_path, model_dir=os.path.abspath(cfg.model_dir),
                   checkpoint_every_steps=cfg.checkpoint_every_steps)
     if setup is not None:
