@@ -424,3 +424,15 @@ def test_the_message_shows_the_settings_that_differ_from_the_defaults():
     _, body = format_message("succeeded", {"job": "j", "status": "succeeded", "config": config})
     line = next(x for x in body.splitlines() if x.startswith("settings"))
     assert line.split(None, 1)[1] == "train_steps 500, sync_replicas True, backup_workers 1, model_args units 4"
+
+
+def test_the_role_reads_an_earlier_runs_results_through_jobresult(tmp_path):
+    """start.yml's "has the job ended already": the earlier results.json, through JobResult."""
+    f = filters()
+    record = f.tfps_results(slurp(SUCCEEDED))
+    assert record["status"] == "succeeded" and record["schema_version"] == 1 and record["global_step"] > 0
+    assert f.tfps_results(slurp(LEGACY))["status"] == "succeeded"
+    assert f.tfps_results({"failed": False, "msg": "file not found"}) == {}      # no earlier run
+    bad = tmp_path / "results.json"
+    bad.write_text('{"job": "x", "status": "succ')                                # cut short
+    assert f.tfps_results(slurp(bad)) == {}

@@ -43,6 +43,21 @@ def tfps_job_outcome(results, chief_state=None, script=False, chief="the chief",
                        chief=chief, chief_host=chief_host, results_file=results_file)
 
 
+def tfps_results(results):
+    """The record of results.json (a slurp result, its text or a dict) read through
+    ``JobResult``, as a dict; {} when there is none or it cannot be read."""
+    from tfps.outcome.contract import JobResult, ResultsError
+
+    text = _results_text(results)
+    if text is None:
+        return {}
+    try:
+        record = JobResult.from_dict(text) if isinstance(text, dict) else JobResult.from_json(text)
+    except ResultsError:
+        return {}
+    return record.to_dict()
+
+
 def tfps_container_exits(containers):
     """{container name: exit code} of docker_container_info's ``container`` records."""
     return {str(c.get("Name", "?")).lstrip("/"): (c.get("State") or {}).get("ExitCode") for c in containers if c}
@@ -70,4 +85,4 @@ def tfps_summary_lines(outcome, job, chief_host=None, results_dir=".", chief_nam
 class FilterModule:
     def filters(self):
         return {"tfps_job_outcome": tfps_job_outcome, "tfps_container_exits": tfps_container_exits,
-                "tfps_summary_lines": tfps_summary_lines}
+                "tfps_summary_lines": tfps_summary_lines, "tfps_results": tfps_results}
