@@ -106,6 +106,13 @@ def _tensorflow_missing(tf) -> list[tuple[str, str]]:
         has(t.Optimizer, attr, "tf.compat.v1.train.Optimizer")
     stored(t.Optimizer.__init__, "_use_locking", "tf.compat.v1.train.Optimizer.__init__")
     has(t.AdamOptimizer, "_get_beta_accumulators", "tf.compat.v1.train.AdamOptimizer")
+    for attr in ("_create_slots", "_zeros_slot"):
+        has(t.Optimizer, attr, "tf.compat.v1.train.Optimizer")
+    stored(t.Optimizer.__init__, "_name", "tf.compat.v1.train.Optimizer.__init__")
+    rms_slots = {c for code in _code_objects(getattr(t.RMSPropOptimizer, "_create_slots", None))
+                 for c in code.co_consts if isinstance(c, str)}
+    if not {"rms", "mg", "momentum"} <= rms_slots:
+        missing.append(("the slots rms, mg, momentum", "tf.compat.v1.train.RMSPropOptimizer._create_slots"))
     for attr in ("_lr_t", "_beta1_t", "_beta2_t", "_epsilon_t"):
         stored(getattr(t.AdamOptimizer, "_prepare", None), attr, "tf.compat.v1.train.AdamOptimizer._prepare")
     if not glob.glob(os.path.join(os.path.dirname(tf.__file__), TF_CC_LIBRARY + "*")):
@@ -229,6 +236,22 @@ def with_sparse_updates(base: type, name: str, apply_sparse, resource_apply_spar
                                 "__qualname__": name, "__doc__": base.__doc__})
 
 
+def with_zeros_slots(base: type, name: str, slots: tuple) -> type:
+    """A subclass of the v1 optimizer ``base`` whose ``slots`` (names) all start at zero.
+
+    ``tf.compat.v1.train.RMSPropOptimizer`` starts its mean square ("rms") at one; Keras's
+    RMSprop starts it at zero, and with this subclass the update is Keras's, step for step.
+    ``_create_slots`` and ``_zeros_slot`` are what TensorFlow's v1 optimizers build their
+    slots with.
+    """
+    def create_slots(self, var_list):
+        for v in var_list:
+            for slot in slots:
+                self._zeros_slot(v, slot, self._name)
+    return type(name, (base,), {"_create_slots": create_slots, "__module__": __name__, "__qualname__": name,
+                                "__doc__": base.__doc__})
+
+
 # =================================================================== tf_keras
 #: tf_keras's graph-mode layer bases, whose ``add_weight`` tfps.task.placement wraps.
 TF_KERAS_LAYER_MODULES = ("tf_keras.src.engine.base_layer", "tf_keras.src.engine.base_layer_v1")
@@ -242,6 +265,10 @@ def _tf_keras_missing(keras) -> list[tuple[str, str]]:
     for attr in ("_fn", "_fn_kwargs"):
         if wrapper is None or not _stores(wrapper.__init__, attr):
             missing.append((attr, "tf_keras.metrics.MeanMetricWrapper.__init__"))
+    exclude = getattr(getattr(keras.optimizers, "Optimizer", None), "exclude_from_weight_decay", None)
+    for attr in ("_exclude_from_weight_decay", "_exclude_from_weight_decay_names"):
+        if exclude is None or not _stores(exclude, attr):
+            missing.append((attr, "tf_keras.optimizers.Optimizer.exclude_from_weight_decay"))
     for name in TF_KERAS_LAYER_MODULES:
         try:
             module = importlib.import_module(name)
@@ -277,6 +304,13 @@ def keras_metric_fn(metric) -> tuple:
     """(function, keyword arguments) of a tf_keras metric that wraps a function
     (``MeanMetricWrapper``: ``SparseTopKCategoricalAccuracy(k=3)``...); (None, {}) for others."""
     return getattr(metric, "_fn", None), dict(getattr(metric, "_fn_kwargs", None) or {})
+
+
+def keras_weight_decay_exclusions(opt) -> tuple[list, list]:
+    """(variables, name patterns) a tf_keras optimizer's ``exclude_from_weight_decay()`` was
+    given: they keep their value under its ``weight_decay``. ([], []) when never called."""
+    return (list(getattr(opt, "_exclude_from_weight_decay", None) or []),
+            list(getattr(opt, "_exclude_from_weight_decay_names", None) or []))
 
 
 def keras_installed() -> bool:

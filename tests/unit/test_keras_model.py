@@ -144,11 +144,13 @@ def test_subclassed_model_is_called_on_the_data_shape(csv8, tmp_path):
 def test_compiled_optimizer_is_used_unless_flags_say_otherwise(csv8):
     s = setup_of(f"{FIX}:bn_dropout", csv8)
     assert (s.optimizer, s.learning_rate) == ("adam", 0.01)
-    assert s.optimizer_note == "optimizer adam (the model's compile()), learning_rate 0.01 (the model's compile())"
+    assert s.optimizer_note == ("optimizer adam (the model's compile()), learning_rate 0.01 (the model's compile()), "
+                                "beta_1 0.9, beta_2 0.999, epsilon 1e-07")
     assert s.params.learning_rate == 0.01
     s = setup_of(f"{FIX}:bn_dropout", csv8, optimizer="sgd", learning_rate=0.2)
     assert (s.optimizer, s.learning_rate) == ("sgd", 0.2)
-    assert s.optimizer_note == "optimizer sgd (--optimizer), learning_rate 0.2 (--learning_rate)"
+    assert s.optimizer_note == ("optimizer sgd (--optimizer), learning_rate 0.2 (--learning_rate); the model's Adam "
+                                "and its options do not apply (--optimizer given)")
     s = setup_of("mlp", csv8)   # not Keras: tfps's defaults, as before
     assert (s.optimizer, s.learning_rate) == ("adam", 0.01)
 

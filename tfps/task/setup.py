@@ -132,12 +132,44 @@ def _pick(flag_value, flag: str, model_value, default):
 
 def choose_optimizer(cfg, model_fn) -> tuple[str, float, str]:
     """(optimizer, learning rate, where each came from): an explicit flag wins, then the
-    Keras model's compile(), then tfps's defaults."""
+    Keras model's compile(), then tfps's defaults.
+
+    The note names the options in force (those of the model's compiled optimizer, its
+    schedule, clipping and weight decay). A compiled option tfps cannot honour is refused
+    here (ConfigError, before any task starts) unless ``--optimizer`` replaces the model's
+    optimizer, whose options then do not apply at all.
+    """
     info = getattr(model_fn, "info", None)
+    refusal = getattr(info, "optimizer_refusal", None)
+    if refusal is not None and not cfg.optimizer:
+        raise refusal   # a ConfigError (field "model") that names the option and the optimizer
     opt, opt_src = _pick(cfg.optimizer, "--optimizer", getattr(info, "optimizer", None), DEFAULT_OPTIMIZER)
     lr, lr_src = _pick(cfg.learning_rate, "--learning_rate", getattr(info, "learning_rate", None),
                        DEFAULT_LEARNING_RATE)
     note = f"optimizer {opt} ({opt_src}), learning_rate {lr:g} ({lr_src})"
-    if info is not None and info.optimizer_note and not (cfg.optimizer and cfg.learning_rate):
+    options = optimizer_options(cfg, model_fn)
+    if options:
+        from tfps.keras_model import describe_options
+        described = describe_options(options)
+        note += f", {described}" if described else ""
+    model_options = dict(getattr(info, "optimizer_options", None) or {})
+    if getattr(info, "optimizer_class", "") and cfg.optimizer:
+        note += f"; the model's {info.optimizer_class} and its options do not apply (--optimizer given)"
+    elif model_options.get("schedule") and cfg.learning_rate:
+        schedule = model_options["schedule"]["class_name"]
+        note += f"; the model's {schedule} schedule does not apply (--learning_rate given)"
+    if info is not None and info.optimizer_note and not cfg.optimizer:
         note += info.optimizer_note
     return opt, float(lr), note
+
+
+def optimizer_options(cfg, model_fn) -> dict:
+    """The options of the Keras model's compiled optimizer that apply (``tfps.task.optimizers.make``):
+    none with ``--optimizer``; without its schedule when ``--learning_rate`` is given."""
+    info = getattr(model_fn, "info", None)
+    options = dict(getattr(info, "optimizer_options", None) or {})
+    if cfg.optimizer or getattr(info, "optimizer", None) is None:
+        return {}
+    if cfg.learning_rate:
+        options.pop("schedule", None)
+    return options

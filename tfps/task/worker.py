@@ -50,7 +50,8 @@ log = logging.getLogger("tfps")
 def _optimizer(setup: JobSetup):
     """The optimizer the setup chose (an explicit flag, else a Keras model's compile(), else the default)."""
     from tfps.task import optimizers
-    return optimizers.make(setup.optimizer, setup.learning_rate)
+    from tfps.task.setup import optimizer_options
+    return optimizers.make(setup.optimizer, setup.learning_rate, optimizer_options(setup.cfg, setup.model_fn))
 
 
 class ChiefGaveUp(Exception):
