@@ -634,15 +634,18 @@ class KerasModelFn:
         for m in compiled:
             if not isinstance(m, keras.metrics.Metric) or compat.keras_metric_fn(m)[0] is not None:
                 continue   # a function (or a Metric wrapping one) is a mean of per-batch values already
-            fresh = type(m).from_config(m.get_config())
-            if binary:
-                target, scores = tf.cast(y, tf.float32)[:, None], preds["probability"][:, None]
-            elif self.num_classes:
-                target, scores = tf.one_hot(y, self.num_classes), preds["probabilities"]
-            else:
-                target, scores = y[:, None], preds["predictions"][:, None]
-            update = fresh.update_state(target, scores)
-            out[fresh.name] = (update, fresh.result(), list(fresh.variables))
+            try:
+                fresh = type(m).from_config(m.get_config())
+                if binary:
+                    target, scores = tf.cast(y, tf.float32)[:, None], preds["probability"][:, None]
+                elif self.num_classes:
+                    target, scores = tf.one_hot(y, self.num_classes), preds["probabilities"]
+                else:
+                    target, scores = y[:, None], preds["predictions"][:, None]
+                update = fresh.update_state(target, scores)
+                out[fresh.name] = (update, fresh.result(), list(fresh.variables))
+            except Exception as e:  # noqa: BLE001 - refused by name, never left out in silence
+                raise _metric_refusal(m, e) from None
         return out
 
     @staticmethod
@@ -684,9 +687,18 @@ class KerasModelFn:
             if "sparse" in str(key) or "sparse" in getattr(fn, "__name__", ""):
                 target = y_sparse
             return str(key), tf.reduce_mean(tf.cast(fn(target, out), tf.float32))
-        except Exception as e:  # noqa: BLE001 - a metric tfps cannot compute per batch is left out
-            log.debug("metric %r left out: %s", m, e)
-            return None, None
+        except Exception as e:  # noqa: BLE001 - refused by name, never left out in silence
+            raise _metric_refusal(m, e) from None
+
+
+def _metric_refusal(metric, error: Exception) -> ConfigError:
+    name = metric if isinstance(metric, str) else (getattr(metric, "name", None) or getattr(metric, "__name__", None)
+                                                    or type(metric).__name__)
+    first = (str(error).strip().splitlines() or [""])[0][:200]
+    return ConfigError(f"the compiled metric {name!r} cannot be computed on this model's labels and outputs "
+                       f"({type(error).__name__}: {first}); remove it from compile(), or use one tfps computes: "
+                       "a function of (labels, outputs), or a stateful keras.metrics such as AUC, Precision or "
+                       "Recall", "model")
 
 
 def bind(builder: KerasBuilder, schema, params, eval_schema=None) -> KerasModelFn:

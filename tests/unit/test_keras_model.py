@@ -298,3 +298,17 @@ def test_stateful_metrics_stream_over_the_whole_evaluation_set(tmp_path):
         m.update_state(t[:, None].astype(np.float32), p[:, None])
         per_batch.append(float(m.result()) * len(t))
     assert abs(sum(per_batch) / 300 - whole["recall"]) > 1e-4   # the mean of batches would be wrong
+
+
+def test_a_metric_tfps_cannot_compute_is_refused_by_name(csv8):
+    """Never left out in silence: building the graph refuses it by name (the task then ends
+    the job with one line, exit 2). tf_keras's own compile() catches most such metrics first."""
+    import tensorflow as tf
+
+    from tests.fixtures.keras_models import fifth_class_score
+    v1 = tf.compat.v1
+    setup = setup_of(f"{FIX}:bn_dropout", csv8)
+    with tf.Graph().as_default():
+        y, out = v1.placeholder(tf.int64, [None]), v1.placeholder(tf.float32, [None, 3])
+        with pytest.raises(ConfigError, match="the compiled metric 'fifth_class_score' cannot be computed"):
+            setup.model_fn._metric(fifth_class_score, y, out, y)
