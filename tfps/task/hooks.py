@@ -188,6 +188,35 @@ class ReleaseSyncTokensHook(v1.train.SessionRunHook):
         except tf.errors.OpError as e:
             log.debug("releasing sync tokens failed: %s", e)
 
+class JobOver(Exception):
+    """A worker's session could not be created again, and the job has reached its last step."""
+
+
+class _JobAwareSessionManager(v1.train.SessionManager):
+    """TensorFlow's session manager, whose wait for a ready model ends once the job is over.
+
+    A worker whose session MonitoredSession recreates near the job's end (a peer went away)
+    would otherwise wait for a chief that has finished and gone: ``job_over()`` (the global
+    step at train_steps for a while, tfps.task.worker) ends the wait with ``JobOver``.
+    """
+
+    def __init__(self, job_over, **kw):
+        super().__init__(**kw)
+        self._job_over = job_over
+
+    def wait_for_session(self, master, config=None, max_wait_secs=float("inf")):
+        deadline = time.monotonic() + max_wait_secs
+        while True:
+            chunk = min(timeouts.SYNC_END_POLL_SECS, max(deadline - time.monotonic(), 0.0))
+            try:
+                return super().wait_for_session(master, config=config, max_wait_secs=chunk)
+            except tf.errors.DeadlineExceededError:
+                if self._job_over():
+                    raise JobOver() from None
+                if time.monotonic() >= deadline:
+                    raise
+
+
 class FastWorkerSessionCreator(v1.train.WorkerSessionCreator):
     """A non-chief's session creator that polls for the chief's initialisation every
     ``timeouts.JOIN_POLL_SECS`` instead of the 30 s TensorFlow hard-codes.
@@ -200,16 +229,17 @@ class FastWorkerSessionCreator(v1.train.WorkerSessionCreator):
     it is given before TensorFlow's ``create_session`` would make its own).
     """
 
-    def __init__(self, *args, wait_for_chief=None, **kw):
+    def __init__(self, *args, wait_for_chief=None, job_over=None, **kw):
         super().__init__(*args, **kw)
         self._wait_for_chief = wait_for_chief
+        self._job_over = job_over or (lambda: False)
 
     def _create_waiting_as_tensorflow(self):
         """TensorFlow's ``create_session``, with a session manager that polls every JOIN_POLL_SECS."""
         if compat.session_creator_session_manager(self) is None:
             s = compat.session_creator_scaffold(self).finalize()
-            compat.set_session_creator_session_manager(self, v1.train.SessionManager(
-                local_init_op=s.local_init_op, ready_op=s.ready_op,
+            compat.set_session_creator_session_manager(self, _JobAwareSessionManager(
+                self._job_over, local_init_op=s.local_init_op, ready_op=s.ready_op,
                 ready_for_local_init_op=s.ready_for_local_init_op,
                 graph=v1.get_default_graph(), recovery_wait_secs=timeouts.JOIN_POLL_SECS,
                 local_init_feed_dict=s.local_init_feed_dict))

@@ -67,6 +67,7 @@ class Worker:
         self.started_iso = results.now_iso()
         self.first_step_at: float | None = None
         self.trained_at: float | None = None   # when the last step of this task ended
+        self.job_over = False   # non-chief: the global step has stood at train_steps for a while
         self.last_seen_step = 0
         self.local_steps = 0                  # steps this process trained (ProgressHook counts them)
         self.setup: JobSetup | None = None
@@ -86,7 +87,7 @@ class Worker:
         from tfps.task.hooks import FastWorkerSessionCreator
         return [publish_hook(self.ops["board"], self)], FastWorkerSessionCreator(
             scaffold=scaffold, master=server.target, config=session_config(self.task, self.cfg),
-            wait_for_chief=self._wait_for_chief)
+            wait_for_chief=self._wait_for_chief, job_over=lambda: self.job_over)
 
     def _run_trained(self, setup: JobSetup, server, graph, ops) -> ExitCode:
         return self._run_worker(server, graph, ops)
@@ -218,10 +219,12 @@ class Worker:
                                          stop_grace_period_secs=timeouts.SESSION_CLOSE_GRACE_SECS), progress
 
     def _train(self, server, graph):
+        from tfps.task.hooks import JobOver
         ended = threading.Event()
-        if self.ops.get("close_tokens") is not None:
+        if not self.task.is_chief:
             threading.Thread(target=self._end_last_token_wait, args=(server, graph, ended),
-                             name="tfps-sync-end", daemon=True).start()
+                             name="tfps-job-end", daemon=True).start()
+        progress = None
         try:
             with graph.as_default():
                 sess, progress = self._session(server, graph, [])
@@ -232,44 +235,64 @@ class Worker:
                     # checkpoint, the teardown of the session) is part of the final save.
                     self.trained_at = time.time()
             return progress
+        except JobOver:
+            log.info("%s: the job reached its last step while this worker's session was being created "
+                     "again; nothing is left to train", self.task.name)
+            self.trained_at = time.time()
+            return progress
         finally:
             ended.set()
             # A job restored at its last step trains none; its final save is not start-up.
             self.watchdog.disarm()
 
     def _end_last_token_wait(self, server, graph, ended: threading.Event) -> None:
-        """Sync, non-chief: end a wait for a token that no chief will give any more.
+        """Non-chief: end a wait that nobody will answer once the job is over.
 
-        A sync worker's step waits for a token from the chief. When the chief has made the
-        last step and gone (its end releases the waiting workers, but a chief that was
-        restarted mid-job can leave one waiting), the global step is at ``train_steps`` and
-        nothing will ever fill the queue. Once that has lasted ``SYNC_END_GRACE_SECS``,
-        this worker closes the token queue (what the chief's queue runner does at its end):
-        the waiting step ends with OutOfRange, which ends MonitoredSession's loop cleanly.
+        When the global step has stood at ``train_steps`` for ``SYNC_END_GRACE_SECS`` and
+        this worker's training loop has not ended, the chief has made the last step and may
+        be gone. Two waits would never end then: a sync step's wait for a token (the chief's
+        end releases the waiting workers, but one restarted mid-job has been seen to leave
+        one waiting), which closing the token queue ends (what the chief's queue runner does
+        at its end: the step ends with OutOfRange, which ends MonitoredSession's loop
+        cleanly); and a session being created again after a peer went away, which waits
+        for a ready model (``job_over`` makes it give up: tfps.task.hooks.JobOver).
         """
         import tensorflow as tf
         v1 = tf.compat.v1
         reached_at = None
+        closed = False
+        session = None
+        options = v1.RunOptions(timeout_in_ms=timeouts.WATCH_READ_TIMEOUT_MS)
         try:
-            with v1.Session(server.target, graph=graph, config=session_config(self.task, self.cfg)) as s:
-                while not ended.wait(timeouts.SYNC_END_POLL_SECS):
-                    try:
-                        step = int(s.run(self.ops["global_step"],
-                                         options=v1.RunOptions(timeout_in_ms=timeouts.WATCH_READ_TIMEOUT_MS)))
-                    except tf.errors.OpError:
-                        continue   # a ps restarting, or not initialised yet
-                    if step < self.cfg.train_steps:
-                        reached_at = None
-                        continue
-                    reached_at = reached_at or time.monotonic()
-                    if time.monotonic() - reached_at >= timeouts.SYNC_END_GRACE_SECS and not ended.is_set():
-                        log.info("%s: the job reached step %d and this worker still waits for a sync token; "
-                                 "closing the token queue ends the wait", self.task.name, step)
-                        s.run(self.ops["close_tokens"],
-                              options=v1.RunOptions(timeout_in_ms=timeouts.WATCH_READ_TIMEOUT_MS))
-                        return
+            while not ended.wait(timeouts.SYNC_END_POLL_SECS):
+                try:
+                    if session is None:
+                        session = v1.Session(server.target, graph=graph, config=session_config(self.task, self.cfg))
+                    step = int(session.run(self.ops["global_step"], options=options))
+                except tf.errors.OpError as e:
+                    # a ps restarting, not initialised yet, or this session gone stale: a new one next time
+                    log.debug("%s: sync end watch: %s", self.task.name, e.message.splitlines()[0] if e.message else e)
+                    if session is not None:
+                        session.close()
+                    session = None
+                    continue
+                if step < self.cfg.train_steps:
+                    reached_at = None
+                    continue
+                reached_at = reached_at or time.monotonic()
+                if time.monotonic() - reached_at < timeouts.SYNC_END_GRACE_SECS or ended.is_set():
+                    continue
+                self.job_over = True   # a session being created again gives up (tfps.task.hooks.JobOver)
+                if not closed and self.ops.get("close_tokens") is not None:
+                    closed = True
+                    log.info("%s: the job reached step %d and this worker has not ended; closing the sync "
+                             "token queue ends a wait for a token", self.task.name, step)
+                    session.run(self.ops["close_tokens"], options=options)
         except Exception as e:  # noqa: BLE001 - a helper thread: the training loop decides the outcome
-            log.debug("%s: the sync end watch stopped: %s", self.task.name, e)
+            log.warning("%s: the watch for the job's end stopped: %s: %s", self.task.name, type(e).__name__, e)
+        finally:
+            if session is not None:
+                session.close()
 
     def _end_rpc(self, server, graph, fetches, what: str) -> bool:
         """One last RPC to the ps (a done token, the stop flag), bounded as a whole.
