@@ -340,3 +340,29 @@ def test_cli_writes_the_file_and_reports_errors(tmp_path, capsys):
     assert "notify:" in capsys.readouterr().err
     assert cli.main(["compose"]) == 0
     assert json.loads(yaml.safe_load(capsys.readouterr().out)["services"]["ps0"]["environment"]["TF_CONFIG"])
+
+
+def test_the_three_launchers_pass_the_same_settings_and_only_those_set():
+    """tfps local, tfps compose and the role give a task the same job settings, and an
+    unset learning rate or optimizer is left to the model (a Keras model's compiled ones)."""
+    from tfps.cluster.variables import DEFAULTS, launch_from_vars
+    from tfps.config import from_args
+    settings = {"train_steps": "77", "batch_size": "32", "backup_workers": "1", "model_arg": "units=48"}
+    flags = [f"--{k}={v}" for k, v in settings.items()] + ["--sync_replicas"]
+    # where each launcher puts files, and compose's in-container restarts: launcher policy, not job settings
+    ignore = ("--model_dir", "--run_name", "--export_dir", "--notify_config", "--train_data", "--restarts")
+
+    def job_flags(argv) -> set[str]:
+        return {a for a in argv if a.startswith("--") and not a.startswith(ignore)}
+
+    local = job_flags(from_args(cli.build_parser().parse_args(["local", *flags])).to_args())
+    service = yaml.safe_load(render(*flags))["services"]["worker0"]
+    composed = job_flags(service["command"])
+    role_vars = {**yaml.safe_load(DEFAULTS.read_text()), "tfps_train_steps": 77, "tfps_batch_size": 32,
+                 "tfps_sync_replicas": True, "tfps_backup_workers": 1, "tfps_model_args": {"units": 48}}
+    _, launch = launch_from_vars(role_vars)
+    played = job_flags(launch.run_args)
+    assert local == composed == played, (local, composed, played)
+    assert {"--train_steps=77", "--batch_size=32", "--sync_replicas", "--backup_workers=1",
+            "--model_arg=units=48"} <= local
+    assert not [a for a in local if a.startswith(("--learning_rate", "--optimizer"))]

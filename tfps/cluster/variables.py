@@ -46,6 +46,7 @@ RUN_FIELDS = {
     "tfps_train_steps": "train_steps",
     "tfps_batch_size": "batch_size",
     "tfps_learning_rate": "learning_rate",
+    "tfps_optimizer": "optimizer",
     "tfps_sync_replicas": "sync_replicas",
     "tfps_replicas_to_aggregate": "replicas_to_aggregate",
     "tfps_backup_workers": "backup_workers",
