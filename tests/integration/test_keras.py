@@ -317,3 +317,44 @@ def test_killed_chief_rejoins_its_keras_model(procs, blob_data, tmp_path):
     assert res["status"] == "succeeded" and res["global_step"] >= steps and res["export_complete"] is True
     assert_moving_statistics_trained(res["export_dir"])
     assert_nothing_left([t.port for t in plan.tasks], *tasks.values(), chief)
+
+
+# ----------------------------------------------------------------------------- compile() settings
+def test_clipnorm_and_builder_arguments_are_honoured_as_model_fit_honours_them(procs, tmp_path):
+    """SGD(learning_rate=40): with clipnorm 0.02 (a builder argument) tfps reaches the
+    accuracy plain model.fit reaches; without it both diverge. ``--model_arg units=48``
+    reaches the builder: the export's hidden layer has 48 units."""
+    import tf_keras as keras
+
+    from tests.fixtures.keras_models import sgd_clip
+    from tfps.modelspec import ModelParams
+    x, y = blobs(2000, 1)
+    hx, hy = blobs(600, 2)
+    x, hx = (x - 5.0) / 2.0, (hx - 5.0) / 2.0          # standardised: a learning rate of 40 is the only hazard
+    train = write_csv(tmp_path / "train.csv", COLUMNS, x, y)
+
+    def fit(clipnorm):
+        keras.utils.set_random_seed(1)
+        model = sgd_clip(ModelParams((8,), 3), clipnorm=clipnorm, units=48)
+        loss = model.fit(x, y, batch_size=64, epochs=5, verbose=0).history["loss"][-1]
+        return loss, float((np.argmax(model.predict(hx, verbose=0), axis=1) == hy).mean())
+
+    fit_loss, fit_acc = fit(0.02)
+    clipped = run_job(procs, "clipped", tmp_path / "clipped", "--model", f"{FIX}:sgd_clip", "--model_arg",
+                      "clipnorm=0.02", "--model_arg", "units=48", "--train_data", train, "--batch_size", 64,
+                      steps=300)
+    res = assert_succeeded(clipped, 300)
+    assert res["config"]["model_args"] == {"clipnorm": 0.02, "units": 48}
+    assert clipped.proc.lines(r"worker0: optimizer sgd \(the model's compile\(\)\).*clipnorm 0\.02")
+    assert export_variables(res["export_dir"])["hidden/kernel"].shape == (8, 48)
+    out = predict_in_fresh_process(res["export_dir"], {"measurements": hx})
+    acc = float((np.asarray(out["outputs"]["classes"]) == hy).mean())
+    assert fit_acc > 0.8 and acc >= fit_acc - 0.08, (acc, fit_acc, fit_loss)
+
+    wild_loss, wild_acc = fit(None)
+    assert not np.isfinite(wild_loss) or wild_acc < 0.5, (wild_loss, wild_acc)   # model.fit diverges
+    wild = run_job(procs, "unclipped", tmp_path / "unclipped", "--model", f"{FIX}:sgd_clip", "--train_data", train,
+                   "--batch_size", 64, steps=300)
+    assert wild.rc != 0
+    failed = wild.results
+    assert failed["status"] == "failed" and failed["error"]["type"] == "FloatingPointError", failed
