@@ -222,7 +222,7 @@ class Worker:
         from tfps.task.hooks import JobOver
         ended = threading.Event()
         if not self.task.is_chief:
-            threading.Thread(target=self._end_last_token_wait, args=(server, graph, ended),
+            threading.Thread(target=self._watch_for_the_jobs_end, args=(server, graph, ended),
                              name="tfps-job-end", daemon=True).start()
         progress = None
         try:
@@ -245,7 +245,7 @@ class Worker:
             # A job restored at its last step trains none; its final save is not start-up.
             self.watchdog.disarm()
 
-    def _end_last_token_wait(self, server, graph, ended: threading.Event) -> None:
+    def _watch_for_the_jobs_end(self, server, graph, ended: threading.Event) -> None:
         """Non-chief: end a wait that nobody will answer once the job is over.
 
         When the global step has stood at ``train_steps`` for ``SYNC_END_GRACE_SECS`` and
