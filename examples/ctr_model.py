@@ -9,6 +9,12 @@ is a float input. The ids are hashed into ``BUCKETS`` rows of one shared ``Embed
 (each column into its own range of rows), which tfps splits row-wise over the ps tasks
 when it is larger than ``--partition_mb``; a step moves only the rows its batch touched.
 The SavedModel's ``serving_default`` takes the raw columns by name: strings and a float.
+
+A 512 MiB table (2**23 x 16), split over two ps, with Adagrad (sparse updates in Keras's
+``model.fit`` too):
+
+    tfps local --ps 2 --workers 2 --model examples.ctr_model:build_model \
+        --model_arg buckets=8388608 --model_arg optimizer=adagrad --model_arg learning_rate=0.5 ...
 """
 
 import tensorflow as tf
@@ -20,7 +26,9 @@ DIM = 16
 TEXT = ("user", "ad", "site")
 
 
-def build_model(params, buckets: int = BUCKETS, dim: int = DIM):
+def build_model(params, buckets: int = BUCKETS, dim: int = DIM, optimizer: str = "adam",
+                learning_rate: float = 0.01):
+    """Every argument can be set from the command line: ``--model_arg buckets=8388608``."""
     inputs = {name: keras.Input(shape=(1,), name=name, dtype="string") for name in TEXT}
     inputs["price"] = keras.Input(shape=(1,), name="price")
     per_column = buckets // len(TEXT)
@@ -38,5 +46,6 @@ def build_model(params, buckets: int = BUCKETS, dim: int = DIM):
     # serving_default returns "probability", the chance of a click.
     out = keras.layers.Dense(1, activation="sigmoid")(keras.layers.Concatenate()([deep, cross]))
     model = keras.Model(inputs=[inputs[n] for n in (*TEXT, "price")], outputs=out)
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy", metrics=["accuracy"])
+    model.compile(optimizer=keras.optimizers.get({"class_name": optimizer, "config": {"learning_rate": learning_rate}}),
+                  loss="binary_crossentropy", metrics=["accuracy"])
     return model

@@ -130,9 +130,10 @@ def cmd_local(ns) -> ExitCode:
 def cmd_plan(ns) -> int:
     import json
 
-    from tfps.cluster.inventory import load_plan, plan_of
-    data = load_plan(ns.inventory, extra_vars=ns.extra_vars, vault_ids=ns.vault_id,
+    from tfps.cluster.inventory import load_view, plan_from_view, plan_of
+    view = load_view(ns.inventory, extra_vars=ns.extra_vars, vault_ids=ns.vault_id,
                      vault_password_files=ns.vault_password_file, playbook_dir=ns.playbook_dir)
+    data = plan_from_view(*view)
     if ns.format == "json":
         print(json.dumps(data, indent=2))
     else:
@@ -140,8 +141,35 @@ def cmd_plan(ns) -> int:
         print(plan_of(data).render_table(), end="")
         print(f"\njob {job['name']}: model_dir {job['model_dir']} on the chief's host; every task runs:")
         print("  " + " ".join(data["tasks"][0]["argv"] if not data["tasks"][0]["entrypoint"]
-                              else data["tasks"][0]["entrypoint"] + ["<classic flags>"]))
+                              else data["tasks"][0]["entrypoint"] + ["<classic flags>"]), flush=True)
+        print("\n" + _plan_memory(data, view))
     return ExitCode.OK
+
+
+def _plan_memory(data: dict, view) -> str:
+    """What each ps task will hold, estimated here from the model's shapes, or why not (one line).
+
+    The controller's own copies count: the data of ``tfps_data_src`` and the model module
+    of ``tfps_user_model_dir``, as the play uses them (``tfps.task.placement.plan_estimate``).
+    """
+    from tfps.task import placement
+    _, host_vars, defaults, template = view
+    chief = next(t["host"] for t in data["tasks"] if t["chief"])
+    merged = {**defaults, **host_vars[chief]}
+
+    def var(name: str) -> str | None:
+        try:
+            value = template(merged.get(name), merged)
+        except Exception:  # noqa: BLE001 - the plan resolved the job's settings; this is advice only
+            return None
+        return str(value) if value not in (None, "") else None
+
+    est = placement.plan_estimate(data, var("tfps_data_src"), var("tfps_train_data"), var("tfps_user_model_dir"))
+    if not isinstance(est, placement.MemoryEstimate):
+        return f"memory: not estimated: {est}"
+    return (f"memory: {est.line()} (estimated from the model's shapes); the chief's export restores the model's "
+            f"variables once more ({placement.fmt_mb(est.export_mb)} MB). The play refuses a ps host whose tasks' "
+            f"shares exceed {placement.USABLE_MEMORY:.0%} of its memory (ansible_memtotal_mb).")
 
 
 def cmd_notify_test(ns) -> ExitCode:
@@ -183,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     if ns.func is cmd_run:   # the task's own entry parses its flags again, -v included
         ns.run_argv = argv[:argv.index("run")] + argv[argv.index("run") + 1:]
     logs.setup(ns.verbose)
+    # As under `python -m`, a model module in the working directory is importable
+    # (--model mymodels.small:build_model); after the installed packages, never shadowing one.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         return int(ns.func(ns))
     except ConfigError as e:

@@ -29,7 +29,7 @@ import inspect
 
 from tfps import keras_model
 from tfps.errors import ConfigError
-from tfps.modelspec import ModelFn, ModelParams, ModelSpec  # noqa: F401 - the interface, imported from here by users
+from tfps.modelspec import ModelFn, ModelParams, ModelSpec, local_state  # noqa: F401 - the interface, imported from here by users
 
 
 def _dense(x, units: int, name: str, seed: int, activation=None):
@@ -157,12 +157,16 @@ def wide_deep(features, labels, mode, params: ModelParams) -> ModelSpec:
         x = _dense(x, h, f"deep{i}", params.seed + i, tf.nn.relu)
     logits = tf.add_n(parts + [_dense(x, units, "deep_output", params.seed + 99)])
     if binary:
-        return _binary_head(tf.reshape(logits, [-1]), labels)
+        return _binary_head(tf.reshape(logits, [-1]), labels, mode)
     return _head(logits, labels, mode, params)
 
 
-def _binary_head(logit, labels) -> ModelSpec:
-    """One logit: the probability of class 1, and the sigmoid cross-entropy."""
+def _binary_head(logit, labels, mode: str) -> ModelSpec:
+    """One logit: the probability of class 1, and the sigmoid cross-entropy.
+
+    In train mode also ``auc``, running over the worker's batches for its progress lines
+    (``tf.compat.v1.metrics.auc``, 200 thresholds as Keras's AUC, in the worker's own
+    variables: ``local_state``). The evaluation ranks the whole set exactly instead."""
     import tensorflow as tf
     p = tf.sigmoid(logit, name="probability")
     preds = {"probability": p, "probabilities": tf.stack([1.0 - p, p], axis=1, name="probabilities"),
@@ -172,7 +176,13 @@ def _binary_head(logit, labels) -> ModelSpec:
     y = tf.cast(labels, tf.float32)
     loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logit), name="loss")
     acc = tf.reduce_mean(tf.cast(tf.equal(preds["classes"], tf.cast(labels, tf.int64)), tf.float32))
-    return ModelSpec(loss, preds, {"accuracy": acc})
+    streaming = {}
+    if mode == "train":
+        with local_state() as state:
+            # The update's value is the AUC after it: the result the step reads.
+            _, update = tf.compat.v1.metrics.auc(tf.cast(labels, tf.bool), p, num_thresholds=200, name="running_auc")
+        streaming["auc"] = (update, update, list(state))
+    return ModelSpec(loss, preds, {"accuracy": acc}, streaming=streaming)
 
 
 class NamedColumns:
@@ -224,7 +234,7 @@ def resolve(name: str) -> ModelFn:
         hint = (" tf_keras is not installed: pip install --no-deps 'tf_keras==2.21.*'"
                 if isinstance(e, ImportError) and getattr(e, "name", "") == "tf_keras" else "")
         raise ConfigError(f"cannot import {module_name!r}: {type(e).__name__}: {e}.{hint} Check PYTHONPATH "
-                          "(the module must be importable by every task)", "model") from None
+                          "(the module must be importable by every task; tfps also looks in the working directory)", "model") from None
     fn = getattr(module, attr, None)
     if fn is None or not callable(fn):
         raise ConfigError(f"{module_name} has no function {attr!r}", "model")
