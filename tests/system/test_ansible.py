@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import faults
@@ -98,7 +99,12 @@ def test_deploy_trains_a_job_from_the_image_archive(bare_metal, image_archive, n
     # Kept after the job, to be inspected: hardening, limits per role, log rotation.
     hardening = {"tfps_remove_containers": False, "tfps_pids_limit": 2048, "tfps_worker_memory": "3g",
                  "tfps_worker_cpus": 1.5, "tfps_log_max_size": "20m", "tfps_log_max_file": 3}
-    model = {"tfps_model": "tf_keras_models:sequential", "tfps_user_model_dir": str(REPO / "tests/fixtures")}
+    # What a user has: a directory with their model file (tests/fixtures whole would be 36
+    # files for the role to copy to every host, minutes on a loaded machine).
+    user_models = tmp_path / "usermodels"
+    user_models.mkdir()
+    (user_models / "tf_keras_models.py").write_text((REPO / "tests/fixtures/tf_keras_models.py").read_text())
+    model = {"tfps_model": "tf_keras_models:sequential", "tfps_user_model_dir": str(user_models)}
     inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
         job, image_archive, network_smtp_server, **hardening, **model)})
     result = run_playbook("deploy.yml", inventory, play_vars(tmp_path))
@@ -359,6 +365,25 @@ def test_image_that_cannot_be_pulled_starts_nothing_and_sends_the_failure(bare_m
 
 
 @pytest.mark.system
+def test_a_container_docker_refuses_shows_dockers_reason_and_leaves_nothing(bare_metal, image_archive, run_playbook,
+                                                                            tmp_path):
+    """Docker refuses the ps container (a memory limit below its minimum) while the workers'
+    containers start on the other hosts: the play shows Docker's own reason, never the
+    secret in tfps_env (the start task keeps no_log), and removes what it started."""
+    job = "refused"
+    secret = f"tok-{uuid.uuid4().hex}"
+    inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
+        job, image_archive, tfps_ps_memory="1m", tfps_env={"TRAINING_API_TOKEN": secret})})
+    result = run_playbook("deploy.yml", inventory, play_vars(tmp_path))
+    assert result.returncode != 0, result.output[-3000:]
+    assert f"host1: Docker did not start tfps-{job}-ps0: " in result.output, result.output[-4000:]
+    assert "Minimum memory limit allowed is 6MB" in result.output, result.output[-4000:]
+    assert f"Nothing of job {job} was left running" in result.output
+    assert secret not in result.output
+    no_containers_anywhere(bare_metal, job)
+
+
+@pytest.mark.system
 def test_engine_restart_mid_job_brings_the_task_back_and_the_job_completes(bare_metal, image_archive,
                                                                            run_playbook, tmp_path):
     """The Docker engine of worker1's host restarts mid-job (as an upgrade does): the engine
@@ -402,6 +427,10 @@ def test_engine_restart_mid_job_brings_the_task_back_and_the_job_completes(bare_
     deploy.join(600)
     result = box["result"]
     assert_ok(result, "deploy.yml with an engine restart")
+    # While it waited, the play showed where the job stood, once per look that found it further on.
+    progress = re.findall(rf"host2: job {job} step (\d+)/{steps} \(\d+%\) \| loss [\d.]+ \| \d+ examples/s \| ETA \d+ s",
+                          result.output)
+    assert len(progress) >= 2 and int(progress[-1]) > int(progress[0]), result.output[-4000:]
     results = json.loads((tmp_path / "results" / "results.json").read_text())
     assert results["status"] == "succeeded" and results["global_step"] >= steps
     assert results["export_complete"] is True

@@ -1,9 +1,12 @@
-"""docker compose runs a user's tf_keras model mounted from a host directory.
+"""docker compose runs a user's tf.keras model mounted from a host directory.
 
-The image carries tf_keras; the model module (tests/fixtures/keras_models.py) reaches the
-containers through ``tfps compose --user_model_dir`` (mounted at /opt/usermodels), with no
-image rebuild. The job ends by itself and its SavedModel, read from the chief's volume,
-serves the demo evaluation data by the model's own input name.
+The model module (tests/fixtures/tf_keras_models.py) is written with ``import tensorflow as
+tf`` and ``tf.keras`` only, as TensorFlow's tutorials write it: a functional model with
+Rescaling, BatchNormalization and Dropout, compiled. The image carries tf_keras (which
+``tf.keras`` is under tfps); the module reaches the containers through ``tfps compose
+--user_model_dir`` (mounted at /opt/usermodels), with no image rebuild. The job ends by
+itself and its SavedModel, read from the chief's volume, serves the demo evaluation data by
+the model's own input name.
 """
 
 from __future__ import annotations
@@ -17,13 +20,15 @@ from test_compose import CHIEF, MODEL_DIR, REPO, ComposeJob, exit_codes, generat
 pytestmark = pytest.mark.system
 
 STEPS = 300
+#: Not a line of it names tfps or tf_keras.
+MODEL = "tf_keras_models:functional"
 
 
 @pytest.fixture
 def keras_job(docker_client, compose_cli, tfps_image, tmp_path):
     directory = tmp_path / "keras"
     generate(directory, "--ps", "1", "--workers", "2", "--user_model_dir", str(REPO / "tests" / "fixtures"),
-             "--model", "keras_models:bn_dropout", "--train_steps", str(STEPS), "--log_steps", "10",
+             "--model", MODEL, "--train_steps", str(STEPS), "--log_steps", "10",
              image=tfps_image)
     job = ComposeJob(docker_client, directory, "docker-compose.yml")
     yield job
@@ -41,7 +46,7 @@ def test_keras_model_from_a_host_directory_trains_and_serves(keras_job, tmp_path
     results = keras_job.read_json(f"{MODEL_DIR}/results.json")
     assert results["status"] == "succeeded" and results["global_step"] >= STEPS
     assert results["export_complete"] is True
-    assert results["model"] == "keras_models:bn_dropout"
+    assert results["model"] == MODEL
 
     export = tmp_path / "export"
     for name, data in keras_job.files(f"{MODEL_DIR}/export", CHIEF).items():

@@ -436,3 +436,13 @@ def test_the_role_reads_an_earlier_runs_results_through_jobresult(tmp_path):
     bad = tmp_path / "results.json"
     bad.write_text('{"job": "x", "status": "succ')                                # cut short
     assert f.tfps_results(slurp(bad)) == {}
+
+
+def test_the_wait_line_says_where_the_job_stands():
+    """deploy.yml's wait prints one such line per look (tfps_wait_chief)."""
+    from tfps.outcome.results import progress_line
+    newest = {"step": 1200, "loss": 0.41213, "examples_per_sec": 5123.2, "time": 110.0}
+    assert progress_line(newest, {"step": 1000, "time": 100.0}, 3000) == \
+        "step 1200/3000 (40%) | loss 0.4121 | 5123 examples/s | ETA 90 s"
+    assert progress_line(newest, None, 3000) == "step 1200/3000 (40%) | loss 0.4121 | 5123 examples/s"
+    assert progress_line(None, None, 3000) == "step 0/3000: starting (no training step recorded yet)"

@@ -232,3 +232,26 @@ def test_the_roles_final_save_timeout_is_tfps_own_default():
     from tfps import timeouts
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     assert defaults["tfps_final_save_timeout"] == timeouts.DEFAULT_FINAL_SAVE_TIMEOUT
+
+
+def test_a_refused_container_shows_dockers_reason_with_the_secrets_masked():
+    """The start task keeps no_log; what the play shows of a refusal is Docker's message,
+    with every value of tfps_env and the notification URLs masked."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tfps_start", ROLE / "filter_plugins" / "tfps_start.py")
+    start = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(start)
+    started = {"results": [
+        {"item": {"container": "tfps-x-ps0"}, "failed": True, "changed": False,
+         "msg": "Error creating container: 400 Client Error: Bad Request (\"invalid env TOKEN=s3cr3t-value\n"
+                "for https://hooks.example/abc\")"},
+        {"item": {"container": "tfps-x-worker0"}, "changed": True},
+        {"item": {"container": "tfps-x-worker1"}, "skipped": True},
+    ]}
+    secrets = [{"TOKEN": "s3cr3t-value", "ON": "1"}, ["https://hooks.example/abc"]]
+    lines = start.tfps_refused(started, "host1", secrets)
+    assert lines == ["host1: Docker did not start tfps-x-ps0: Error creating container: 400 Client Error: Bad Request "
+                     "(\"invalid env TOKEN=<hidden> for <hidden>\")"]
+    # Everything the task touched goes again (one Docker created but could not start, too).
+    assert start.tfps_attempted(started) == ["tfps-x-ps0", "tfps-x-worker0"]
+    assert start.tfps_refused({"skipped": True}, "host2") == [] and start.tfps_attempted({}) == []

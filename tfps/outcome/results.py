@@ -48,6 +48,24 @@ def append_history(model_dir: str, record: dict) -> None:
         fh.write(json.dumps(record) + "\n")
 
 
+def progress_line(record: dict | None, earlier: dict | None, total: int) -> str:
+    """One line of where a job stands, from its newest history record (and an earlier one,
+    for the rate): ``step 1200/3000 (40%) | loss 0.4121 | 5123 examples/s | ETA 37 s``."""
+    if not record:
+        return f"step 0/{total}: starting (no training step recorded yet)"
+    step = int(record.get("step", 0))
+    parts = [f"step {step}/{total} ({100 * step / max(total, 1):.0f}%)"]
+    if isinstance(record.get("loss"), (int, float)):
+        parts.append(f"loss {record['loss']:.4f}")
+    if record.get("examples_per_sec"):
+        parts.append(f"{record['examples_per_sec']:.0f} examples/s")
+    if earlier and record.get("time") and earlier.get("time") and record["time"] > earlier["time"]:
+        rate = (step - int(earlier.get("step", 0))) / (record["time"] - earlier["time"])
+        if rate > 0:
+            parts.append(f"ETA {max(total - step, 0) / rate:.0f} s")
+    return " | ".join(parts)
+
+
 def read_jsonl(path: str) -> list:
     """The records of a JSON-lines file; a line cut short by a kill is skipped."""
     out = []
