@@ -150,8 +150,9 @@ def _plan_memory(data: dict, view) -> str:
     """What each ps task will hold, estimated here from the model's shapes, or why not (one line).
 
     The controller's own copies count: the data of ``tfps_data_src`` and the model module
-    of ``tfps_user_model_dir``, as the play uses them (``tfps.task.placement.plan_estimate``).
+    of ``tfps_user_model_dir``, as the play uses them (``tfps.launch.processes.plan_estimate``).
     """
+    from tfps.launch.processes import plan_estimate
     from tfps.task import placement
     _, host_vars, defaults, template = view
     chief = next(t["host"] for t in data["tasks"] if t["chief"])
@@ -164,7 +165,7 @@ def _plan_memory(data: dict, view) -> str:
             return None
         return str(value) if value not in (None, "") else None
 
-    est = placement.plan_estimate(data, var("tfps_data_src"), var("tfps_train_data"), var("tfps_user_model_dir"))
+    est = plan_estimate(data, var("tfps_data_src"), var("tfps_train_data"), var("tfps_user_model_dir"))
     if not isinstance(est, placement.MemoryEstimate):
         return f"memory: not estimated: {est}"
     return (f"memory: {est.line()} (estimated from the model's shapes); the chief's export restores the model's "

@@ -18,6 +18,9 @@ checkpoints, resume, final save, fresh-graph export, results.json, the message):
 * Loss: the compiled loss, else sparse categorical cross-entropy over ``num_classes``
   (from logits unless the output is a softmax), or mean squared error for regression;
   plus ``model.losses`` (regularisers).
+* Compiled stateful metrics (``AUC``, ``Precision``, ``Recall``, ...) are fresh copies in
+  each graph (``ModelSpec.streaming``): streamed over the evaluation set, and in training
+  the running values of the worker's progress lines, in the worker's own variables.
 
 ``tf.keras`` code works unchanged: every tfps process sets ``TF_USE_LEGACY_KERAS=1``
 before TensorFlow is imported, so ``tf.keras`` is tf_keras. Keras 3 (``import keras``
@@ -28,6 +31,7 @@ refused before the job starts.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
@@ -37,7 +41,7 @@ from typing import Any, NoReturn
 
 from tfps import compat
 from tfps.errors import ConfigError
-from tfps.modelspec import ModelSpec
+from tfps.modelspec import ModelSpec, local_state
 
 log = logging.getLogger("tfps")
 
@@ -621,13 +625,18 @@ class KerasModelFn:
             key, value = self._metric(m, y_loss if self.num_classes else y[:, None], out, y)
             if key and key not in metrics and key != "loss":
                 metrics[key] = value
-        streaming = self._streaming(info.metrics, y, preds, binary) if mode == "eval" else {}
+        streaming = self._streaming(info.metrics, y, preds, binary, mode) if mode in ("train", "eval") else {}
         return ModelSpec(loss, preds, metrics, update_ops=update_ops, streaming=streaming)
 
-    def _streaming(self, compiled, y, preds, binary) -> dict:
-        """The compiled stateful metrics (keras.metrics.AUC, Precision, Recall, ...) for an
-        evaluation, each a fresh copy in this graph fed as Keras feeds it: the labels (one-hot
-        for several classes) and the model's probabilities."""
+    def _streaming(self, compiled, y, preds, binary, mode: str) -> dict:
+        """The compiled stateful metrics (keras.metrics.AUC, Precision, Recall, ...), each a
+        fresh copy in this graph fed as Keras feeds it: the labels (one-hot for several
+        classes) and the model's probabilities.
+
+        Eval: streamed over the whole evaluation set (``tfps.task.export.evaluate``).
+        Train: the running values of the worker's progress lines. The copies' variables are
+        the worker's own (``modelspec.local_state``: on its device, never on a ps, in the
+        checkpoint or the SavedModel), and the result is read after the step's update."""
         import tensorflow as tf
         import tf_keras as keras
         out = {}
@@ -635,15 +644,18 @@ class KerasModelFn:
             if not isinstance(m, keras.metrics.Metric) or compat.keras_metric_fn(m)[0] is not None:
                 continue   # a function (or a Metric wrapping one) is a mean of per-batch values already
             try:
-                fresh = type(m).from_config(m.get_config())
-                if binary:
-                    target, scores = tf.cast(y, tf.float32)[:, None], preds["probability"][:, None]
-                elif self.num_classes:
-                    target, scores = tf.one_hot(y, self.num_classes), preds["probabilities"]
-                else:
-                    target, scores = y[:, None], preds["predictions"][:, None]
-                update = fresh.update_state(target, scores)
-                out[fresh.name] = (update, fresh.result(), list(fresh.variables))
+                with local_state() if mode == "train" else contextlib.nullcontext():
+                    fresh = type(m).from_config(m.get_config())
+                    if binary:
+                        target, scores = tf.cast(y, tf.float32)[:, None], preds["probability"][:, None]
+                    elif self.num_classes:
+                        target, scores = tf.one_hot(y, self.num_classes), preds["probabilities"]
+                    else:
+                        target, scores = y[:, None], preds["predictions"][:, None]
+                    update = fresh.update_state(target, scores)
+                    with tf.control_dependencies([update] if mode == "train" else []):
+                        result = tf.identity(fresh.result())
+                out[fresh.name] = (update, result, list(fresh.variables))
             except Exception as e:  # noqa: BLE001 - refused by name, never left out in silence
                 raise _metric_refusal(m, e) from None
         return out

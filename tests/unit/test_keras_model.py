@@ -267,6 +267,7 @@ def test_stateful_metrics_stream_over_the_whole_evaluation_set(tmp_path):
     from tfps.config import RunConfig
     from tfps.task import export
     from tfps.task.setup import JobSetup
+    keras.utils.set_random_seed(0)   # the untrained model's weights: scores on both sides of 0.5
     rng = np.random.default_rng(3)
     x = rng.normal(size=(300, 4)).astype(np.float32)
     y = (x[:, 0] + 0.8 * rng.normal(size=300) > 0).astype(np.int64)
@@ -291,6 +292,7 @@ def test_stateful_metrics_stream_over_the_whole_evaluation_set(tmp_path):
         whole[name] = float(metric.result())
     for name in whole:
         assert abs(got[name] - whole[name]) < 1e-4, (name, got, whole)
+    assert 0.05 < whole["recall"] < 0.95, whole   # else every batch's recall is the whole set's
     batches = [(y[i:i + 16], probs[i:i + 16]) for i in range(0, 300, 16)]
     per_batch = []
     for t, p in batches:
@@ -312,3 +314,81 @@ def test_a_metric_tfps_cannot_compute_is_refused_by_name(csv8):
         y, out = v1.placeholder(tf.int64, [None]), v1.placeholder(tf.float32, [None, 3])
         with pytest.raises(ConfigError, match="the compiled metric 'fifth_class_score' cannot be computed"):
             setup.model_fn._metric(fifth_class_score, y, out, y)
+
+
+# ----------------------------------------------------------------------------- running metrics
+def _binary_csv(path: Path, n: int = 300, seed: int = 3) -> tuple[str, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 4)).astype(np.float32)
+    y = (x[:, 0] + 0.8 * rng.normal(size=n) > 0).astype(np.int64)
+    path.write_text("a,b,c,d,label\n" + "".join(f"{r[0]},{r[1]},{r[2]},{r[3]},{t}\n" for r, t in zip(x, y)))
+    return str(path), x, y
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_running_metrics_of_a_training_step_are_the_workers_own(tmp_path, sync):
+    """The training step of worker 1 (1 ps, 2 workers) builds fresh AUC, Precision and Recall
+    whose variables live on worker 1: local variables (each worker's session initialises its
+    own), never global (the Saver's list, the checkpoint), never placed on the ps (whose
+    byte shares are unchanged). The progress fetches show them next to the loss."""
+    import tensorflow as tf
+
+    from tfps.cluster.spec import ClusterSpec, TaskRef
+    from tfps.task.lifecycle import StopSignal
+    from tfps.task.worker import Worker
+    v1 = tf.compat.v1
+    train, _, _ = _binary_csv(tmp_path / "bin.csv")
+    cfg = RunConfig(model=f"{FIX}:binary_with_stateful_metrics", train_data=train, sync_replicas=sync).validate()
+    task = TaskRef(ClusterSpec(("127.0.0.1:1",), ("127.0.0.1:2", "127.0.0.1:3")), "worker", 1)
+    worker = Worker(task, cfg, StopSignal())
+    graph, ops = worker.build(JobSetup(cfg, shard=(2, 1)))
+    assert list(ops["metrics"])[:3] == ["auc", "precision", "recall"], list(ops["metrics"])
+    state = ops["running_state"]
+    assert len(state) == 4 + 2 + 2   # AUC's four confusion counts per threshold, two each for the others
+    assert {v.device for v in state} == {"/job:worker/task:1/device:CPU:0"}
+    with graph.as_default():
+        names = {v.op.name for v in state}
+        assert names <= {v.op.name for v in v1.local_variables()}
+        assert not names & {v.op.name for v in v1.global_variables()}   # what the Saver saves
+        assert not names & {v.op.name for v in v1.trainable_variables()}
+    assert not names & set(worker.balancer.placed)
+    assert {v.device for v in graph.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES)} == {"/job:ps/task:0"}
+    assert ops["reset_running"] is not None
+
+
+def test_running_metrics_equal_keras_over_the_same_batches(tmp_path):
+    """Updated with every training step, read after it: after each step the running AUC,
+    Precision and Recall equal tf_keras's metrics updated with the same batches' labels and
+    probabilities; after a reset, they cover the batches since."""
+    import tensorflow as tf
+    import tf_keras as keras
+    v1 = tf.compat.v1
+    train, x, y = _binary_csv(tmp_path / "bin.csv")
+    setup = setup_of(f"{FIX}:binary_with_stateful_metrics", train)
+    g = tf.Graph()
+    seen, reported = [], []
+    with g.as_default():
+        feats, labels = v1.placeholder(tf.float32, [None, 4]), v1.placeholder(tf.int64, [None])
+        spec = setup.model_fn(feats, labels, "train", setup.params)
+        assert set(spec.streaming) == {"auc", "precision", "recall"}
+        results = {k: result for k, (_, result, _) in spec.streaming.items()}
+        step = tf.group(v1.train.GradientDescentOptimizer(0.5).minimize(spec.loss),
+                        *[update for update, _, _ in spec.streaming.values()])   # as the worker's step
+        reset = v1.variables_initializer([v for _, _, vs in spec.streaming.values() for v in vs])
+        with v1.Session() as sess:
+            sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
+            for i in range(0, 192, 32):
+                if i == 128:
+                    sess.run(reset)
+                feed = {feats: x[i:i + 32], labels: y[i:i + 32]}
+                _, probs, out = sess.run([step, spec.predictions["probability"], results], feed)
+                seen.append((y[i:i + 32], probs))
+                reported.append(out)
+    for n, out in enumerate(reported):
+        since = seen[:n + 1] if n < 4 else seen[4:n + 1]
+        for name, metric in (("auc", keras.metrics.AUC()), ("precision", keras.metrics.Precision()),
+                             ("recall", keras.metrics.Recall())):
+            for t, p in since:
+                metric.update_state(t[:, None].astype(np.float32), p[:, None])
+            assert abs(out[name] - float(metric.result())) < 1e-4, (n, name, out, float(metric.result()))
+    assert reported[3]["auc"] != reported[4]["auc"]

@@ -248,3 +248,82 @@ def test_a_step_receives_the_variables_of_each_ps_as_one_tensor():
     assert plain.keys() == packed.keys() and plain["global_step"] == packed["global_step"] == 3
     for name in plain:
         np.testing.assert_allclose(packed[name], plain[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+# ----------------------------------------------------------------------------- running metrics
+def test_running_auc_is_updated_by_every_step_of_the_loop_and_read_after_it():
+    """wide_deep's running ``auc`` (binary labels) inside the loop of K steps: each step adds
+    its batch to the worker's own histograms (local variables, not global), and the value
+    the run reports is the AUC of the histograms after its last step."""
+    from tfps import models, modelspec
+    from tfps.task.steps import step_loop
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(96, 3)).astype(np.float32)
+    y = (x[:, 0] + rng.normal(size=96) > 0).astype(np.int64)
+    params = modelspec.ModelParams((3,), 2, hidden_units=(4,), columns=(("a", "float32"), ("b", "float32"),
+                                                                        ("c", "float32")))
+    g = tf.Graph()
+    with g.as_default():
+        gs = v1.train.get_or_create_global_step()
+        batches = v1.data.make_one_shot_iterator(tf.data.Dataset.from_tensor_slices((x, y)).batch(16))
+        opt = v1.train.GradientDescentOptimizer(0.1)
+        state = []
+
+        def one_step():
+            features, labels = batches.get_next()
+            with modelspec.on_worker("/cpu:0"):
+                spec = models.wide_deep(features, labels, "train", params)
+            update, result, variables = spec.streaming["auc"]
+            state.extend(variables)
+            return tf.group(opt.minimize(spec.loss, global_step=gs), update), spec.loss, {"auc": result}
+
+        train_op, steps, _, metrics, bound = step_loop(one_step, gs, last_step=100)
+        assert [v.op.name for v in state] == ["running_auc/positives", "running_auc/negatives"]
+        assert {v.device for v in state} == {"/device:CPU:0"}
+        assert {v.op.name for v in state} <= {v.op.name for v in v1.local_variables()}
+        assert not {v.op.name for v in state} & {v.op.name for v in v1.global_variables()}
+        with v1.Session() as s:
+            s.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
+            assert s.run(steps, {bound: 1}) == 1
+            _, auc = s.run([train_op, metrics["auc"]], {bound: 4})
+            positives, negatives = s.run(state)
+    assert positives.sum() == y[:80].sum() and negatives.sum() == 80 - y[:80].sum()   # 5 steps, each once
+    below = np.cumsum(negatives) - negatives
+    assert auc == pytest.approx((positives * (below + negatives / 2)).sum() / (positives.sum() * negatives.sum()))
+
+
+def test_the_running_auc_is_the_rank_auc_of_the_bucketed_scores():
+    from tfps import models
+    from tfps.task.export import auc as rank_auc
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 1000)
+    p = 1 / (1 + np.exp(-(y + rng.normal(size=1000))))
+    with tf.Graph().as_default():
+        _, result, state = models._running_auc(tf.constant(y), tf.constant(p, tf.float32))
+        with v1.Session() as s:
+            s.run(v1.variables_initializer(state))
+            got = s.run(result)
+    assert got == pytest.approx(rank_auc(np.floor(p * 200), y), abs=1e-6)
+    assert got == pytest.approx(rank_auc(p, y), abs=2e-3)
+
+
+def test_progress_lines_show_running_metrics_and_reset_them_after_each_line(tmp_path, caplog):
+    """The line shows the running value as fetched; the hook then resets it, once per line."""
+    import logging
+    import types
+
+    from tfps.task.hooks import ProgressHook
+    job = types.SimpleNamespace(first_step_at=None, started_wall=0.0, last_seen_step=0, local_steps=0,
+                                watchdog=types.SimpleNamespace(progress=lambda: None))
+    ran = []
+    context = types.SimpleNamespace(session=types.SimpleNamespace(run=ran.append))
+    hook = ProgressHook(job, {}, every=4, batch_size=8, last_step=100, is_chief=False, model_dir=str(tmp_path),
+                        name="worker1", reset="the reset op")
+    with caplog.at_level(logging.INFO, logger="tfps"):
+        for step in range(1, 10):
+            hook.after_run(context, types.SimpleNamespace(results={"global_step": step, "loss": 0.5,
+                                                                   "auc": 0.6 + step / 100}))
+    lines = [r.getMessage() for r in caplog.records if ": step " in r.getMessage()]
+    assert [line.split(" | ")[0] for line in lines] == ["worker1: step 4/100 loss 0.5000 auc 0.6400",
+                                                        "worker1: step 8/100 loss 0.5000 auc 0.6800"]
+    assert ran == ["the reset op"] * 2

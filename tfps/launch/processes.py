@@ -13,6 +13,7 @@ way Kubeflow's TFJob does with ``cleanPodPolicy: Running``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -228,7 +229,12 @@ def _import_tensorflow_once(verbose: bool) -> bool:
     tasks' copies are filtered (``_tf_noise``), the launcher's own goes nowhere unless
     ``-v``. Returns False (and the tasks are spawned as new interpreters) when the import
     fails here (the task then reports the failure itself), or when this process is no longer
-    a clean single-threaded one that may fork."""
+    a clean single-threaded one that may fork.
+
+    tf_keras too, when it is installed: every worker imports it to build its graph
+    (``placement.partitioned``), and so does the memory estimate (``_estimate_isolated``),
+    forked from here before them; imported once, it is shared by all of them. Its import
+    starts no thread either."""
     if "tensorflow" in sys.modules:
         # The launcher has used TensorFlow already (reading TFRecord data to check it): its
         # runtime has started threads, which a fork would not copy while their locks stay held.
@@ -241,6 +247,9 @@ def _import_tensorflow_once(verbose: bool) -> bool:
         os.close(null)
     try:
         import_tensorflow()
+        from tfps import compat
+        if compat.keras_installed():
+            import tf_keras  # noqa: F401
         return _single_threaded()
     except Exception:   # noqa: BLE001 - each task imports it again and says what is wrong
         return False
@@ -299,19 +308,257 @@ def _wait(tasks: list[TaskProcess], timeout: float) -> bool:
     return all(t.poll() is not None for t in tasks)
 
 
-def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1) -> None:
-    """Refuse bad input before any process starts: data, model, model_dir, URLs."""
+# --------------------------------------------------------------------------- the variables' memory
+# What each ps task will hold, known before any task starts: ``tfps local`` prints it and
+# refuses variables this host cannot hold; ``tfps plan -i`` and the role's ``tfps_memory``
+# action ask for it on the controller (``plan_estimate``: ``python -m tfps.launch.processes``).
+# It lives here, not in tfps.task.placement, because it builds the graph with the worker's
+# own code (tfps.task.worker), which imports placement: a launcher may import a task's
+# modules, a task's modules never import back.
+
+#: How long an estimate may take (TensorFlow's import and one graph of the model).
+ESTIMATE_TIMEOUT_SECS = 300
+
+
+def estimate_memory(job, num_ps: int, num_workers: int = 1):
+    """Each ps task's share of the variables, the optimizer's slots included (``placement.MemoryEstimate``).
+
+    Builds the training graph exactly as a worker does (``tfps.task.worker.Worker.build``:
+    the same ``placement.partitioned(num_ps, partition_mb)``, optimizer and ``ByteBalancer``,
+    whose shares the chief logs and results.json records as ``ps_shares_mb``) in a
+    throwaway graph, and never creates a session, so nothing is allocated. ``job`` is a
+    ``JobSetup`` or a ``RunConfig``. A JobSetup made with ``bind=False`` (or from a
+    RunConfig) is bound in a throwaway graph, on a copy, so a Keras model's weights are
+    shapes, not gigabytes of initial values. Needs TensorFlow, the model and the training
+    data (for its columns).
+    """
+    import copy
+
+    from tfps.cluster.spec import ClusterSpec, TaskRef
+    from tfps.task import import_tensorflow
+    from tfps.task.lifecycle import StopSignal
+    from tfps.task.placement import MemoryEstimate
+    from tfps.task.setup import JobSetup
+    from tfps.task.worker import Worker
+    tf = import_tensorflow()
+    with _quiet():
+        if not isinstance(job, JobSetup):
+            job = JobSetup(job, evaluates=False, bind=False)
+        setup = job
+        if not setup.bound:
+            with tf.Graph().as_default():
+                setup = copy.copy(job).bind()
+        cluster = ClusterSpec(tuple(f"127.0.0.1:{1 + i}" for i in range(num_ps)),
+                              tuple(f"127.0.0.1:{1 + num_ps + i}" for i in range(max(num_workers, 1))))
+        worker = Worker(TaskRef(cluster, "worker", 0), setup.cfg, StopSignal())
+        worker.build(setup)
+    return MemoryEstimate.of(worker.balancer, setup.optimizer)
+
+
+def estimate_shares(job, num_ps: int) -> dict[str, float]:
+    """``{"ps0": MB, ...}``: :func:`estimate_memory`'s shares."""
+    return estimate_memory(job, num_ps).shares_mb
+
+
+def try_estimate(job, num_ps: int, num_workers: int = 1):
+    """:func:`estimate_memory`, or why it could not be made (one line): never raises for that."""
+    import importlib.util
+    if importlib.util.find_spec("tensorflow") is None:
+        return "TensorFlow is not installed here"
+    try:
+        return estimate_memory(job, num_ps, num_workers)
+    except ConfigError as e:
+        return str(e)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a user's model: the estimate is only advice
+        first = (str(e).strip().splitlines() or [""])[0]
+        return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The worker's own lines ("worker0: optimizer ...") and TensorFlow's deprecation warnings
+    belong to the tasks that train, not to an estimate (``-v`` shows TensorFlow's)."""
+    tf_log = logging.getLogger("tensorflow")
+    levels = log.level, tf_log.level
+    log.setLevel(max(levels[0], logging.WARNING))
+    if tf_log.level >= logging.WARNING or tf_log.level == logging.NOTSET:
+        tf_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(levels[0])
+        tf_log.setLevel(levels[1])
+
+
+def _answer(result) -> dict:
+    from tfps.task.placement import MemoryEstimate
+    return {"estimate": result.to_json()} if isinstance(result, MemoryEstimate) else {"skipped": result}
+
+
+def _from_answer(answer: dict):
+    from tfps.task.placement import MemoryEstimate
+    return MemoryEstimate.from_json(answer["estimate"]) if "estimate" in answer else str(answer["skipped"])
+
+
+def _estimate_isolated(setup, num_ps: int, num_workers: int, verbose: bool, isolate: bool):
+    """:func:`try_estimate` of the launcher's job.
+
+    With ``isolate`` (this process has imported TensorFlow and may fork), in a forked
+    child: the graph's threads and memory go with it, so the tasks are still forked from a
+    clean single-threaded launcher. Otherwise here.
+    """
+    import json
+    import select
+    if not isolate:
+        return try_estimate(setup, num_ps, num_workers)
+    read_end, write_end = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:   # the child: never returns
+        code = 0
+        try:
+            os.close(read_end)
+            _die_with_parent()
+            if not verbose:   # TensorFlow's C++ lines
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 2)
+                os.close(null)
+            answer = _answer(try_estimate(setup, num_ps, num_workers))
+            with os.fdopen(write_end, "w") as fh:
+                fh.write(json.dumps(answer))
+        except BaseException:   # noqa: BLE001 - the child must never return into the launcher
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + ESTIMATE_TIMEOUT_SECS
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read_end], [], [], left)[0]:
+                return f"building the model's graph took more than {ESTIMATE_TIMEOUT_SECS} s"
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        if os.waitpid(pid, os.WNOHANG)[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    try:
+        return _from_answer(json.loads(b"".join(chunks)))
+    except (ValueError, KeyError):
+        return "the process that built the model's graph ended without an answer"
+
+
+def config_of(run_args) -> RunConfig:
+    """The RunConfig of ``tfps run`` options (the plan's ``job.run_args``)."""
+    import argparse
+
+    from tfps.config import add_run_options, from_args, normalize_argv
+    parser = argparse.ArgumentParser(add_help=False)
+    add_run_options(parser)
+    ns, _ = parser.parse_known_args(normalize_argv([str(a) for a in run_args]))
+    return from_args(ns)
+
+
+def plan_estimate(plan: dict, data_src: str | None = None, train_data: str | None = None,
+                  user_model_dir: str | None = None):
+    """The estimate of a planned job (``tfps plan -i``, the role's ``tfps_memory`` action),
+    made on the controller; or why it was skipped (one line): no TensorFlow there, a classic
+    script, training data that lives on the hosts only, a model that cannot be built there.
+
+    The data is read where the controller has it: ``tfps_data_src`` (the play copies it
+    from there), else tfps's demo data when the job names none. ``user_model_dir`` is put on
+    the model's import path, as the containers mount it. The graph is built in a subprocess
+    (:func:`estimate_main`), so the caller never imports TensorFlow.
+    """
+    import importlib.util
+    import json
+
+    from tfps.cluster.plan import DATA_MOUNT
+    tasks = plan.get("tasks") or []
+    if tasks and tasks[0].get("entrypoint"):
+        return "the job runs a classic script (tfps_script), whose variables tfps does not know"
+    if importlib.util.find_spec("tensorflow") is None:
+        return f"TensorFlow is not installed in the controller's Python ({sys.executable})"
+    cfg = config_of(plan["job"]["run_args"])
+    if data_src:
+        from tfps.cluster import datasrc
+        cfg.train_data = datasrc._base_and_train(data_src, train_data or None)[1]
+    elif cfg.train_data:
+        return (f"the training data ({cfg.train_data}) is on the hosts ({DATA_MOUNT} is their tfps_data_dir), "
+                "not on the controller; set tfps_data_src to estimate here")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    if user_model_dir:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.abspath(user_model_dir),
+                                                        env.get("PYTHONPATH", "")) if p)
+    request = {"run_args": cfg.to_args(), "num_ps": len(plan["cluster"]["ps"]),
+               "num_workers": len(plan["cluster"]["worker"])}
+    try:
+        done = subprocess.run([sys.executable, "-m", "tfps.launch.processes"], input=json.dumps(request),
+                              capture_output=True, text=True, env=env, timeout=ESTIMATE_TIMEOUT_SECS)
+    except subprocess.TimeoutExpired:
+        return f"building the model's graph took more than {ESTIMATE_TIMEOUT_SECS} s"
+    except OSError as e:
+        return f"cannot run {sys.executable}: {e}"
+    try:
+        return _from_answer(json.loads(done.stdout.strip().splitlines()[-1]))
+    except (IndexError, ValueError, KeyError):
+        tail = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        return f"the estimate failed: {tail}"
+
+
+def estimate_main() -> int:
+    """``python -m tfps.launch.processes``: one JSON request on stdin (run options, ps and
+    worker counts), one JSON answer on stdout (the estimate, or why it was skipped)."""
+    import json
+    request = json.loads(sys.stdin.read())
+    try:
+        result = try_estimate(config_of(request["run_args"]), int(request["num_ps"]), int(request["num_workers"]))
+    except (ConfigError, SystemExit) as e:
+        result = f"the job's options: {e}"
+    print(json.dumps(_answer(result)), flush=True)
+    return 0
+
+
+def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps: int = 1,
+               may_fork: bool = False, verbose: bool = False) -> bool:
+    """Refuse bad input before any process starts: data, model, model_dir, URLs, and variables
+    this host cannot hold. Returns whether the tasks may be forked from this process
+    (``ForkedTask``: TensorFlow imported here, and its runtime not started)."""
     from tfps.notify import notifier_for
     notifier_for(cfg.notify, cfg.notify_config)
     if script:
         if not os.path.isfile(script):
             raise ConfigError(f"{script} does not exist", "script")
-        return
-    from tfps.task.setup import JobSetup
-    setup = JobSetup(cfg)
+        return False
+    from tfps import keras_model
+    from tfps.task import placement
+    from tfps.task.setup import JobSetup, host_total_memory
+    setup = JobSetup(cfg, bind=False)   # the data and the model's name; no weight exists yet
+    forkable = may_fork and _import_tensorflow_once(verbose)
+    memory = _estimate_isolated(setup, num_ps, num_workers, verbose, isolate=forkable)
+    total = host_total_memory()
+    if isinstance(memory, placement.MemoryEstimate):
+        placement.check_fits_host(memory, total)
+    # A Keras model is built here, eagerly (after its variables were found to fit): TensorFlow's
+    # runtime then runs in this process, and the tasks are spawned, not forked.
+    eager = isinstance(setup.model_fn, keras_model.KerasBuilder)
+    setup.bind()
     setup.check_batch_fits(num_workers)
     results.check_model_dir(cfg.model_dir, setup.identity())   # the chief claims it later
     results.check_export_dir(cfg.export_path, cfg.model_dir)
+    if isinstance(memory, placement.MemoryEstimate):
+        log.info("tfps local: %s (estimated from the model's shapes); with the chief's export (%s MB) they need "
+                 "%s of this host's %.1f GiB", memory.line(), placement.fmt_mb(memory.export_mb),
+                 placement.fmt_size(sum(memory.shares_mb.values()) + memory.export_mb), total / 2**30)
+    else:
+        log.info("tfps local: the variables' memory was not estimated: %s", memory)
+    return forkable and not eager and _single_threaded()
 
 
 def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str | None = None,
@@ -323,7 +570,11 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
         raise ConfigError("a cluster needs at least 1 ps and 1 worker", "ps" if num_ps < 1 else "workers")
     from tfps.config import check_replicas
     check_replicas(cfg, num_workers)
-    _preflight(cfg, script, num_workers)
+    # Forked tasks start with TensorFlow imported (``ForkedTask``); a user's script, another
+    # interpreter (--python) or TFPS_LOCAL_FORK=0 get fresh processes.
+    fork = _preflight(cfg, script, num_workers, num_ps, verbose=verbose,
+                      may_fork=(fork and not script and python == sys.executable and hasattr(os, "fork")
+                                and os.environ.get(FORK_ENV, "1") != "0"))
     plan = local_plan(num_ps, num_workers)
     env = dict(os.environ)   # with TF_CPP_MIN_LOG_LEVEL as tfps.logs set it for this process
     if env.pop("TF_CONFIG", None) is not None:
@@ -337,10 +588,6 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
     env.pop(ENV_URLS_FILE, None)
     log.info("tfps local: %d ps + %d worker(s) on %s; model_dir %s", num_ps, num_workers,
              ", ".join(p.target for p in plan.tasks), os.path.abspath(cfg.model_dir))
-    # Forked tasks start with TensorFlow imported (``ForkedTask``); a user's script, another
-    # interpreter (--python) or TFPS_LOCAL_FORK=0 get fresh processes.
-    fork = (fork and not script and python == sys.executable and hasattr(os, "fork")
-            and os.environ.get(FORK_ENV, "1") != "0" and _import_tensorflow_once(verbose))
     tasks: list[TaskProcess] = []
     for t in plan.tasks:
         ref = plan.task_ref(t)
@@ -468,3 +715,7 @@ def _summary(cfg: RunConfig, code, launched: float, urls: list[str], lost: dict[
         # loss the job survived, in async mode), next to what the chief recorded.
         res.add_lost_tasks(lost).save(path)
     print("\n".join(res.summary_lines(results_path=os.path.abspath(path))), flush=True)
+
+
+if __name__ == "__main__":   # the controller's estimate (plan_estimate)
+    sys.exit(estimate_main())

@@ -30,10 +30,19 @@ log = logging.getLogger("tfps")
 
 
 class ProgressHook(v1.train.SessionRunHook):
-    """Progress lines (step, loss, examples/s, ETA); the chief also keeps the history."""
+    """Progress lines (step, loss, metrics, examples/s, ETA); the chief also keeps the history.
 
-    def __init__(self, job, fetches, every, batch_size, last_step, is_chief, model_dir, name):
-        self.job, self.fetches, self.every = job, fetches, every
+    The loss and per-batch metrics are those of the run's last step. A model's stateful
+    metrics (a Keras model's compiled ``AUC``, ``Precision``, ``Recall``, ...; ``auc`` of the
+    built-in binary ``wide_deep``) are running values: over every batch this worker trained
+    since its previous progress line, as Keras shows them over an epoch so far. ``reset``
+    (the op that sets their variables back to zero, on this worker) is run after each line,
+    so each line covers the ``every`` steps before it. The chief's history records carry the
+    running value at their step (over the chief's batches since its last line).
+    """
+
+    def __init__(self, job, fetches, every, batch_size, last_step, is_chief, model_dir, name, reset=None):
+        self.job, self.fetches, self.every, self.reset = job, fetches, every, reset
         self.batch_size, self.last_step, self.is_chief = batch_size, last_step, is_chief
         self.model_dir, self.name = model_dir, name
         self.local_steps = 0
@@ -90,6 +99,8 @@ class ProgressHook(v1.train.SessionRunHook):
                      rec["step"], self.last_step, metrics, ex_s, gs_s, max(eta, 0), dropped)
             self.t_last, self.step_last, self.local_last = now, rec["step"], self.local_steps
             self.examples_s = ex_s
+            if self.reset is not None:   # the next line's running metrics start afresh
+                run_context.session.run(self.reset)
         # The history follows the job's global step, not the chief's own steps: the other
         # workers may train most of a short job (the chief also checkpoints, and may join late).
         if self.is_chief and rec["step"] > 0 and (self.history_step is None

@@ -22,10 +22,13 @@ graph) restores the whole table.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
+import re
 
 from tfps import compat
+from tfps.errors import ConfigError
 
 log = logging.getLogger("tfps")
 
@@ -80,6 +83,7 @@ class ByteBalancer:
     def __init__(self, num_ps: int):
         self.loads = [0] * num_ps
         self.placed: dict[str, tuple[int, int]] = {}
+        self.slots: set[str] = set()   # the optimizer's slots among ``placed``
 
     def __call__(self, op) -> int:
         import tensorflow as tf
@@ -92,6 +96,7 @@ class ByteBalancer:
         primary = op.name.rpartition("/")[0]
         if primary in self.placed:
             ps = self.placed[primary][0]   # an optimizer slot lives with its variable
+            self.slots.add(op.name)
         else:
             ps = min(range(len(self.loads)), key=lambda i: (self.loads[i], i))
         self.loads[ps] += nbytes
@@ -101,6 +106,16 @@ class ByteBalancer:
     def shares_mb(self) -> dict[str, float]:
         """Megabytes of variables each ps holds, the optimizer's slots included (from the shapes)."""
         return {f"ps{i}": round(load / 2**20, 2) for i, load in enumerate(self.loads)}
+
+    def variables_bytes(self) -> dict[str, int]:
+        """Bytes of each variable without the optimizer's slots, a partitioned one whole
+        (``table/embeddings``, not its ``part_N``): what a fresh graph restores."""
+        whole: dict[str, int] = {}
+        for name, (_, nbytes) in self.placed.items():
+            if name not in self.slots:
+                key = re.sub(r"/part_\d+$", "", name)
+                whole[key] = whole.get(key, 0) + nbytes
+        return whole
 
 
 def device_setter(task, cluster_spec, balancer: ByteBalancer):
@@ -155,3 +170,152 @@ def partitioned_keras_weights(partitioner):
 
     with compat.keras_add_weight_wrapped(wrap):   # tf_keras's layer bases; nothing without tf_keras
         yield
+
+
+# --------------------------------------------------------------------------- memory you can plan
+#: Of a host's memory (MemTotal; ``ansible_memtotal_mb`` on a host of the play), the part
+#: tfps plans for variables. The rest is for the system, TensorFlow's own runtime (a few
+#: hundred MB per task) and the rows in flight.
+USABLE_MEMORY = 0.9
+
+
+def fmt_mb(mb: float) -> str:
+    """``96``, ``6.01``, ``274658``: as the chief's line shows them, never in e-notation."""
+    return f"{mb:.0f}" if mb >= 1000 else f"{mb:g}"
+
+
+def fmt_size(mb: float) -> str:
+    """``12 MB``, ``715.3 GiB``."""
+    return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{fmt_mb(round(mb, 2))} MB"
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """What a job's variables need, from the shapes of its training graph (no session, no values).
+
+    ``shares_mb`` is what the chief later logs and results.json records as ``ps_shares_mb``
+    (the same graph, the same ByteBalancer); ``export_mb`` what the chief's export restores
+    at the end of the job, while the ps tasks still hold their shares: the model's variables
+    once, whole, without the optimizer's slots.
+    """
+
+    shares_mb: dict[str, float]
+    export_mb: float
+    largest: str            # the largest variable (a partitioned one whole)
+    largest_mb: float
+    optimizer: str
+    slots_mb: float = 0.0   # the optimizer's slots among the shares
+
+    def shares_text(self) -> str:
+        """``ps0 96, ps1 96``: the chief's "variables per ps task" line."""
+        return ", ".join(f"{k} {fmt_mb(v)}" for k, v in self.shares_mb.items())
+
+    def line(self) -> str:
+        return f"variables per ps task (MB, the optimizer's slots included): {self.shares_text()}"
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data) -> MemoryEstimate:
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+
+    @classmethod
+    def of(cls, balancer: ByteBalancer, optimizer: str) -> MemoryEstimate:
+        """What ``balancer`` placed while a worker's training graph was built."""
+        whole = balancer.variables_bytes()
+        largest = max(whole, key=whole.get) if whole else ""
+        slots = sum(balancer.placed[n][1] for n in balancer.slots)
+        return cls(balancer.shares_mb(), round(sum(whole.values()) / 2**20, 2), largest,
+                   round(whole.get(largest, 0) / 2**20, 2), optimizer, round(slots / 2**20, 2))
+
+
+def _changes(est: MemoryEstimate, *changes: str, last: str = "", slots: bool = True, where: str = "") -> str:
+    """What to change, as one list ``a, b, or c``: ``changes``, a smaller largest variable, an
+    optimizer that keeps fewer slots (when they are a good part of the shares), ``last``."""
+    items = list(changes)
+    items.append(f"make the largest variable ({est.largest}, {fmt_mb(est.largest_mb)} MB) smaller{where}")
+    if slots and est.slots_mb > 0.05 * sum(est.shares_mb.values()):
+        items.append(f"train with an optimizer that keeps fewer slots ({est.optimizer}'s are "
+                     f"{fmt_mb(est.slots_mb)} MB; sgd keeps none)")
+    items += [last] if last else []
+    return ", ".join(items[:-1]) + f", or {items[-1]}" if len(items) > 1 else items[0]
+
+
+def check_fits_host(est: MemoryEstimate, mem_total: int) -> None:
+    """``tfps local``: refuse a job whose variables this host cannot hold (ConfigError, one line).
+
+    Every ps task runs here, and the chief's export restores the model's variables once
+    more while they still hold theirs: their sum must fit in :data:`USABLE_MEMORY` of
+    ``mem_total`` (bytes, MemTotal). Unknown memory (0) is not checked.
+    """
+    need_mb = sum(est.shares_mb.values()) + est.export_mb
+    if not mem_total or need_mb * 2**20 <= USABLE_MEMORY * mem_total:
+        return
+    changes = _changes(est, last="run the ps tasks on hosts with more memory (the Ansible role, one ps per host)",
+                       where=" (e.g. --model_arg, --hash_buckets)")
+    raise ConfigError(
+        f"the variables need {fmt_size(need_mb)} on this host, which has {mem_total / 2**30:.1f} GiB "
+        f"(MemTotal; tfps plans at most {USABLE_MEMORY:.0%} of it for variables): the ps tasks hold "
+        f"{est.shares_text()} MB (the optimizer's slots included) and the chief's export restores the model's "
+        f"variables once more ({fmt_mb(est.export_mb)} MB); {changes}", "memory")
+
+
+def memory_limit_mb(value) -> float | None:
+    """MB of a container memory limit as Docker takes it (``8g``, ``512m``, ``1073741824``); None: no limit."""
+    text = str(value or "").strip().lower()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([bkmgtp]?)b?", text)
+    if not match:
+        return None
+    power = "bkmgtp".index(match.group(2) or "b")
+    return float(match.group(1)) * 1024 ** power / 2**20
+
+
+def host_problems(est, plan: dict, host: str, memtotal_mb, ps_memory="", worker_memory="") -> list[str]:
+    """The Ansible role's memory check of one host: its problems, one line each (none when it fits).
+
+    A ps host holds the shares of its ps tasks; the chief's host restores the model's
+    variables once more for the export. Each must fit in :data:`USABLE_MEMORY` of the
+    host's ``ansible_memtotal_mb``, and each task in that much of its container's memory
+    limit (``tfps_ps_memory``, ``tfps_worker_memory``), if set. ``est``: a MemoryEstimate
+    or its JSON; ``plan``: the plan's JSON.
+    """
+    if not est:
+        return []
+    est = est if isinstance(est, MemoryEstimate) else MemoryEstimate.from_json(est)
+    total = int(memtotal_mb) if str(memtotal_mb or "").strip().isdigit() else None
+    share = f"{USABLE_MEMORY:.0%}"
+    problems = []
+    tasks = [t for t in plan.get("tasks", []) if t.get("host") == host]
+    ps = [t["name"] for t in tasks if t.get("job") == "ps"]
+    held = sum(est.shares_mb.get(name, 0.0) for name in ps)
+    if ps and total is not None and held > USABLE_MEMORY * total:
+        more = ("move some of its tfps_ps_tasks to other hosts, or add hosts to group ps" if len(ps) > 1
+                else "add hosts to group ps")
+        problems.append(
+            f"{host}: its ps task{'s' if len(ps) > 1 else ''} {', '.join(ps)} hold{'' if len(ps) > 1 else 's'} "
+            f"{fmt_mb(held)} MB of variables (the optimizer's slots included; estimated on the controller), and "
+            f"the host has {total} MB (ansible_memtotal_mb; tfps plans at most {share} of it for variables); "
+            + _changes(est, f"{more} so that each ps task holds less", last="use a host with more memory"))
+    limit = memory_limit_mb(ps_memory)
+    over = [name for name in ps if limit is not None and est.shares_mb.get(name, 0.0) > USABLE_MEMORY * limit]
+    if over:
+        problems.append(
+            f"{host}: {', '.join(over)} hold{'s' if len(over) == 1 else ''} "
+            f"{', '.join(fmt_mb(est.shares_mb[n]) for n in over)} MB of variables, more than {share} of "
+            f"tfps_ps_memory {ps_memory} (its container would be killed); "
+            + _changes(est, "raise tfps_ps_memory", "add hosts to group ps so that each ps task holds less"))
+    chief = next((t["name"] for t in tasks if t.get("chief")), None)
+    if chief and total is not None and est.export_mb > USABLE_MEMORY * total:
+        problems.append(
+            f"{host}: the chief ({chief}) restores the model's variables once, whole, for its export "
+            f"({fmt_mb(est.export_mb)} MB), and the host has {total} MB (ansible_memtotal_mb; tfps plans at most "
+            f"{share} of it for variables); "
+            + _changes(est, last="make a host with more memory the first of group worker (the chief)", slots=False))
+    limit = memory_limit_mb(worker_memory)
+    if chief and limit is not None and est.export_mb > USABLE_MEMORY * limit:
+        problems.append(
+            f"{host}: the chief ({chief}) restores the model's variables once, whole, for its export "
+            f"({fmt_mb(est.export_mb)} MB), more than {share} of tfps_worker_memory {worker_memory} (its container "
+            f"would be killed at the end of the job); " + _changes(est, "raise tfps_worker_memory", slots=False))
+    return problems

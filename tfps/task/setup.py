@@ -19,11 +19,14 @@ from tfps.errors import ConfigError
 class JobSetup:
     """Data schema, model function and params, resolved and validated without a cluster."""
 
-    def __init__(self, cfg: RunConfig, shard: tuple[int, int] | None = None, evaluates: bool = True):
+    def __init__(self, cfg: RunConfig, shard: tuple[int, int] | None = None, evaluates: bool = True,
+                 bind: bool = True):
         """``shard``: (workers, index) of the worker that builds it, which with a list of
         training files (``--train_data @FILE``) needs only its own files on its host.
         ``evaluates``: False for a non-chief worker, which never reads the evaluation data
-        (only the chief evaluates), so its host need not hold it."""
+        (only the chief evaluates), so its host need not hold it.
+        ``bind``: False leaves out :meth:`bind` (a Keras model's eager build and the choice of
+        optimizer), for ``tfps local`` to plan the variables' memory before any weight exists."""
         self.cfg = cfg
         train, evalg = cfg.train_data, cfg.eval_data
         if not train:
@@ -59,6 +62,19 @@ class JobSetup:
         self.params = models.ModelParams(self.schema.feature_shape, self.schema.num_classes,
                                          tuple(cfg.hidden), cfg.learning_rate or 0.0, cfg.seed, columns,
                                          cfg.hash_buckets, cfg.embedding_dim, dict(cfg.model_args or {}))
+        self.bound = False
+        if bind:
+            self.bind()
+
+    def bind(self) -> JobSetup:
+        """Check a Keras model against the data, and choose the optimizer and learning rate.
+
+        A Keras model is built once here, in the current graph: eagerly (its weights
+        allocated) unless a ``tf.Graph`` is the default (the memory estimate builds it there,
+        as shapes only: ``tfps.launch.processes.estimate_memory``)."""
+        if self.bound:
+            return self
+        cfg = self.cfg
         if isinstance(self.model_fn, keras_model.KerasBuilder):   # a Keras model: checked against the data now
             self.model_fn = keras_model.bind(self.model_fn, self.schema, self.params, self.eval_schema)
             if self.model_fn.info.columns is not None and self.schema.fmt == "tfrecord":
@@ -68,6 +84,8 @@ class JobSetup:
                     self.eval_schema = dataclasses.replace(self.eval_schema, named=True)
         self.optimizer, self.learning_rate, self.optimizer_note = choose_optimizer(cfg, self.model_fn)
         self.params = dataclasses.replace(self.params, learning_rate=self.learning_rate)
+        self.bound = True
+        return self
 
     def batch_bytes(self) -> int:
         """A lower bound of the memory one worker's training step needs for its batch.
@@ -111,10 +129,19 @@ class JobSetup:
 
 def host_available_memory() -> int:
     """Bytes of memory this host can still give (MemAvailable), or 0 when unknown."""
+    return _meminfo("MemAvailable")
+
+
+def host_total_memory() -> int:
+    """Bytes of memory this host has (MemTotal, what ``ansible_memtotal_mb`` reports), or 0 when unknown."""
+    return _meminfo("MemTotal")
+
+
+def _meminfo(key: str) -> int:
     try:
         with open("/proc/meminfo") as fh:
             for line in fh:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(f"{key}:"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass

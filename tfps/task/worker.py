@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-from tfps import compat, timeouts
+from tfps import compat, modelspec, timeouts
 from tfps import data as data_mod
 from tfps.config import RunConfig, replicas_per_step
 from tfps.errors import ConfigError
@@ -52,6 +52,27 @@ def _optimizer(setup: JobSetup):
     from tfps.task import optimizers
     from tfps.task.setup import optimizer_options
     return optimizers.make(setup.optimizer, setup.learning_rate, optimizer_options(setup.cfg, setup.model_fn))
+
+
+def _running_metrics(spec, graph, task_index: int, model: str) -> dict:
+    """name -> (update, result) of the model's running metrics (``ModelSpec.streaming`` in train
+    mode), each checked to keep its state on this worker: never on a ps, where every worker
+    would update one copy, nor among the global variables, which the checkpoint saves."""
+    import tensorflow as tf
+    v1 = tf.compat.v1
+    local = {id(v) for v in graph.get_collection(v1.GraphKeys.LOCAL_VARIABLES)}
+    shared = {id(v) for v in graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)}
+    out = {}
+    for name, (update, result, variables) in spec.streaming.items():
+        for v in variables:
+            where = tf.DeviceSpec.from_string(v.device or "")
+            if id(v) not in local or id(v) in shared or (where.job, where.task) != ("worker", task_index):
+                raise ConfigError(f"{model} returned the running metric {name!r} with the variable {v.name} on "
+                                  f"{v.device or 'no device'}{'' if id(v) in local else ', not a local variable'}; "
+                                  "create a metric's variables inside tfps.modelspec.local_state() (this "
+                                  "worker's own, never on a ps or in the checkpoint)", "model")
+        out[name] = (update, result)
+    return out
 
 
 class ChiefGaveUp(Exception):
@@ -132,15 +153,24 @@ class Worker:
                 def step():
                     with v1.device(worker_device + "/cpu:0"):
                         features, labels = batches.get_next()
-                    with placement.partitioned(task.num_ps, cfg.partition_mb):
+                    with placement.partitioned(task.num_ps, cfg.partition_mb), \
+                            modelspec.on_worker(worker_device + "/cpu:0"):
                         spec = setup.model_fn(features, labels, "train", setup.params)
                     if spec.loss is None:
                         raise ConfigError(f"{cfg.model} returned no loss in train mode", "model")
+                    running = _running_metrics(spec, g, task.index, cfg.model)
+                    ops["running_state"] = [v for _, _, variables in spec.streaming.values() for v in variables]
+                    # The progress lines' running metrics: updated with the step, read after it.
+                    metrics = {**{k: result for k, (_, result) in running.items()},
+                               **{k: t for k, t in spec.metrics.items() if k not in running}}
                     with v1.control_dependencies(spec.update_ops):   # e.g. BatchNormalization's moving statistics
                         if cfg.sync_replicas:
-                            return opt.minimize(spec.loss, global_step=global_step), spec.loss, spec.metrics
-                        return (steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0"),
-                                spec.loss, spec.metrics)
+                            train = opt.minimize(spec.loss, global_step=global_step)
+                        else:
+                            train = steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0")
+                    if running:
+                        train = tf.group(train, *[update for update, _ in running.values()])
+                    return train, spec.loss, metrics
                 step = steps_mod.with_packed_reads(step, worker_device + "/cpu:0")
                 if cfg.sync_replicas:
                     train_op, loss, metrics = step()
@@ -154,6 +184,9 @@ class Worker:
                 ops["sync_hook"] = opt.make_session_run_hook(task.is_chief) if cfg.sync_replicas else None
                 ops["close_tokens"] = (ops["token_queue"].close() if cfg.sync_replicas and not task.is_chief
                                        else None)
+            # Reset by ProgressHook after each progress line: running values since the last line.
+            ops["reset_running"] = (v1.variables_initializer(ops["running_state"], name="reset_running_metrics")
+                                    if ops["running_state"] else None)
             flag = stop_flag()
             ops["flag"], ops["raise_flag"] = flag, flag.assign(True)
             ops["board"] = Board(task.num_workers, task.index, global_step)
@@ -205,7 +238,8 @@ class Worker:
             steps["token_step"] = self.ops["token_step"]
         progress = ProgressHook(self, {"global_step": self.ops["global_step"], "loss": self.ops["loss"],
                                        **self.ops["metrics"], **steps},
-                                cfg.log_steps, cfg.batch_size, cfg.train_steps, task.is_chief, cfg.model_dir, task.name)
+                                cfg.log_steps, cfg.batch_size, cfg.train_steps, task.is_chief, cfg.model_dir, task.name,
+                                reset=self.ops.get("reset_running"))
         all_hooks = [v1.train.StopAtStepHook(last_step=cfg.train_steps),
                      StopFlagHook(self.ops["flag"], self.ops["raise_flag"], self.stop, task.is_chief),
                      progress] + hooks

@@ -81,8 +81,29 @@ def tfps_data_to_copy(results, files):
     return [r["item"] for r in results if (r.get("stat") or {}).get("checksum") != files[r["item"]]["sha256"]]
 
 
+def tfps_memory_problems(estimate, plan, host, meminfo="", ps_memory="", worker_memory=""):
+    """Problems of a host's memory: its ps tasks' shares of the variables (the ``tfps_memory``
+    action's ``estimate``) or the chief's export beyond what it has.
+
+    ``meminfo``: the host's /proc/meminfo, base64 (a slurp's ``content``); its MemTotal is
+    ``ansible_memtotal_mb`` (MemTotal // 1024). The rule is ``tfps.task.placement.host_problems``.
+    """
+    import base64
+    import re
+
+    from tfps.task.placement import host_problems
+
+    if not estimate:
+        return []
+    text = base64.b64decode(meminfo).decode("ascii", "replace") if meminfo else ""
+    found = re.search(r"^MemTotal:\s+(\d+)", text, re.M)
+    memtotal_mb = int(found.group(1)) // 1024 if found else None
+    return host_problems(estimate, plan, host, memtotal_mb, ps_memory, worker_memory)
+
+
 class FilterModule:
     def filters(self):
         return {"tfps_plan_row": tfps_plan_row, "tfps_status_row": tfps_status_row,
                 "tfps_is_archive_image": tfps_is_archive_image,
-                "tfps_data_mismatch": tfps_data_mismatch, "tfps_data_to_copy": tfps_data_to_copy}
+                "tfps_data_mismatch": tfps_data_mismatch, "tfps_data_to_copy": tfps_data_to_copy,
+                "tfps_memory_problems": tfps_memory_problems}

@@ -1,0 +1,210 @@
+"""Memory you can plan: each ps task's share of the variables, known before any task starts.
+
+``tfps.launch.processes.estimate_memory`` builds the training graph as a worker does,
+without a session; ``placement.check_fits_host`` is ``tfps local``'s refusal,
+``placement.host_problems`` (through the role's ``tfps_memory_problems`` filter) the play's.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from tfps.cluster.single_host import local_plan
+from tfps.cluster.variables import launch_from_vars
+from tfps.config import RunConfig
+from tfps.errors import ConfigError
+from tfps.launch import processes
+from tfps.task import placement
+from tfps.task.placement import MemoryEstimate
+from tfps.task.setup import JobSetup, host_total_memory
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "tests.unit.test_memory_plan:table_model"
+#: The table of ``table_model``: 2**16 rows x 8 float32 = 2 MiB, above --partition_mb 1.
+ROWS, DIM = 2**16, 8
+TABLE_MB = ROWS * DIM * 4 / 2**20
+
+
+def table_model(features, labels, mode, params):
+    """One embedding table (``--model_arg rows=N``) looked up by an id made of the first feature."""
+    import tensorflow as tf
+
+    from tfps.models import ModelSpec
+    v1 = tf.compat.v1
+    rows = int(params.model_args.get("rows", ROWS))
+    table = v1.get_variable("table", [rows, DIM])
+    ids = tf.cast(tf.abs(features[:, 0]) * 1000, tf.int64) % rows
+    logits = tf.nn.embedding_lookup(table, ids)[:, :params.num_classes]
+    predictions = {"probabilities": tf.nn.softmax(logits)}
+    if labels is None:
+        return ModelSpec(None, predictions)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+    return ModelSpec(loss, predictions)
+
+
+def _cfg(tmp_path, **kwargs) -> RunConfig:
+    return RunConfig(model=MODEL, model_dir=str(tmp_path / "model"), **kwargs).validate()
+
+
+@pytest.mark.parametrize("optimizer,slots", [("sgd", 0), ("adagrad", 1), ("adam", 2), ("ftrl", 2)])
+def test_a_table_above_partition_mb_gives_two_equal_shares_with_the_optimizers_slots(tmp_path, optimizer, slots):
+    pytest.importorskip("tensorflow")
+    est = processes.estimate_memory(_cfg(tmp_path, partition_mb=1, optimizer=optimizer), num_ps=2)
+    assert set(est.shares_mb) == {"ps0", "ps1"}
+    half = TABLE_MB / 2 * (1 + slots)
+    for share in est.shares_mb.values():
+        assert share == pytest.approx(half, abs=0.02), est
+    assert est.largest == "table" and est.largest_mb == pytest.approx(TABLE_MB, abs=0.01)
+    assert est.export_mb == pytest.approx(TABLE_MB, abs=0.01)   # the export: the table once, no slots
+    assert est.slots_mb == pytest.approx(TABLE_MB * slots, abs=0.02)
+    assert est.optimizer == optimizer
+    assert est.line() == f"variables per ps task (MB, the optimizer's slots included): {est.shares_text()}"
+
+
+def test_a_small_model_goes_whole_to_one_ps(tmp_path):
+    pytest.importorskip("tensorflow")
+    est = processes.estimate_memory(_cfg(tmp_path, partition_mb=1, model_args={"rows": 2**14}), num_ps=2)   # 0.5 MiB
+    table = 2**14 * DIM * 4 * 3 / 2**20   # Adam (tfps's default): the table and its two slots
+    small, big = sorted(est.shares_mb.values())
+    assert small == 0 and big == pytest.approx(table, abs=0.01), est
+
+
+def test_the_estimate_of_a_setup_is_that_of_its_config_and_builds_no_keras_weights(tmp_path):
+    """``tfps local`` passes the JobSetup it made without binding it (no Keras model built yet)."""
+    pytest.importorskip("tensorflow")
+    cfg = _cfg(tmp_path, partition_mb=1)
+    setup = JobSetup(cfg, bind=False)
+    assert not setup.bound
+    assert processes.estimate_memory(setup, 2) == processes.estimate_memory(cfg, 2)
+    assert not setup.bound   # bound on a copy, in a throwaway graph
+
+
+def test_a_model_that_cannot_be_built_gives_a_reason_not_an_error(tmp_path):
+    reason = processes.try_estimate(RunConfig(model="tests.fixtures.bad_import:model_fn",
+                                              model_dir=str(tmp_path)), 2)
+    assert isinstance(reason, str) and "cannot import" in reason
+
+
+# ---------------------------------------------------------------------------- tfps local
+def _estimate(**kwargs) -> MemoryEstimate:
+    values = dict(shares_mb={"ps0": 6000.0, "ps1": 6000.0}, export_mb=4000.0, largest="table/embeddings",
+                  largest_mb=4000.0, optimizer="adam", slots_mb=8000.0)
+    return MemoryEstimate(**{**values, **kwargs})
+
+
+def test_tfps_local_refuses_variables_this_host_cannot_hold_in_one_line():
+    est = _estimate()
+    placement.check_fits_host(est, 32 * 2**30)      # 16000 MB of 32 GiB: fits
+    placement.check_fits_host(est, 0)               # unknown memory: not checked
+    with pytest.raises(ConfigError) as e:
+        placement.check_fits_host(est, 16 * 2**30)  # 15.6 GiB needed, 90 % of 16 GiB usable
+    assert e.value.field == "memory"
+    text = e.value.message
+    assert "\n" not in text
+    assert text.startswith("the variables need 15.6 GiB on this host, which has 16.0 GiB (MemTotal; tfps plans at "
+                           "most 90% of it for variables): the ps tasks hold ps0 6000, ps1 6000 MB")
+    assert "the chief's export restores the model's variables once more (4000 MB)" in text
+    assert "make the largest variable (table/embeddings, 4000 MB) smaller" in text
+    assert "adam's are 8000 MB; sgd keeps none" in text
+    # Without slots worth naming, no advice about the optimizer.
+    with pytest.raises(ConfigError) as e:
+        placement.check_fits_host(_estimate(optimizer="sgd", slots_mb=0.0), 8 * 2**30)
+    assert "slots (" not in e.value.message
+
+
+def test_mem_total_is_read_from_proc_meminfo():
+    with open("/proc/meminfo") as fh:
+        kb = int(next(line for line in fh if line.startswith("MemTotal:")).split()[1])
+    assert host_total_memory() == kb * 1024
+
+
+# ---------------------------------------------------------------------------- the play
+def _filters():
+    path = REPO / "ansible" / "roles" / "tfps" / "filter_plugins" / "tfps_filters.py"
+    spec = importlib.util.spec_from_file_location("tfps_role_filters", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FilterModule().filters()["tfps_memory_problems"]
+
+
+def _plan() -> dict:
+    """ps0, ps1 on host "big"; ps2 on "small"; the chief on "w1"."""
+    _, launch = launch_from_vars({"tfps_job_name": "t"})
+    plan = local_plan(3, 1, ports=[2222, 2223, 2224, 2225]).to_json(launch)
+    for task, host in zip(plan["tasks"], ("big", "big", "small", "w1")):
+        task["host"] = host
+    return plan
+
+
+def _meminfo(mb: int) -> str:
+    return base64.b64encode(f"MemTotal:       {mb * 1024} kB\nMemFree:  1 kB\n".encode()).decode()
+
+
+def test_the_play_refuses_a_ps_host_with_less_memory_than_its_share():
+    problems = _filters()
+    est = _estimate(shares_mb={"ps0": 3000.0, "ps1": 3000.0, "ps2": 3000.0}).to_json()
+    plan = _plan()
+    assert problems(est, plan, "big", _meminfo(8192)) == []           # 6000 MB of 8 GiB
+    assert problems(est, plan, "small", _meminfo(4096)) == []
+    [one] = problems(est, plan, "small", _meminfo(2048))
+    assert one.startswith("small: its ps task ps2 holds 3000 MB of variables (the optimizer's slots included; "
+                          "estimated on the controller), and the host has 2048 MB (ansible_memtotal_mb; tfps plans "
+                          "at most 90% of it for variables); add hosts to group ps so that each ps task holds less, "
+                          "make the largest variable (table/embeddings, 4000 MB) smaller, train with an optimizer "
+                          "that keeps fewer slots"), one
+    assert one.endswith(", or use a host with more memory")
+    [two] = problems(est, plan, "big", _meminfo(6000))
+    assert two.startswith("big: its ps tasks ps0, ps1 hold 6000 MB") and "move some of its tfps_ps_tasks" in two
+
+
+def test_the_play_checks_the_chiefs_export_and_the_container_limits():
+    problems = _filters()
+    est = _estimate(shares_mb={"ps0": 100.0, "ps1": 100.0, "ps2": 3000.0}).to_json()
+    plan = _plan()
+    [chief] = problems(est, plan, "w1", _meminfo(4096))
+    assert chief.startswith("w1: the chief (worker0) restores the model's variables once, whole, for its export "
+                            "(4000 MB), and the host has 4096 MB"), chief
+    assert "slots" not in chief   # the export restores no slot
+    assert problems(est, plan, "w1", _meminfo(8192)) == []
+    assert problems(est, plan, "w1", _meminfo(8192), "", "5g") == []
+    [limit] = problems(est, plan, "w1", _meminfo(8192), "", "4g")
+    assert "more than 90% of tfps_worker_memory 4g" in limit and limit.startswith("w1: the chief (worker0)")
+    [ps] = problems(est, plan, "small", _meminfo(65536), "2g")
+    assert ps.startswith("small: ps2 holds 3000 MB of variables, more than 90% of tfps_ps_memory 2g") and \
+        "raise tfps_ps_memory" in ps
+    # No estimate (skipped on the controller), or a host whose memory could not be read: nothing to say.
+    assert problems(None, plan, "small", _meminfo(1)) == []
+    assert problems(est, plan, "small", "") == []
+
+
+@pytest.mark.parametrize("text,mb", [("8g", 8192), ("512m", 512), ("512MB", 512), ("1073741824", 1024),
+                                     ("1.5G", 1536), ("", None), (None, None), ("lots", None)])
+def test_container_memory_limits_read_as_docker_reads_them(text, mb):
+    assert placement.memory_limit_mb(text) == mb
+
+
+# ---------------------------------------------------------------------------- tfps plan, the action
+def test_the_controller_says_why_it_skips_the_estimate(monkeypatch):
+    plan = _plan()
+    _, script = launch_from_vars({"tfps_job_name": "t", "tfps_script": "train.py"})
+    assert "classic script" in processes.plan_estimate(local_plan(1, 1).to_json(script))
+    _, on_hosts = launch_from_vars({"tfps_job_name": "t", "tfps_train_data": "/input/train-*.csv"})
+    reason = processes.plan_estimate({**plan, "job": local_plan(1, 1).to_json(on_hosts)["job"]})
+    assert reason.startswith("the training data (/input/train-*.csv) is on the hosts") and "tfps_data_src" in reason
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorflow" else real(name, *a))
+    assert processes.plan_estimate(plan).startswith("TensorFlow is not installed in the controller's Python")
+
+
+def test_the_controllers_estimate_is_the_workers(tmp_path):
+    """``tfps plan -i`` and the role's action build the graph in a subprocess, from the plan's run options."""
+    pytest.importorskip("tensorflow")
+    _, launch = launch_from_vars({"tfps_job_name": "t", "tfps_model": MODEL, "tfps_extra_args": ["--partition_mb=1"]})
+    plan = local_plan(2, 1).to_json(launch)
+    est = processes.plan_estimate(plan)
+    assert isinstance(est, MemoryEstimate), est
+    assert est == processes.estimate_memory(_cfg(tmp_path, partition_mb=1), 2)
