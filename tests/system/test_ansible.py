@@ -9,6 +9,7 @@ machine, and every check of what happened on a host looks into that host itself.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -169,8 +170,9 @@ def test_deploy_trains_a_job_from_the_image_archive(bare_metal, image_archive, n
 @pytest.mark.system
 def test_rerun_changes_nothing_and_stop_saves(bare_metal, image_archive, network_smtp_server, run_playbook,
                                               tmp_path):
-    """deploy.yml again while the job runs changes nothing; stop.yml ends the job with a
-    final checkpoint and export; cleanup.yml removes what the job left on the hosts."""
+    """deploy.yml again while the job runs changes nothing, and with another setting is refused
+    unless tfps_replace, which goes on from the job's checkpoint with the new setting; stop.yml
+    ends the job with a final checkpoint and export; cleanup.yml removes what the job left."""
     job = "rerun"
     inventory = bare_metal.inventory(
         tmp_path / "inventory", LAYOUT,
@@ -191,15 +193,44 @@ def test_rerun_changes_nothing_and_stop_saves(bare_metal, image_archive, network
     assert all(c["changed"] == 0 for c in counts.values()), counts
     assert not re.search(r"^changed:", second.output, re.M)
 
+    def trained_a_little():
+        deadline = time.monotonic() + 120
+        while "first training step done" not in chief_host.sh(f"docker logs tfps-{job}-worker0 2>&1")[1]:
+            assert time.monotonic() < deadline, "the chief did not start training"
+            time.sleep(2)
+
+    def chief_id() -> str:
+        return chief_host.sh(f"docker inspect -f '{{{{.Id}}}}' tfps-{job}-worker0")[1].strip()
+
+    # The same job name with another setting: refused before anything changes, the change named.
+    trained_a_little()
+    running = chief_id()
+    changed = run_playbook("deploy.yml", inventory, {**nowait, "tfps_batch_size": 64})
+    assert changed.returncode != 0, changed.output[-3000:]
+    assert (f"Job {job} already runs (or ran) with other settings, so nothing was changed: tfps_batch_size: 32 -> 64. "
+            "Three ways on: deploy under another tfps_job_name;") in changed.output, changed.output[-3000:]
+    assert "-e tfps_replace=true" in changed.output
+    assert chief_id() == running
+    # tfps_replace: the job stops with its final save and goes on with the new settings from its checkpoint.
+    replaced = run_playbook("deploy.yml", inventory, {**nowait, "tfps_batch_size": 64, "tfps_replace": True})
+    assert_ok(replaced, "deploy.yml -e tfps_replace=true")
+    assert f"tfps_replace: stopping job {job} with its final save" in replaced.output
+    assert chief_id() != running
+    trained_a_little()
+    log = chief_host.sh(f"docker logs tfps-{job}-worker0 2>&1")[1]
+    restored = re.search(r"restored checkpoint of step (\d+)", log)
+    assert restored and int(restored.group(1)) > 0, log[-3000:]
+    # The new containers record the new settings (64 is the default batch: no flag any more).
+    args = chief_host.sh(f"docker inspect -f '{{{{json .Args}}}}' tfps-{job}-worker0")[1]
+    assert "--train_steps=10000000" in args and "--batch_size" not in args, args
+    label = chief_host.sh(f"docker inspect -f '{{{{index .Config.Labels \"tfps.settings\"}}}}' tfps-{job}-worker0")[1]
+    assert json.loads(base64.b64decode(label.strip()))["tfps_batch_size"] == 64
+
     status = run_playbook("status.yml", inventory, play_vars(tmp_path))
     assert_ok(status, "status.yml")
     assert re.search(rf"tfps-{job}-worker0\s+running", status.output)
 
     # Stop mid-job, once the chief has trained a little.
-    deadline = time.monotonic() + 120
-    while "first training step done" not in chief_host.sh(f"docker logs tfps-{job}-worker0 2>&1")[1]:
-        assert time.monotonic() < deadline, "the chief did not start training"
-        time.sleep(2)
     stop = run_playbook("stop.yml", inventory, play_vars(tmp_path))
     print(f"stop.yml: {stop.seconds:.0f} s")
     assert_ok(stop, "stop.yml")
@@ -210,8 +241,15 @@ def test_rerun_changes_nothing_and_stop_saves(bare_metal, image_archive, network
     assert chief_host.exists(f"/srv/tfps/{job}/export/tfps_export.json")
     assert chief_host.sh(f"cat /srv/tfps/{job}/checkpoint")[1].count(f"model.ckpt-{results['global_step']}")
     no_containers_anywhere(bare_metal, job)
-    stopped = [m for m in network_smtp_server.wait_for(2, timeout=30) if f"job {job}" in str(m["subject"])]
-    assert [str(m["subject"]) for m in stopped] == [f"[tfps] job {job} stopped at step {results['global_step']}"]
+    # One message for each stop: tfps_replace's (at the step the new settings went on from) and stop.yml's.
+    expected = [f"[tfps] job {job} stopped at step {step}" for step in (restored.group(1), results["global_step"])]
+
+    def mail() -> list[str]:
+        return [str(m["subject"]) for m in network_smtp_server.received() if f"job {job}" in str(m["subject"])]
+    deadline = time.monotonic() + 30
+    while len(mail()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert mail() == expected
 
     cleanup = run_playbook("cleanup.yml", inventory, {**play_vars(tmp_path), "tfps_cleanup_model_dir": True})
     assert_ok(cleanup, "cleanup.yml")

@@ -255,3 +255,32 @@ def test_a_refused_container_shows_dockers_reason_with_the_secrets_masked():
     # Everything the task touched goes again (one Docker created but could not start, too).
     assert start.tfps_attempted(started) == ["tfps-x-ps0", "tfps-x-worker0"]
     assert start.tfps_refused({"skipped": True}, "host2") == [] and start.tfps_attempted({}) == []
+
+
+def test_a_changed_setting_is_named_with_its_old_and_new_value():
+    """settings.yml compares the settings recorded on a job's containers (label tfps.settings)
+    with the deploy's: each change is one 'setting: old -> new'."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tfps_start", ROLE / "filter_plugins" / "tfps_start.py")
+    start = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(start)
+    from tfps.cluster.single_host import local_plan
+    from tfps.cluster.variables import launch_from_vars
+
+    def settings(**variables):
+        _, launch = launch_from_vars({"tfps_job_name": "train", **variables})
+        return {**local_plan(1, 2, ports=[2222, 2223, 2224]).to_json(launch)["job"]["settings"], "tfps_image": "tfps:1"}
+    old = settings(tfps_train_steps=300)
+    label = start.tfps_settings_label(old)
+    hostvars = {"host1": {"tfps_containers": {"ps0": {"Config": {"Labels": {"tfps.settings": label}}}}},
+                "host2": {"tfps_containers": {"worker0": None}}}
+    recorded = start.tfps_recorded_settings(hostvars, ["host1", "host2"])
+    assert recorded == old
+    # INI inventories give strings: "300" is the same setting as 300.
+    assert start.tfps_settings_changes(recorded, settings(tfps_train_steps="300")) == []
+    assert start.tfps_settings_changes(recorded, settings(tfps_train_steps=600, tfps_batch_size=128)) == [
+        "tfps_batch_size: 64 -> 128", "tfps_train_steps: 300 -> 600"]
+    assert start.tfps_settings_changes(recorded, {**old, "layout": "ps0@a:1"})[0].startswith('layout: "ps0@')
+    # A new job, or containers that record nothing: nothing to compare.
+    assert start.tfps_recorded_settings({"host1": {"tfps_containers": {"ps0": None}}}, ["host1"]) is None
+    assert start.tfps_settings_changes(None, old) == []

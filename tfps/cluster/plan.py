@@ -247,6 +247,9 @@ class Plan:
         if launch is not None:
             data["job"] = {"name": launch.name, "tensorboard_container": container_name(launch.name, TENSORBOARD),
                            **launch.extra}
+            if "settings" in launch.extra:   # what defines the job: its settings and its layout
+                data["job"]["settings"] = {**launch.extra["settings"], "layout": " ".join(
+                    f"{t.name}@{t.host}:{t.port}" + (f"/gpu{t.gpu}" if t.gpu is not None else "") for t in self.tasks)}
         return data
 
     def render_table(self) -> str:

@@ -61,6 +61,13 @@ RUN_FIELDS = {
 LAUNCH_VARS = ("tfps_extra_args", "tfps_script", "tfps_script_args", "tfps_notify_config", "tfps_data_src")
 #: Every variable the plan reads from the chief's host: the job's settings.
 JOB_VARS = tuple(RUN_FIELDS) + LAUNCH_VARS
+#: What defines a job (with its layout and image): a deploy under the same name that changes
+#: one of these is refused unless tfps_replace (the role's settings check). Cadences,
+#: timeouts and notifications may change without that.
+DEFINING_VARS = ("tfps_model", "tfps_model_args", "tfps_train_data", "tfps_eval_data", "tfps_label_column",
+                 "tfps_train_steps", "tfps_batch_size", "tfps_learning_rate", "tfps_optimizer", "tfps_sync_replicas",
+                 "tfps_replicas_to_aggregate", "tfps_backup_workers", "tfps_model_dir", "tfps_extra_args",
+                 "tfps_script", "tfps_script_args", "tfps_data_src")
 
 
 @functools.lru_cache(maxsize=1)
@@ -124,6 +131,9 @@ def launch_from_vars(variables: Mapping[str, Any], where: str = "the job") -> tu
     script = None if _blank(variables.get("tfps_script")) else str(variables["tfps_script"])
     script_args = _str_list(variables.get("tfps_script_args"), "tfps_script_args", where)
     run_args = tuple(cfg.to_args() + extra)
+    settings = {var: getattr(cfg, RUN_FIELDS[var]) if var in RUN_FIELDS else variables.get(var)
+                for var in DEFINING_VARS}
+    settings = {k: (None if _blank(v) else v) for k, v in settings.items()}
     launch = Launch(
         name=cfg.name,
         run_args=run_args,
@@ -141,6 +151,7 @@ def launch_from_vars(variables: Mapping[str, Any], where: str = "the job") -> tu
             "notify_config_mount": NOTIFY_CONFIG_MOUNT,
             "notify_urls_mount": URLS_FILE_MOUNT,
             "notify_urls_env": ENV_URLS_FILE,
+            "settings": settings,
         },
     )
     return cfg, launch

@@ -1,4 +1,5 @@
-"""Filters of the tfps role over the result of starting the task containers.
+"""Filters of the tfps role for starting a job's containers: what a refusal may show, and
+what a job is (the settings recorded on its containers, and what a deploy would change).
 
 The start task keeps ``no_log`` (its result holds each container's whole configuration,
 ``tfps_env`` included, where users put credentials), so Docker's own reason for refusing
@@ -63,6 +64,53 @@ def tfps_attempted(started) -> list[str]:
     return [_name(r) for r in _item_results(started) if not r.get("skipped")]
 
 
+
+
+# ---------------------------------------------------------------- a job's settings
+
+def tfps_settings_label(settings) -> str:
+    """The container label that records what defines the job (base64 JSON: a label is a
+    string, and a JSON-looking one could be templated back into a dict)."""
+    import base64
+    import json
+    return base64.b64encode(json.dumps(settings, sort_keys=True).encode()).decode()
+
+
+def tfps_recorded_settings(hostvars, hosts) -> dict | None:
+    """The settings recorded on the job's existing containers (the chief's first), from the
+    check phase's ``tfps_containers`` of every host; None when no container records them."""
+    import base64
+    import binascii
+    import json
+    found = []
+    for host in hosts:
+        containers = (hostvars.get(host) or {}).get("tfps_containers") or {}
+        for name, info in containers.items():
+            label = (((info or {}).get("Config") or {}).get("Labels") or {}).get("tfps.settings")
+            if label:
+                try:
+                    found.append((not str(name).startswith("worker0"), json.loads(base64.b64decode(label))))
+                except (ValueError, binascii.Error):
+                    continue
+    return min(found, key=lambda f: f[0])[1] if found else None
+
+
+def tfps_settings_changes(recorded, settings) -> list[str]:
+    """``setting: old -> new`` for each setting that differs (JSON values); [] when nothing
+    is recorded (a new job, or containers of a tfps that did not record settings)."""
+    import json
+    if not recorded:
+        return []
+    out = []
+    for key in sorted(set(recorded) | set(settings)):
+        old, new = recorded.get(key), settings.get(key)
+        if old != new:
+            out.append(f"{key}: {json.dumps(old)} -> {json.dumps(new)}")
+    return out
+
+
 class FilterModule:
     def filters(self):
-        return {"tfps_refused": tfps_refused, "tfps_attempted": tfps_attempted}
+        return {"tfps_refused": tfps_refused, "tfps_attempted": tfps_attempted,
+                "tfps_settings_label": tfps_settings_label, "tfps_recorded_settings": tfps_recorded_settings,
+                "tfps_settings_changes": tfps_settings_changes}
