@@ -88,7 +88,7 @@ def _tensorflow_missing(tf) -> list[tuple[str, str]]:
             missing.append((attr, where))
 
     has(tf.Operation, "_update_input", "tf.Operation")
-    for attr in ("_sync_token_queue", "_local_step"):
+    for attr in ("_sync_token_queue",):
         stored(getattr(t.SyncReplicasOptimizer, "apply_gradients", None), attr,
                "tf.compat.v1.train.SyncReplicasOptimizer.apply_gradients")
     for cls, attrs in ((t.ChiefSessionCreator, ("_scaffold", "_master", "_config", "_checkpoint_dir",
@@ -157,19 +157,6 @@ def sync_token_queue(opt):
     return queue
 
 
-def sync_local_step(opt):
-    """The step a sync worker's next gradient belongs to: the last token it took (a local
-    variable that SyncReplicasOptimizer's ``apply_gradients`` creates). A gradient whose step
-    is behind the global step when it arrives is stale, and the accumulator drops it."""
-    step = getattr(opt, "_local_step", None)
-    if step is None:
-        import tensorflow as tf
-        if "_local_step" not in getattr(opt, "__dict__", {}):
-            _refuse("TensorFlow", tf.__version__, [("_local_step", "tf.compat.v1.train.SyncReplicasOptimizer")])
-    return step
-
-
-# --------------------------------------------------------------- session creators
 def session_creator_scaffold(creator):
     """The Scaffold of a Chief/WorkerSessionCreator (a default one when none was given)."""
     return creator._scaffold

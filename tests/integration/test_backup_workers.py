@@ -80,4 +80,6 @@ def test_a_frozen_sync_worker(backup, procs, tmp_path, webhook_server):
         # Every step waits for worker2: the freeze holds the job and shows as a stall.
         assert during <= 10, f"the chief made {during} steps while a needed worker was frozen"
         assert any("stalled" in t for t in titles), titles
+        # Every gradient counts: only a worker's gradient sent on a start-up token can be stale.
+        assert all(w["dropped_gradients"] <= 3 for w in workers.values()), workers
     assert_nothing_left(ports, *everyone)

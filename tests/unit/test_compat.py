@@ -31,7 +31,7 @@ PRIVATE = {
     "_update_input", "_sync_token_queue", "_timer", "_global_step_tensor", "_session_manager",
     "_get_session_manager", "_master", "_config", "_checkpoint_dir", "_scaffold", "_compile_config",
     "_fn", "_fn_kwargs", "_apply_sparse", "_resource_apply_sparse", "_get_beta_accumulators", "_lr_t",
-    "_beta1_t", "_beta2_t", "_epsilon_t", "_use_locking", "_local_step", "_create_slots", "_zeros_slot",
+    "_beta1_t", "_beta2_t", "_epsilon_t", "_use_locking", "_create_slots", "_zeros_slot",
     "_exclude_from_weight_decay", "_exclude_from_weight_decay_names",
 }
 #: Internal modules and files of TensorFlow and tf_keras.

@@ -165,12 +165,19 @@ class Worker:
                                **{k: t for k, t in spec.metrics.items() if k not in running}}
                     with v1.control_dependencies(spec.update_ops):   # e.g. BatchNormalization's moving statistics
                         if cfg.sync_replicas:
-                            train = opt.minimize(spec.loss, global_step=global_step)
+                            # The global step as this run's gradient leaves (read before it is sent),
+                            # and the token the run takes at its end: the step of the next gradient.
+                            # A gradient whose step is behind the first is stale: the accumulator drops it.
+                            sent_at = tf.identity(global_step.read_value(), name="global_step_at_send")
+                            with v1.control_dependencies([sent_at]):
+                                train = opt.minimize(spec.loss, global_step=global_step)
+                            sync_fetch.update(sent_at=sent_at, token_step=tf.identity(train, name="token_taken"))
                         else:
                             train = steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0")
                     if running:
                         train = tf.group(train, *[update for update, _ in running.values()])
                     return train, spec.loss, metrics
+                sync_fetch: dict = {}
                 step = steps_mod.with_packed_reads(step, worker_device + "/cpu:0")
                 if cfg.sync_replicas:
                     train_op, loss, metrics = step()
@@ -180,7 +187,7 @@ class Worker:
                         step, global_step, cfg.train_steps)
                 ops["release_tokens"] = opt.get_init_tokens_op(task.num_workers) if cfg.sync_replicas else None
                 ops["token_queue"] = compat.sync_token_queue(opt) if cfg.sync_replicas else None
-                ops["token_step"] = compat.sync_local_step(opt) if cfg.sync_replicas else None
+                ops["sync_fetch"] = sync_fetch or None
                 ops["sync_hook"] = opt.make_session_run_hook(task.is_chief) if cfg.sync_replicas else None
                 ops["close_tokens"] = (ops["token_queue"].close() if cfg.sync_replicas and not task.is_chief
                                        else None)
@@ -200,6 +207,7 @@ class Worker:
     # -------------------------------------------------------------- run
     def run(self) -> ExitCode:
         task, cfg = self.task, self.cfg
+        _quiet_cancelled_queue_runners()
         server = start_server(task, cfg)
         write_health(task)
         self.watchdog.start()
@@ -234,8 +242,8 @@ class Worker:
         cfg, task = self.cfg, self.task
         scaffold = v1.train.Scaffold(saver=v1.train.Saver(sharded=False, max_to_keep=5, save_relative_paths=True))
         steps = {} if self.ops["steps"] is None else {"steps": self.ops["steps"]}
-        if self.ops.get("token_step") is not None:   # sync: which gradients arrived stale
-            steps["token_step"] = self.ops["token_step"]
+        if self.ops.get("sync_fetch"):   # sync: which gradients arrived stale
+            steps.update(self.ops["sync_fetch"])
         progress = ProgressHook(self, {"global_step": self.ops["global_step"], "loss": self.ops["loss"],
                                        **self.ops["metrics"], **steps},
                                 cfg.log_steps, cfg.batch_size, cfg.train_steps, task.is_chief, cfg.model_dir, task.name,
@@ -442,3 +450,22 @@ class Worker:
             return ExitCode.STOPPED if code == ExitCode.OK else code
         self._send_done(server, graph)
         return code
+
+
+def _quiet_cancelled_queue_runners() -> None:
+    """A sync chief's token queue runner (a TensorFlow QueueRunner thread) whose enqueue is
+    cancelled as the session closes at the job's end raises CancelledError once its
+    coordinator has been joined, and Python prints the thread's traceback: expected at that
+    moment, so it goes to the debug log instead. Every other thread's error is printed as before."""
+    previous = threading.excepthook
+    if getattr(previous, "_tfps_quiet", False):
+        return
+
+    def hook(args):
+        if (args.thread is not None and args.thread.name.startswith("QueueRunnerThread")
+                and type(args.exc_value).__name__ == "CancelledError"):
+            log.debug("%s ended as the session closed: %s", args.thread.name, args.exc_value)
+            return
+        previous(args)
+    hook._tfps_quiet = True
+    threading.excepthook = hook
