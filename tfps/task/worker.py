@@ -458,7 +458,7 @@ def _quiet_cancelled_queue_runners() -> None:
     coordinator has been joined, and Python prints the thread's traceback: expected at that
     moment, so it goes to the debug log instead. Every other thread's error is printed as before."""
     previous = threading.excepthook
-    if getattr(previous, "_tfps_quiet", False):
+    if getattr(previous, "tfps_quiet", False):
         return
 
     def hook(args):
@@ -467,5 +467,5 @@ def _quiet_cancelled_queue_runners() -> None:
             log.debug("%s ended as the session closed: %s", args.thread.name, args.exc_value)
             return
         previous(args)
-    hook._tfps_quiet = True
+    hook.tfps_quiet = True
     threading.excepthook = hook
