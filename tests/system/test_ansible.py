@@ -119,13 +119,13 @@ def test_deploy_trains_a_job_from_the_image_archive(bare_metal, image_archive, n
         assert not host.sh("ls /var/tmp/tfps-image-*.tar", check=False)[0] == 0, "archive left on " + host.name
 
     # results.json reached the controller and says the job succeeded.
-    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    results = json.loads((tmp_path / "results" / "latest" / "results.json").read_text())
     assert results["status"] == "succeeded"
     assert results["model"] == "tf_keras_models:sequential"
     assert results["global_step"] >= 300
     assert results["export_complete"] is True
-    assert (tmp_path / "results" / "logs" / "worker0.log").read_text().strip()
-    assert {p.name for p in (tmp_path / "results" / "logs").iterdir()} == {"ps0.log", "worker0.log", "worker1.log"}
+    assert (tmp_path / "results" / "latest" / "logs" / "worker0.log").read_text().strip()
+    assert {p.name for p in (tmp_path / "results" / "latest" / "logs").iterdir()} == {"ps0.log", "worker0.log", "worker1.log"}
 
     # Checkpoint and SavedModel are on the chief's host (host2), and only there.
     model_dir = f"/srv/tfps/{job}"
@@ -234,7 +234,7 @@ def test_rerun_changes_nothing_and_stop_saves(bare_metal, image_archive, network
     stop = run_playbook("stop.yml", inventory, play_vars(tmp_path))
     print(f"stop.yml: {stop.seconds:.0f} s")
     assert_ok(stop, "stop.yml")
-    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    results = json.loads((tmp_path / "results" / "latest" / "results.json").read_text())
     assert results["status"] == "stopped"
     assert 0 < results["global_step"] < 10_000_000
     assert results["export_complete"] is True
@@ -288,10 +288,10 @@ def test_failed_job_brings_the_chiefs_whole_log(bare_metal, image_archive, run_p
     result = run_playbook("deploy.yml", inventory, {**play_vars(tmp_path), "tfps_log_lines": 2})
     assert result.returncode != 0, result.output[-4000:]
     assert f"job {job} FAILED" in result.output, result.output[-4000:]
-    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    results = json.loads((tmp_path / "results" / "latest" / "results.json").read_text())
     assert results["status"] == "failed" and results["error"]["type"] == "FloatingPointError"
 
-    logs = tmp_path / "results" / "logs"
+    logs = tmp_path / "results" / "latest" / "logs"
     assert {p.name for p in logs.iterdir()} == {"ps0.log", "worker0.log", "worker1.log", "worker0.full.log"}
 
     def log_lines(path):   # tfps's own lines ("HH:MM:SS L ..."), without the file's stream headers
@@ -469,13 +469,13 @@ def test_engine_restart_mid_job_brings_the_task_back_and_the_job_completes(bare_
     progress = re.findall(rf"host2: job {job} step (\d+)/{steps} \(\d+%\) \| loss [\d.]+ \| \d+ examples/s \| ETA \d+ s",
                           result.output)
     assert len(progress) >= 2 and int(progress[-1]) > int(progress[0]), result.output[-4000:]
-    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    results = json.loads((tmp_path / "results" / "latest" / "results.json").read_text())
     assert results["status"] == "succeeded" and results["global_step"] >= steps
     assert results["export_complete"] is True
     # The ps waited for worker1 and left by itself (not stopped by deploy.yml after the
     # chief): the SIGTERM of the engine's stop did not count as worker1 being done.
     assert re.search(rf"tfps-{job}-ps0 exit 0\b", result.output), result.output[-3000:]
-    ps_log = (tmp_path / "results" / "logs" / "ps0.log").read_text(errors="replace")
+    ps_log = (tmp_path / "results" / "latest" / "logs" / "ps0.log").read_text(errors="replace")
     assert "ps0: every worker is done" in ps_log, ps_log[-3000:]
     no_containers_anywhere(bare_metal, job)
 
@@ -546,13 +546,13 @@ def test_killed_task_on_a_host_comes_back_and_the_job_completes(victim, mode, ba
     deploy.join(600)
     result = box["result"]
     assert_ok(result, f"deploy.yml with {victim} killed")
-    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    results = json.loads((tmp_path / "results" / "latest" / "results.json").read_text())
     assert results["status"] == "succeeded" and results["global_step"] >= FAULT_STEPS
     assert results["export_complete"] is True
     assert re.search(rf"tfps-{job}-ps0 exit 0\b", result.output), result.output[-3000:]
 
     # The chief's log (saved by the play) across the restart: what it restored after the kill.
-    chief_log = (tmp_path / "results" / "logs" / "worker0.log").read_text(errors="replace")
+    chief_log = (tmp_path / "results" / "latest" / "logs" / "worker0.log").read_text(errors="replace")
     after = faults.log_since_step(chief_log, kill_step) if victim != "worker0" else chief_log
     row = faults.Row(victim, mode, "yes", recover_s, kill_step,
                      faults.resumed_from(after, victim == "worker1", kill_step, victim))

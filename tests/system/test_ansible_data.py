@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -79,13 +80,13 @@ def test_data_only_on_the_controller_trains_and_is_not_copied_again(bare_metal, 
             hashlib.sha256((src / name).read_bytes()).hexdigest()
 
     # Each worker read exactly its own files of the global list, as its log says.
-    logs = tmp_path / "results" / "logs"
+    logs = tmp_path / "results" / "latest" / "logs"
     expected = {"worker0": "train-0.csv train-3.csv", "worker1": "train-1.csv train-4.csv", "worker2": "train-2.csv"}
     for task, files in expected.items():
         line = f"{task}: reads {len(files.split())} of the 5 listed training files: {files}"
         assert line in (logs / f"{task}.log").read_text(), task
 
-    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    results = json.loads((tmp_path / "results" / "latest" / "results.json").read_text())
     assert results["status"] == "succeeded"
     assert results["eval_metrics"]["accuracy"] > 0.8, results["eval_metrics"]   # 3 classes: chance is 0.33
 
@@ -99,6 +100,12 @@ def test_data_only_on_the_controller_trains_and_is_not_copied_again(bare_metal, 
     for task in ("Create the data directories on the worker host",
                  "Write the job's list of training files, which every worker shards"):
         assert "changed:" not in section(again.output, task), section(again.output, task)
+    # Each collect is an attempt of its own on the controller; latest is the newest.
+    runs = tmp_path / "results"
+    attempts = sorted(p.name for p in runs.iterdir() if p.is_dir() and not p.is_symlink())
+    assert len(attempts) == 2 and all(re.fullmatch(r"\d{8}T\d{6}Z", a) for a in attempts), attempts
+    assert os.readlink(runs / "latest") == attempts[-1]
+    assert all((runs / a / "results.json").is_file() for a in attempts)
 
     remove_job()
     no_containers_anywhere(bare_metal, job)

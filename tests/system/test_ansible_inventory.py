@@ -59,7 +59,7 @@ def test_ini_inventory_deploys_and_extra_vars_reach_the_tasks(bare_metal, image_
     result = run_playbook("deploy.yml", inventory, {**play_vars(tmp_path), "tfps_train_steps": 120})
     assert_ok(result, "deploy.yml with an INI inventory")
     assert re.search(r"worker1\s+host3\s+\S+:2230", result.output), result.output[-4000:]
-    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    results = json.loads((tmp_path / "results" / "latest" / "results.json").read_text())
     assert results["status"] == "succeeded"
     # -e reached the tfps: the job ended at 120, not at group_vars/all's 300.
     assert results["train_steps"] == 120
@@ -111,7 +111,7 @@ def test_check_mode_on_a_fresh_cluster_and_on_a_running_job_changes_nothing(bare
         assert f"tfps {job} " not in host.sh("iptables -S INPUT")[1]
     # Neither waited nor collected.
     assert "Wait for the chief to train" not in fresh.output
-    assert not (tmp_path / "results" / "results.json").exists()
+    assert not (tmp_path / "results" / "latest" / "results.json").exists()
 
     try:
         started = run_playbook("deploy.yml", inventory, {**play_vars(tmp_path), "tfps_wait": False})
@@ -127,7 +127,7 @@ def test_check_mode_on_a_fresh_cluster_and_on_a_running_job_changes_nothing(bare
         assert f"--check: host2 already runs tfps-{job}-worker0: nothing would change" in again.output
         assert chief_host.sh(f"docker inspect -f '{{{{.Id}}}}' tfps-{job}-worker0")[1].strip() == running_id
         assert "Wait for the chief to train" not in again.output
-        assert not (tmp_path / "results" / "results.json").exists()
+        assert not (tmp_path / "results" / "latest" / "results.json").exists()
     finally:
         cleanup = run_playbook("cleanup.yml", inventory, {**play_vars(tmp_path), "tfps_cleanup_model_dir": True})
         assert_ok(cleanup, "cleanup.yml")

@@ -418,7 +418,7 @@ def test_ansible_firewall_admits_only_the_cluster_also_after_a_reboot(bare_metal
         # -- the job ends with a final save -----------------------------------------------
         stop = run_playbook("stop.yml", inventory, play_vars(tmp_path), timeout=900)
         assert_ok(stop, "stop.yml after the reboot")
-        results = json.loads((tmp_path / "results" / "results.json").read_text())
+        results = json.loads((tmp_path / "results" / "latest" / "results.json").read_text())
         assert results["status"] == "stopped" and 0 < results["global_step"] < steps, results
         assert results["export_complete"] is True, results
     finally:
@@ -514,7 +514,7 @@ def test_ansible_vault_urls_reach_the_chief_as_a_file_and_leak_nowhere(bare_meta
     assert host3.sh(f"docker image inspect {IMAGE} --format '{{{{.Id}}}}'")[1].strip() == image_id
     for host, name in ((bare_metal["host1"], "ps0"), (host2, "worker0"), (host3, "worker1")):
         assert host.sh(f"docker inspect tfps-{job}-{name} --format '{{{{.Image}}}}'")[1].strip() == image_id, name
-    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    results = json.loads((tmp_path / "results" / "latest" / "results.json").read_text())
     assert results["status"] == "succeeded" and results["image"] == image_id
     body = next(part.get_payload(decode=True).decode() for part in messages[0].walk()
                 if part.get_content_type() == "text/plain")
