@@ -1,6 +1,6 @@
 """tfps benchmarks: every figure measured side by side in one run, reported as ratios.
 
-    .venv/bin/python bench/run.py [--quick] [--skip deploy,image,final_save]
+    .venv/bin/python bench/run.py [--quick] [--skip deploy,image,final_save,ctr]
 
 1. start-up: launch -> every worker past its first step, tfps local vs the classic script
 2. throughput: examples/s, async and sync, MLP and CNN: tfps vs classic feed_dict loop vs
@@ -8,6 +8,9 @@
 3. final save: checkpoint + export of ~100 MB and ~1 GB of variables, under default settings
 4. deployment: ansible-playbook wall time on the 3-host test cluster (first and no-change run)
 5. image size of the CPU image vs the official CPU TensorFlow image's published size
+6. CTR: examples/s of a model with a 256 MiB embedding table, tfps (1 and 2 ps) vs TF2's
+   ParameterServerStrategy + ClusterCoordinator (bench/ctr_tf2.py) vs one process's
+   model.fit; each ps's peak RSS; a 4x larger table; Adam as compiled
 
 Results go to stdout (a table), docs/benchmarks.md and docs/benchmarks.png. These machines
 are noisy: absolute times are context, ratios measured in the same run are the result.
@@ -53,7 +56,7 @@ class Watched:
 
     def __init__(self, argv, pattern: re.Pattern, t0: float):
         import threading
-        self.pattern, self.t0, self.seen, self.lines = pattern, t0, {}, []
+        self.pattern, self.t0, self.seen, self.lines, self.arrived = pattern, t0, {}, [], []
         self.popen = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
                                       cwd=ROOT, start_new_session=True)
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -61,6 +64,7 @@ class Watched:
 
     def _read(self):
         for line in self.popen.stdout:
+            self.arrived.append(time.time())
             self.lines.append(line)
             m = self.pattern.search(line)
             if m and m.group(1) not in self.seen:
@@ -313,6 +317,213 @@ def bench_deploy(rows):
     return r
 
 
+# ---------------------------------------------------------------------------------- CTR
+CTR_BATCH = 256
+CTR_BUCKETS = 2**22                 # x 16 float32: a 256 MiB table
+CTR_MODEL = "examples.ctr_model:build_model"
+#: The main comparison trains with Adagrad: sparse updates in tfps and in tf_keras alike, so
+#: the figures compare the parameter-server machinery. tf_keras's Adam (the example's own
+#: compile()) updates the whole table every step; a row of its own shows what that costs.
+CTR_OPTIMIZER = "adagrad"
+PROGRESS_RE = re.compile(r"^\[worker\d+\] .*worker\d+: step (\d+)/\d+ ")
+
+
+def peak_rss(pid: int) -> int:
+    """A process's peak resident size in bytes (VmHWM), 0 when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) a process has used, None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def task_pids(launcher: int) -> dict[str, int]:
+    """The tasks of a `tfps local`: the launcher's children whose command line (the task's
+    ``tfps run ... --job_name=ps --task_index=N``, which tfps sets on a forked task) names one."""
+    found = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            if ppid != launcher:
+                continue
+            with open(f"/proc/{d}/cmdline") as fh:
+                cmd = fh.read().replace("\0", " ")
+        except (OSError, ValueError, IndexError):
+            continue
+        m = re.search(r"--job_name=(ps|worker)\b.*--task_index=(\d+)", cmd)
+        if m:
+            found[m.group(1) + m.group(2)] = int(d)
+    return found
+
+
+def cpu_between(samples: list[tuple[float, dict]], t0: float, t1: float) -> dict[str, float]:
+    """Each task's CPU seconds from ``t0`` to ``t1``, from the samples nearest to both."""
+    def near(t):
+        return min(samples, key=lambda s: abs(s[0] - t))[1]
+    a, b = near(t0), near(t1)
+    return {n: round(b[n] - a[n], 2) for n in sorted(a) if n in b}
+
+
+def run_tfps_ctr(train_data: str, ps: int, steps: int, buckets: int = CTR_BUCKETS,
+                 optimizer: str = CTR_OPTIMIZER) -> dict:
+    """``tfps local --ps N --workers 2`` on the CTR model, its ps tasks' peak RSS sampled.
+
+    examples/s is the steady state: the global step of the progress lines (timed as they
+    arrive) from the first at or past 20 % of the steps to the last, as the TF2 side leaves
+    out its first epoch. Start-up stays out of it, and so does the chief's first checkpoint
+    (the whole table, written right after the first step: a cost per job, not per step): the
+    window starts after its ``checkpoint`` file appears. Periodic checkpoints are off (the TF2
+    runs write none); the final checkpoint and export follow the last step."""
+    d = tempfile.mkdtemp(prefix="tfps-bench-ctr-")
+    argv = [PY, "-m", "tfps", "local", "--ps", str(ps), "--workers", "2", "--model", CTR_MODEL,
+            "--model_arg", f"buckets={buckets}", "--optimizer", optimizer, "--train_data", train_data,
+            "--train_steps", str(steps), "--batch_size", str(CTR_BATCH), "--model_dir", d, "--log_steps", "100",
+            "--checkpoint_steps", str(steps * 10)]
+    p = Watched(argv, FIRST_RE, time.time())
+    pids: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    samples: list[tuple[float, dict]] = []     # (time, each task's CPU seconds so far)
+    ckpt_at = None                             # when the chief's first checkpoint was complete
+    try:
+        deadline = time.time() + 3600
+        while p.popen.poll() is None and time.time() < deadline:
+            if ckpt_at is None and os.path.exists(os.path.join(d, "checkpoint")):
+                ckpt_at = time.time()
+            if len(pids) < ps + 2:
+                pids.update(task_pids(p.popen.pid))
+            for name, pid in pids.items():
+                if name.startswith("ps"):
+                    peak[name] = max(peak.get(name, 0), peak_rss(pid))
+            cpu = {name: cpu_seconds(pid) for name, pid in {"launcher": p.popen.pid, **pids}.items()}
+            samples.append((time.time(), {n: c for n, c in cpu.items() if c is not None}))
+            time.sleep(0.25)
+        out = p.wait(120)
+        if p.popen.returncode != 0:
+            raise RuntimeError(f"tfps local (ctr, {ps} ps) failed ({p.popen.returncode}):\n{out[-3000:]}")
+        res = json.load(open(os.path.join(d, "results.json")))
+    finally:
+        if p.popen.poll() is None:
+            os.killpg(p.popen.pid, signal.SIGKILL)
+            p.popen.wait()
+        shutil.rmtree(d, ignore_errors=True)
+    points = [(t, int(m.group(1))) for t, line in zip(p.arrived, p.lines) if (m := PROGRESS_RE.search(line))]
+    window = [(t, step) for t, step in points if step >= 0.2 * steps and t > (ckpt_at or 0)]
+    if len(window) < 2 or window[-1][0] <= window[0][0]:
+        raise RuntimeError(f"tfps local (ctr) printed too few progress lines:\n{out[-3000:]}")
+    (t0, s0), (t1, s1) = window[0], window[-1]
+    cpu = cpu_between(samples, t0, t1)
+    return {"examples_s": (s1 - s0) * CTR_BATCH / (t1 - t0), "window_steps": [s0, s1], "window_s": round(t1 - t0, 2),
+            "cpu_s_per_1k_examples": round(sum(cpu.values()) * 1000 / ((s1 - s0) * CTR_BATCH), 4),
+            "cpu_s": cpu,
+            # the chief's first step -> its first checkpoint complete (s)
+            "first_checkpoint_s": (round(ckpt_at - p.t0 - p.seen["worker0"], 2)
+                                   if ckpt_at and "worker0" in p.seen else None),
+            "examples_s_training": res["global_step"] * CTR_BATCH / res["times"]["training_s"],
+            "times": res["times"], "ps_shares_mb": res.get("ps_shares_mb"),
+            "ps_peak_rss_mib": {n: round(b / 2**20) for n, b in sorted(peak.items())}}
+
+
+def run_tf2_ctr(mode: str, train_data: str, steps: int, ps: int = 1, buckets: int = CTR_BUCKETS,
+                optimizer: str = CTR_OPTIMIZER, epochs: int = 5, steps_per_execution: int = 50) -> dict:
+    """bench/ctr_tf2.py: ``single`` (one process, model.fit) or ``pss`` (ParameterServerStrategy)."""
+    p = sh([PY, os.path.join(ROOT, "bench", "ctr_tf2.py"), mode, "--train_data", train_data, "--steps", str(steps),
+            "--epochs", str(epochs), "--steps_per_execution", str(steps_per_execution), "--batch_size",
+            str(CTR_BATCH), "--buckets", str(buckets), "--optimizer", optimizer, "--ps", str(ps), "--workers", "2"],
+           timeout=3600, env={**ENV, "TF_USE_LEGACY_KERAS": "1"})
+    d = re.search(r"BENCH done (\d+) ([\d.]+) ([\d.]+)", p.stdout)
+    if p.returncode != 0 or not d:
+        raise RuntimeError(f"ctr_tf2.py {mode} failed ({p.returncode}):\n{p.stdout[-2000:]}{p.stderr[-3000:]}")
+    out = {"examples_s": int(d.group(1)) / (float(d.group(3)) - float(d.group(2))),
+           "window_s": round(float(d.group(3)) - float(d.group(2)), 2)}
+    cpu = re.search(r"BENCH cpu (.*)", p.stdout)
+    if cpu:
+        out["cpu_s"] = {k: float(v) for k, v in (kv.split("=") for kv in cpu.group(1).split())}
+        out["cpu_s_per_1k_examples"] = round(sum(out["cpu_s"].values()) * 1000 / int(d.group(1)), 4)
+    first = re.search(r"BENCH first_epoch ([\d.]+)", p.stdout)
+    out["first_epoch_s"] = float(first.group(1)) if first else None
+    rss = re.search(r"BENCH ps_rss (.*)", p.stdout)
+    if rss:
+        out["ps_peak_rss_mib"] = {k: round(int(v) / 2**20) for k, v in (kv.split("=") for kv in rss.group(1).split())}
+    return out
+
+
+def verdict(ratio: float, target: float, at_most: bool = False) -> str:
+    ok = ratio <= target if at_most else ratio >= target
+    return f"{'<=' if at_most else '>='} {target}x: {'PASS' if ok else 'FAIL'}"
+
+
+def bench_ctr(rows, quick):
+    """The CTR model (examples/ctr_model.py, a 256 MiB embedding table) on the demo CTR data:
+    tfps async with 1 and 2 ps against TF2's ParameterServerStrategy with the same tasks and
+    one process's model.fit; each ps's peak RSS; a 4x larger table; Adam as compiled."""
+    from tfps.demo import ensure_demo_data
+    steps = 2000 if quick else 4000
+    d = tempfile.mkdtemp(prefix="tfps-bench-ctr-data-")
+    try:
+        train = ensure_demo_data(d)["ctr_train"]
+        r = {"steps": steps, "batch_size": CTR_BATCH, "buckets": CTR_BUCKETS, "optimizer": CTR_OPTIMIZER}
+        # Alternating, so that each ratio compares runs made under about the same load.
+        r["single"] = run_tf2_ctr("single", train, steps)
+        r["tfps_1ps"] = run_tfps_ctr(train, 1, steps)
+        r["pss_1ps"] = run_tf2_ctr("pss", train, steps, ps=1)
+        r["pss_2ps"] = run_tf2_ctr("pss", train, steps, ps=2)
+        r["tfps_2ps"] = run_tfps_ctr(train, 2, steps)
+        # The chief's first checkpoint of a 1 GiB table (and its Adagrad slot) takes a while:
+        # more steps, so that the steady state after it is as long as in the other runs.
+        r["tfps_2ps_4x_rows"] = run_tfps_ctr(train, 2, 3 * steps, buckets=4 * CTR_BUCKETS)
+        # The example as written: compiled with Adam. tfps's Adam is lazy on the table's sparse
+        # gradient; tf_keras's decays both moments of every row each step (few steps suffice).
+        r["adam_tfps_2ps"] = run_tfps_ctr(train, 2, steps, optimizer="adam")
+        r["adam_single"] = run_tf2_ctr("single", train, 30 if quick else 60, optimizer="adam", epochs=3,
+                                       steps_per_execution=10)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    single = r["single"]["examples_s"]
+    for ps in (1, 2):
+        t, b = r[f"tfps_{ps}ps"]["examples_s"], r[f"pss_{ps}ps"]["examples_s"]
+        what = "1 ps" if ps == 1 else "2 ps (table split in 2)"
+        rows.append((f"CTR {what} + 2 workers, 256 MiB table (examples/s)", f"{t:.0f}", f"{b:.0f} (TF2 PSS)",
+                     f"{t / b:.2f}x TF2 PSS, {t / single:.2f}x one process",
+                     f"{verdict(t / b, 1.5)} PSS, {verdict(t / single, 0.5)} one process"))
+    rows.append(("CTR one process, model.fit (examples/s)", "", f"{single:.0f}", "", ""))
+    cpu = {k: v.get("cpu_s_per_1k_examples") for k, v in r.items() if isinstance(v, dict)}
+    if all(cpu.get(k) for k in ("tfps_1ps", "tfps_2ps", "pss_1ps", "pss_2ps", "single")):
+        rows.append(("CTR CPU s per 1000 examples, every process (1 ps / 2 ps)",
+                     f"{cpu['tfps_1ps']:.3f} / {cpu['tfps_2ps']:.3f}",
+                     f"{cpu['pss_1ps']:.3f} / {cpu['pss_2ps']:.3f} (TF2 PSS); {cpu['single']:.3f} (one process)",
+                     f"{cpu['pss_1ps'] / cpu['tfps_1ps']:.2f}x / {cpu['pss_2ps'] / cpu['tfps_2ps']:.2f}x less than "
+                     "TF2 PSS", ""))
+    rss = r["tfps_2ps"]["ps_peak_rss_mib"]
+    pss_rss = r["pss_2ps"].get("ps_peak_rss_mib") or {}
+    if len(rss) == 2 and min(rss.values()) > 0:
+        skew = max(rss.values()) / min(rss.values())
+        rows.append(("CTR 2 ps: peak RSS of each ps (MiB)", ", ".join(f"{k} {v}" for k, v in rss.items()),
+                     ", ".join(f"{k} {v}" for k, v in pss_rss.items()) + " (TF2 PSS)",
+                     f"{skew:.2f}x largest/smallest", verdict(skew, 1.3, at_most=True)))
+    else:
+        rows.append(("CTR 2 ps: peak RSS of each ps (MiB)", f"not measured ({rss})", "", "", "within 1.3x"))
+    big, base = r["tfps_2ps_4x_rows"]["examples_s"], r["tfps_2ps"]["examples_s"]
+    rows.append(("CTR 2 ps: 4x rows, 1 GiB table (examples/s)", f"{big:.0f}", f"{base:.0f} (256 MiB, tfps)",
+                 f"{big / base:.2f}x", verdict(big / base, 0.8)))
+    a_t, a_s = r["adam_tfps_2ps"]["examples_s"], r["adam_single"]["examples_s"]
+    rows.append(("CTR 2 ps, Adam as compiled (examples/s)", f"{a_t:.0f}", f"{a_s:.0f} (one process)",
+                 f"{a_t / a_s:.1f}x one process", ""))
+    return r
+
+
 def chart(data, path):
     """Bars at the medians, whiskers over the range of the runs."""
     import matplotlib
@@ -359,7 +570,7 @@ def machine() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer steps, skip the 1 GB save")
-    ap.add_argument("--skip", default="", help="comma-separated: startup,throughput,final_save,image,deploy")
+    ap.add_argument("--skip", default="", help="comma-separated: startup,throughput,final_save,image,deploy,ctr")
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs per figure; each figure is their median, with their range (default 3)")
     ap.add_argument("--image", default="tfps:latest", help="the image whose size is reported")
@@ -369,48 +580,78 @@ def main() -> int:
         ap.error("--repeat must be at least 1")
     skip = set(filter(None, a.skip.split(",")))
     rows: list[tuple] = []
+    ctr_rows: list[tuple] = []
     data = {}
     loads = [os.getloadavg()]
+    ctr_loads: list[tuple] = []
     for name, fn in (("startup", lambda: bench_startup(rows, a.quick, a.repeat)),
                      ("throughput", lambda: bench_throughput(rows, a.quick, a.repeat)),
                      ("final_save", lambda: bench_final_save(rows, a.quick)),
-                     ("image", lambda: bench_image(rows, a.image)), ("deploy", lambda: bench_deploy(rows))):
+                     ("image", lambda: bench_image(rows, a.image)), ("deploy", lambda: bench_deploy(rows)),
+                     ("ctr", lambda: bench_ctr(ctr_rows, a.quick))):
         if name in skip:
             continue
         print(f"running {name} ...", file=sys.stderr, flush=True)
+        before = os.getloadavg()
         data[name] = fn()
-        loads.append(os.getloadavg())
-    data["load_average_1_5_15"] = loads
-    header = ("benchmark", "tfps", "baseline", "ratio", "target")
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(5)]
-    table = "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in [header, *rows])
-    print(table)
+        if name == "ctr":
+            ctr_loads = [before, os.getloadavg()]
+        else:
+            loads.append(os.getloadavg())
+    path = os.path.join(a.out, "benchmarks.md")
     os.makedirs(a.out, exist_ok=True)
-    chart(data, os.path.join(a.out, "benchmarks.png"))
-    load = max(l[0] for l in loads)
-    md = [f"Measured {time.strftime('%Y-%m-%d')} with `bench/run.py {' '.join(sys.argv[1:])}` on {machine()}; "
-          f"load average (1 min) between the benches up to {load:.1f}. Each figure is the median of "
-          f"{a.repeat} run(s) ({max(a.repeat, STARTUP_MIN_RUNS)} for start-up), the range in brackets.", "",
-          "| " + " | ".join(header) + " |", "|" + "---|" * 5]
-    md += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    md += ["", "![benchmarks](benchmarks.png)", "", "Raw figures:", "", "```json",
-           json.dumps(data, indent=1, default=str), "```", ""]
-    write_section(os.path.join(a.out, "benchmarks.md"), "\n".join(md))
+    command = f"`bench/run.py {' '.join(sys.argv[1:])}` on {machine()}"
+    ctr = data.pop("ctr", None)
+    if data:      # the general benches: their own part of the page, and the chart
+        data["load_average_1_5_15"] = loads
+        print(_table(rows))
+        chart(data, os.path.join(a.out, "benchmarks.png"))
+        load = max(l[0] for l in loads)
+        md = [f"Measured {time.strftime('%Y-%m-%d')} with {command}; "
+              f"load average (1 min) between the benches up to {load:.1f}. Each figure is the median of "
+              f"{a.repeat} run(s) ({max(a.repeat, STARTUP_MIN_RUNS)} for start-up), the range in brackets.", "",
+              *_markdown(rows), "", "![benchmarks](benchmarks.png)", "", "Raw figures:", "", "```json",
+              json.dumps(data, indent=1, default=str), "```", ""]
+        write_section(path, "\n".join(md))
+    if ctr is not None:   # the CTR bench: a part of its own, so that each runs without the other
+        ctr["load_average_1_5_15"] = ctr_loads
+        print(_table(ctr_rows))
+        md = [f"Measured {time.strftime('%Y-%m-%d')} with {command}; load average (1 min) before and after "
+              f"the bench {ctr_loads[0][0]:.1f} and {ctr_loads[-1][0]:.1f}. One run per figure; "
+              f"{ctr['steps']} steps of {ctr['batch_size']} examples, optimizer {ctr['optimizer']} unless "
+              "the row says otherwise.", "", *_markdown(ctr_rows), "", "Raw figures:", "", "```json",
+              json.dumps(ctr, indent=1, default=str), "```", ""]
+        write_section(path, "\n".join(md), CTR_BEGIN, CTR_END)
     return 0
 
 
+HEADER = ("benchmark", "tfps", "baseline", "ratio", "target")
+
+
+def _table(rows) -> str:
+    widths = [max(len(str(r[i])) for r in [HEADER, *rows]) for i in range(5)]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in [HEADER, *rows])
+
+
+def _markdown(rows) -> list[str]:
+    return ["| " + " | ".join(HEADER) + " |", "|" + "---|" * 5, *("| " + " | ".join(str(c) for c in r) + " |"
+                                                                for r in rows)]
+
+
 BEGIN, END = "<!-- bench:begin (written by bench/run.py) -->", "<!-- bench:end -->"
+CTR_BEGIN, CTR_END = "<!-- bench:ctr:begin (written by bench/run.py) -->", "<!-- bench:ctr:end -->"
 
 
-def write_section(path: str, body: str) -> None:
-    """Replace the generated part of docs/benchmarks.md, keep the prose around it."""
-    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n\n" + BEGIN + "\n" + END + "\n"
-    if BEGIN not in text:
-        text += "\n" + BEGIN + "\n" + END + "\n"
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1] if END in rest else ""
+def write_section(path: str, body: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replace one generated part of docs/benchmarks.md (``begin`` to ``end``), keep the
+    prose and the other parts around it."""
+    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+    if begin not in text:
+        text += "\n" + begin + "\n" + end + "\n"
+    head, rest = text.split(begin, 1)
+    tail = rest.split(end, 1)[1] if end in rest else ""
     with open(path, "w") as fh:
-        fh.write(head + BEGIN + "\n" + body + "\n" + END + tail)
+        fh.write(head + begin + "\n" + body + "\n" + end + tail)
 
 
 if __name__ == "__main__":
