@@ -208,3 +208,22 @@ def test_the_controllers_estimate_is_the_workers(tmp_path):
     est = processes.plan_estimate(plan)
     assert isinstance(est, MemoryEstimate), est
     assert est == processes.estimate_memory(_cfg(tmp_path, partition_mb=1), 2)
+
+
+def test_a_ps_killed_for_memory_is_named_as_such_with_what_to_change(monkeypatch):
+    """A SIGKILL the launcher did not send, after the task grew past a quarter of the host's
+    memory, is the kernel's OOM killer: a ps's message says what holds its memory."""
+    import signal
+
+    from tfps.launch import processes
+    monkeypatch.setattr(processes, "_host_memory", lambda: 16 * 2**30)
+    ps = processes.TaskProcess("ps1", [], {})
+    ps.code, ps.rss_peak = -signal.SIGKILL, 12 * 2**30
+    text = ps.describe_exit()
+    assert "killed by the kernel (out of memory): it used 12.0 GiB of the host's 16.0 GiB" in text, text
+    assert "a ps holds its share of the variables" in text and "add ps tasks" in text
+    worker = processes.TaskProcess("worker1", [], {})
+    worker.code, worker.rss_peak = -signal.SIGKILL, 12 * 2**30
+    assert "lower --batch_size" in worker.describe_exit()
+    worker.rss_peak = 2**20    # small: maybe another program's kill, maybe the OOM killer's
+    assert worker.describe_exit().endswith("(sent by another program, or the kernel's OOM killer)")

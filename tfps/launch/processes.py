@@ -113,8 +113,12 @@ class TaskProcess:
         if self.code == -signal.SIGKILL and signal.SIGKILL not in self.signalled:
             total = _host_memory()
             if total and self.rss_peak > total // 4:
+                # A ps holds its share of the variables; a worker, its batches and the model's activations.
+                hint = ("a ps holds its share of the variables (the 'variables per ps task' line): add ps tasks, "
+                        "make the largest table smaller, or use an optimizer with fewer slots"
+                        if self.name.startswith("ps") else "lower --batch_size or run fewer tasks here")
                 text += (f": killed by the kernel (out of memory): it used {self.rss_peak / 2**30:.1f} GiB of "
-                         f"the host's {total / 2**30:.1f} GiB; lower --batch_size or run fewer tasks here")
+                         f"the host's {total / 2**30:.1f} GiB; {hint}")
             else:
                 text += " (sent by another program, or the kernel's OOM killer)"
         return text
