@@ -3,6 +3,8 @@
     tfps run          one task of a cluster (classic flags or TF_CONFIG); what containers run
     tfps local        a whole cluster as local processes, or a user's classic script
     tfps plan         the cluster plan of an inventory: tasks, flags, TF_CONFIG
+    tfps jobs         every tfps job on an inventory's hosts: state, step, loss, ETA
+    tfps logs         show or follow a task's log on an inventory's hosts
     tfps notify-test  send a test message to every configured notification URL
     tfps compose      a docker-compose.yml for a cluster, from the same plan
     tfps notify-failure  the failure message for a chief that died silently
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 
@@ -74,6 +77,22 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--playbook_dir", "--playbook-dir", metavar="DIR",
                       help="also read group_vars/ and host_vars/ beside the playbook in DIR, as the play does")
     plan.add_argument("--format", choices=("table", "json"), default="table")
+
+    for name, helptext in (("jobs", "list every tfps job on an inventory's hosts"),
+                           ("logs", "show (or follow) a task's log on an inventory's hosts")):
+        view = sub.add_parser(name, parents=[verbose], help=helptext,
+                           description=helptext + ", through ansible-playbook (the inventory's own SSH "
+                                                  "settings and become). Needs pip install 'tfps[ansible]'.")
+        view.add_argument("-i", "--inventory", action="append", required=True, metavar="SOURCE",
+                       help="inventory source as for ansible-playbook -i; repeatable")
+        view.add_argument("-e", "--extra_vars", "--extra-vars", action="append", default=[], metavar="VARS",
+                       help="extra variables as for ansible-playbook -e; repeatable")
+        if name == "logs":
+            view.add_argument("job", help="the job's name (tfps_job_name)")
+            view.add_argument("task", nargs="?", default="worker0", help="the task (default worker0, the chief)")
+            view.add_argument("-f", "--follow", action="store_true", help="go on printing what the task writes")
+            view.add_argument("-n", "--lines", type=int, default=100, help="lines from the end (default 100)")
+        view.set_defaults(func=cmd_jobs if name == "jobs" else cmd_logs)
 
     nt = sub.add_parser("notify_test", aliases=["notify-test"], parents=[verbose], help="send a test notification")
     nt.add_argument("--notify", action="append", default=[], metavar="URL")
@@ -143,6 +162,26 @@ def cmd_plan(ns) -> int:
         print("  " + " ".join(data["tasks"][0]["argv"] if not data["tasks"][0]["entrypoint"]
                               else data["tasks"][0]["entrypoint"] + ["<classic flags>"]), flush=True)
         print("\n" + _plan_memory(data, view))
+    return ExitCode.OK
+
+
+def cmd_jobs(ns) -> int:
+    from tfps.outcome import jobs
+    table, complete = jobs.list_jobs(ns.inventory, ns.extra_vars)
+    print(table, flush=True)
+    return ExitCode.OK if complete else ExitCode.TRAINING_FAILED
+
+
+def cmd_logs(ns) -> int:
+    from tfps.outcome import jobs
+    if not re.fullmatch(r"(ps|worker)\d+", ns.task):
+        raise ConfigError(f"{ns.task!r} is not a task name; use ps0, ps1, ..., worker0 (the chief), worker1, ...",
+                          "task")
+    if ns.lines < 1:
+        raise ConfigError(f"--lines {ns.lines}: give at least 1", "lines")
+    if not jobs.show_logs(ns.inventory, ns.job, ns.task, ns.follow, ns.lines, ns.extra_vars):
+        raise ConfigError(f"no host of the inventory has task {ns.task} of job {ns.job!r}; `tfps jobs -i ...` "
+                          "lists the jobs there", "job")
     return ExitCode.OK
 
 

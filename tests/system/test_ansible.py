@@ -226,6 +226,33 @@ def test_rerun_changes_nothing_and_stop_saves(bare_metal, image_archive, network
     label = chief_host.sh(f"docker inspect -f '{{{{index .Config.Labels \"tfps.settings\"}}}}' tfps-{job}-worker0")[1]
     assert json.loads(base64.b64decode(label.strip()))["tfps_batch_size"] == 64
 
+    # tfps jobs and tfps logs see the job from the controller, through the inventory.
+    env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"))
+    tfps = [sys.executable, "-m", "tfps"]
+    listed = subprocess.run([*tfps, "jobs", "-i", str(inventory)], env=env, capture_output=True, text=True,
+                            timeout=300, cwd=REPO)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    row = next((line.split() for line in listed.stdout.splitlines() if line.startswith(f"{job} ")), None)
+    assert row is not None, listed.stdout
+    assert row[1] == "running" and re.fullmatch(r"\d+/10000000", row[2]) and int(row[2].split("/")[0]) > 0, row
+    assert row[-1] == "host1,host2,host3", row
+    shown = subprocess.run([*tfps, "logs", "-i", str(inventory), job, "-n", "20"], env=env, capture_output=True,
+                           text=True, timeout=300, cwd=REPO)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert any(re.match(r"\[worker0\] \S+ I worker0: step \d+/10000000", line) for line in shown.stdout.splitlines()), \
+        shown.stdout[-2000:]
+    follow = subprocess.Popen([*tfps, "logs", "-i", str(inventory), job, "ps0", "-n", "1", "-f"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    try:
+        first = follow.stdout.readline()
+        assert first.startswith("[ps0] "), first
+    finally:
+        follow.terminate()
+        follow.wait(30)
+    missing = subprocess.run([*tfps, "logs", "-i", str(inventory), "nosuchjob"], env=env, capture_output=True,
+                             text=True, timeout=300, cwd=REPO)
+    assert missing.returncode == 2 and "no host of the inventory has task worker0 of job 'nosuchjob'" in missing.stderr
+
     status = run_playbook("status.yml", inventory, play_vars(tmp_path))
     assert_ok(status, "status.yml")
     assert re.search(rf"tfps-{job}-worker0\s+running", status.output)

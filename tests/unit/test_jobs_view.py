@@ -1,0 +1,75 @@
+"""tfps jobs and tfps logs: what ansible/jobs.yml reads from the hosts, turned into a table
+or a task's prefixed log lines (the play itself runs in tests/system/test_ansible.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from tfps.outcome import jobs
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _filters():
+    spec = importlib.util.spec_from_file_location("tfps_jobs", REPO / "ansible" / "filter_plugins" / "tfps_jobs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _container(name, job, task, role, state="running", status="Up 5 minutes", created=1000.0, command=""):
+    return {"Id": name * 2, "Names": [f"/{name}"], "State": state, "Status": status, "Created": created,
+            "Command": command, "Labels": {"tfps.job": job, "tfps.task": task, "tfps.role": role},
+            "Env": ["SECRET=never-shown"]}
+
+
+def test_the_play_reads_chiefs_histories_and_keeps_no_environment():
+    f = _filters()
+    chief = _container("tfps-a-worker0", "a", "worker0", "chief",
+                       command="tini -- tfps run --model_dir=/srv/tfps/a --train_steps=3000")
+    ps = _container("tfps-a-ps0", "a", "ps0", "ps", command="tini -- tfps run --model_dir=/srv/tfps/a")
+    assert f.tfps_chief_histories([chief, ps]) == [{"container": "tfps-a-worker0",
+                                                   "history": "/srv/tfps/a/history.jsonl"}]
+    hostvars = {
+        "host1": {"tfps_jobs_info": {"containers": [ps]}},
+        "host2": {"tfps_jobs_info": {"containers": [chief]}, "tfps_jobs_history": {"results": [
+            {"item": {"container": "tfps-a-worker0"}, "stdout": '{"step": 100, "time": 10.0}\n{"step": 3'}]}},
+        "host3": {"tfps_jobs_info": {"unreachable": True, "msg": "Failed to connect to the host via ssh"}},
+    }
+    view = f.tfps_jobs_view(hostvars, ["host1", "host2", "host3"])["hosts"]
+    assert "never-shown" not in str(view)
+    assert view["host2"]["containers"][0]["train_steps"] == "3000"
+    assert view["host2"]["history"] == {"tfps-a-worker0": [{"step": 100, "time": 10.0}]}   # a line being written
+    assert view["host3"]["error"] == "Failed to connect to the host via ssh"
+
+
+def test_the_table_shows_each_job_with_its_progress_and_eta():
+    hosts = {
+        "host1": {"containers": [{"name": "tfps-a-ps0", "job": "a", "task": "ps0", "role": "ps", "state": "running"}]},
+        "host2": {"containers": [
+            {"name": "tfps-a-worker0", "job": "a", "task": "worker0", "role": "chief", "state": "running",
+             "status": "Up", "created": 1000.0, "train_steps": "3000"},
+            {"name": "tfps-b-worker0", "job": "b", "task": "worker0", "role": "chief", "state": "exited",
+             "status": "Exited (0) 2 minutes ago", "created": 500.0, "train_steps": None}],
+            "history": {"tfps-a-worker0": [{"step": 1000, "time": 100.0, "loss": 0.5},
+                                           {"step": 1200, "time": 110.0, "loss": 0.41213, "examples_per_sec": 5123.4}]}},
+    }
+    rows = jobs.job_rows(hosts, now=1300.0)
+    assert rows[0] == {"job": "a", "state": "running", "step": "1200/3000", "loss": "0.4121", "examples/s": "5123",
+                       "started": "5m ago", "ETA": "90 s", "hosts": "host1,host2"}
+    assert rows[1]["state"] == "Exited (0) 2 minutes ago" and rows[1]["ETA"] == "-" and rows[1]["loss"] == "-"
+    table = jobs.render(rows, {"host3": "Failed to connect"}).splitlines()
+    assert table[0].split() == ["JOB", "STATE", "STEP", "LOSS", "EXAMPLES/S", "STARTED", "ETA", "HOSTS"]
+    assert table[1].split() == ["a", "running", "1200/3000", "0.4121", "5123", "5m", "ago", "90", "s", "host1,host2"]
+    assert table[-1] == "host3: not read: Failed to connect"
+    assert jobs.render([], {}) == "no tfps job on these hosts"
+
+
+def test_log_lines_are_prefixed_like_tfps_local_and_remember_the_newest_time():
+    hosts = {"host2": {"logs": {"tfps-a-worker0": "2026-12-05T10:00:01.000000001Z 10:00:01 I chief: one\n"
+                                                  "2026-12-05T10:00:02.500000000Z 10:00:02 I chief: two\n"}}}
+    hosts["host2-again"] = hosts["host2"]   # one engine under two inventory names (inventory/local)
+    lines, last = jobs.log_lines(hosts, "worker0")
+    assert lines == ["[worker0] 10:00:01 I chief: one", "[worker0] 10:00:02 I chief: two"]
+    assert last == "2026-12-05T10:00:02.500000000Z"

@@ -1,0 +1,173 @@
+"""``tfps jobs`` and ``tfps logs``: the tfps jobs on an inventory's hosts, seen from the controller.
+
+Both run ``ansible/jobs.yml`` with ``ansible-playbook``: Ansible's own inventory, connection
+plugins, SSH settings and become, not a second SSH client. The play writes what it read as
+JSON (``ansible/filter_plugins/tfps_jobs.py``), and this module turns it into a table or a
+task's log lines, prefixed as ``tfps local`` prefixes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tfps.errors import ConfigError
+
+#: The repository's ansible/ directory (playbooks, role, pinned collections, ansible.cfg).
+ANSIBLE_DIR = Path(__file__).resolve().parents[2] / "ansible"
+_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z) ?(.*)$")
+
+
+def read_hosts(inventories: list[str], extra_vars: list[str] | None = None, job: str | None = None,
+               task: str = "worker0", since: str = "", lines: int = 100, timeout: float = 300) -> dict:
+    """Run ansible/jobs.yml on the inventory's ps and worker hosts; what it read, per host."""
+    playbook = ANSIBLE_DIR / "jobs.yml"
+    if not playbook.is_file():
+        raise ConfigError(f"{playbook} is missing: tfps jobs and tfps logs run the playbooks of a tfps checkout "
+                          "(its ansible/ directory)", "inventory")
+    binary = Path(sys.executable).with_name("ansible-playbook")
+    if not binary.exists():
+        raise ConfigError("ansible-playbook is not installed next to this Python: pip install 'tfps[ansible]'",
+                          "inventory")
+    with tempfile.TemporaryDirectory(prefix="tfps-jobs-") as tmp:
+        out = os.path.join(tmp, "view.json")
+        argv = [str(binary), str(playbook), "-e", json.dumps({"tfps_jobs_out": out})]
+        for source in inventories:
+            argv += ["-i", os.path.abspath(source) if os.path.exists(source) else source]
+        for extra in extra_vars or []:
+            argv += ["-e", extra]
+        if job is not None:
+            argv += ["-e", json.dumps({"tfps_logs_job": job, "tfps_logs_task": task, "tfps_logs_since": since,
+                                       "tfps_logs_lines": lines})]
+        env = dict(os.environ, ANSIBLE_CONFIG=str(ANSIBLE_DIR / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+        done = subprocess.run(argv, cwd=ANSIBLE_DIR, env=env, capture_output=True, text=True, timeout=timeout)
+        if not os.path.exists(out):
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+            raise ConfigError(f"ansible-playbook could not read the hosts (exit {done.returncode}):\n{tail}",
+                              "inventory")
+        with open(out) as fh:
+            return json.load(fh)["hosts"]
+
+
+def _age(seconds: float) -> str:
+    seconds = max(int(seconds), 0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+def job_rows(hosts: dict, now: float | None = None) -> list[dict]:
+    """One row per job found on the hosts: name, state, step/total, loss, examples/s,
+    started, ETA, hosts. The chief's container says the state; its history the progress."""
+    from tfps.config import RunConfig
+    now = time.time() if now is None else now
+    jobs: dict[str, dict] = {}
+    for host, seen in sorted(hosts.items()):
+        for c in seen.get("containers") or []:
+            job = jobs.setdefault(c["job"], {"job": c["job"], "hosts": set(), "chief": None, "records": []})
+            job["hosts"].add(host)
+            if c.get("role") == "chief":
+                job["chief"] = c
+                job["records"] = (seen.get("history") or {}).get(c["name"], [])
+    rows = []
+    for name in sorted(jobs):
+        j, chief = jobs[name], jobs[name]["chief"]
+        total = int((chief or {}).get("train_steps") or RunConfig().train_steps)
+        records = j["records"]
+        newest = records[-1] if records else {}
+        row = {"job": name, "state": "no chief" if chief is None else str(chief.get("state")),
+               "step": f"{int(newest.get('step', 0))}/{total}",
+               "loss": f"{newest['loss']:.4f}" if isinstance(newest.get("loss"), (int, float)) else "-",
+               "examples/s": f"{newest['examples_per_sec']:.0f}" if newest.get("examples_per_sec") else "-",
+               "started": _age(now - chief["created"]) if chief and chief.get("created") else "-",
+               "ETA": "-", "hosts": ",".join(sorted(j["hosts"]))}
+        if chief and chief.get("state") == "running" and len(records) > 1:
+            a, b = records[-2], records[-1]
+            if b.get("time") and a.get("time") and b["time"] > a["time"] and b["step"] > a["step"]:
+                rate = (b["step"] - a["step"]) / (b["time"] - a["time"])
+                row["ETA"] = f"{max(total - b['step'], 0) / rate:.0f} s"
+        if chief and chief.get("state") != "running":
+            row["state"] = str(chief.get("status") or chief.get("state"))
+        rows.append(row)
+    return rows
+
+
+def render(rows: list[dict], errors: dict[str, str]) -> str:
+    cols = ["job", "state", "step", "loss", "examples/s", "started", "ETA", "hosts"]
+    lines = []
+    if rows:
+        width = {c: max(len(c.upper()), *(len(r[c]) for r in rows)) for c in cols}
+        lines.append("  ".join(c.upper().ljust(width[c]) for c in cols).rstrip())
+        lines += ["  ".join(r[c].ljust(width[c]) for c in cols).rstrip() for r in rows]
+    else:
+        lines.append("no tfps job on these hosts")
+    lines += [f"{host}: not read: {error}" for host, error in sorted(errors.items())]
+    return "\n".join(lines)
+
+
+def list_jobs(inventories: list[str], extra_vars: list[str] | None = None) -> tuple[str, bool]:
+    """(the table, whether every host was read)."""
+    hosts = read_hosts(inventories, extra_vars)
+    errors = {h: v["error"] for h, v in hosts.items() if v.get("error")}
+    return render(job_rows(hosts), errors), not errors
+
+
+def log_lines(hosts: dict, task: str) -> tuple[list[str], str]:
+    """(the task's log lines prefixed ``[task] ``, the newest line's timestamp) from read_hosts."""
+    out, last, done = [], "", set()
+    for seen in hosts.values():
+        for name, text in (seen.get("logs") or {}).items():
+            if name in done:   # one engine under two inventory names (inventory/local)
+                continue
+            done.add(name)
+            for line in text.splitlines():
+                m = _TIMESTAMP.match(line)
+                stamp, body = (m.group(1), m.group(2)) if m else ("", line)
+                last = max(last, stamp)
+                out.append(f"[{task}] {body}")
+    return out, last
+
+
+def show_logs(inventories: list[str], job: str, task: str, follow: bool, lines: int = 100,
+              extra_vars: list[str] | None = None, out=sys.stdout, poll: float = 2.0) -> bool:
+    """Print the task's log (its last ``lines``), and with ``follow`` what it writes next until
+    the container stops. False when no host has the task's container."""
+    hosts = read_hosts(inventories, extra_vars, job=job, task=task, lines=lines)
+    if not any(v.get("containers") for v in hosts.values()):
+        return False
+    text, last = log_lines(hosts, task)
+    for line in text:
+        print(line, file=out, flush=True)
+    while follow:
+        running = any(c.get("state") == "running" for v in hosts.values() for c in v.get("containers") or [])
+        if not running:
+            break
+        time.sleep(poll)
+        hosts = read_hosts(inventories, extra_vars, job=job, task=task, since=last or "0s")
+        text, newest = log_lines(hosts, task)
+        # --since is inclusive: the line of the last timestamp comes again.
+        for line, stamp in zip(text, _stamps(hosts)):
+            if stamp > last:
+                print(line, file=out, flush=True)
+        last = max(last, newest)
+    return True
+
+
+def _stamps(hosts: dict) -> list[str]:
+    out, done = [], set()
+    for seen in hosts.values():
+        for name, text in (seen.get("logs") or {}).items():
+            if name in done:
+                continue
+            done.add(name)
+            for line in text.splitlines():
+                m = _TIMESTAMP.match(line)
+                out.append(m.group(1) if m else "")
+    return out
