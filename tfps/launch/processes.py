@@ -409,12 +409,13 @@ def _estimate_isolated(setup, num_ps: int, num_workers: int, verbose: bool, isol
 
     With ``isolate`` (this process has imported TensorFlow and may fork), in a forked
     child: the graph's threads and memory go with it, so the tasks are still forked from a
-    clean single-threaded launcher. Otherwise here.
+    clean single-threaded launcher. Otherwise in a new interpreter, so that a launcher that
+    spawns its tasks never imports TensorFlow.
     """
     import json
     import select
-    if not isolate:
-        return try_estimate(setup, num_ps, num_workers)
+    if not isolate:   # the tasks are spawned: this launcher stays without TensorFlow
+        return _estimate_in_a_process(setup.cfg, num_ps, num_workers)
     read_end, write_end = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -481,7 +482,6 @@ def plan_estimate(plan: dict, data_src: str | None = None, train_data: str | Non
     (:func:`estimate_main`), so the caller never imports TensorFlow.
     """
     import importlib.util
-    import json
 
     from tfps.cluster.plan import DATA_MOUNT
     tasks = plan.get("tasks") or []
@@ -496,12 +496,19 @@ def plan_estimate(plan: dict, data_src: str | None = None, train_data: str | Non
     elif cfg.train_data:
         return (f"the training data ({cfg.train_data}) is on the hosts ({DATA_MOUNT} is their tfps_data_dir), "
                 "not on the controller; set tfps_data_src to estimate here")
+    return _estimate_in_a_process(cfg, len(plan["cluster"]["ps"]), len(plan["cluster"]["worker"]), user_model_dir)
+
+
+def _estimate_in_a_process(cfg: RunConfig, num_ps: int, num_workers: int, user_model_dir: str | None = None):
+    """:func:`try_estimate` in a new interpreter (:func:`estimate_main`): the caller never
+    imports TensorFlow."""
+    import json
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
-    if user_model_dir:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.abspath(user_model_dir),
-                                                        env.get("PYTHONPATH", "")) if p)
-    request = {"run_args": cfg.to_args(), "num_ps": len(plan["cluster"]["ps"]),
-               "num_workers": len(plan["cluster"]["worker"])}
+    # The caller's import path (a --model module in its working directory, say), then the model dir's.
+    path = [os.path.abspath(user_model_dir)] if user_model_dir else []
+    path += [p for p in sys.path if p] + [env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
+    request = {"run_args": cfg.to_args(), "num_ps": num_ps, "num_workers": num_workers}
     try:
         done = subprocess.run([sys.executable, "-m", "tfps.launch.processes"], input=json.dumps(request),
                               capture_output=True, text=True, env=env, timeout=ESTIMATE_TIMEOUT_SECS)
