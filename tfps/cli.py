@@ -81,12 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
     for name, helptext in (("jobs", "list every tfps job on an inventory's hosts"),
                            ("logs", "show (or follow) a task's log on an inventory's hosts")):
         view = sub.add_parser(name, parents=[verbose], help=helptext,
-                           description=helptext + ", through ansible-playbook (the inventory's own SSH "
-                                                  "settings and become). Needs pip install 'tfps[ansible]'.")
+                              description=helptext + ", through ansible-playbook (the inventory's own SSH "
+                                                     "settings and become). Needs pip install 'tfps[ansible]'.")
         view.add_argument("-i", "--inventory", action="append", required=True, metavar="SOURCE",
-                       help="inventory source as for ansible-playbook -i; repeatable")
+                          help="inventory source as for ansible-playbook -i; repeatable")
         view.add_argument("-e", "--extra_vars", "--extra-vars", action="append", default=[], metavar="VARS",
-                       help="extra variables as for ansible-playbook -e; repeatable")
+                          help="extra variables as for ansible-playbook -e; repeatable")
+        view.add_argument("--vault_id", "--vault-id", action="append", default=[], metavar="ID",
+                          help="vault identity, as for ansible-playbook; repeatable")
+        view.add_argument("--vault_password_file", "--vault-password-file", action="append", default=[],
+                          metavar="FILE", help="vault password file, as for ansible-playbook; repeatable")
         if name == "logs":
             view.add_argument("job", help="the job's name (tfps_job_name)")
             view.add_argument("task", nargs="?", default="worker0", help="the task (default worker0, the chief)")
@@ -165,9 +169,16 @@ def cmd_plan(ns) -> int:
     return ExitCode.OK
 
 
+def _playbook_args(ns) -> list[str]:
+    """ansible-playbook's own options for tfps jobs and tfps logs: -e, vault identities."""
+    out = [a for extra in ns.extra_vars for a in ("-e", extra)]
+    out += [a for ident in ns.vault_id for a in ("--vault-id", ident)]
+    return out + [a for path in ns.vault_password_file for a in ("--vault-password-file", path)]
+
+
 def cmd_jobs(ns) -> int:
     from tfps.outcome import jobs
-    table, complete = jobs.list_jobs(ns.inventory, ns.extra_vars)
+    table, complete = jobs.list_jobs(ns.inventory, _playbook_args(ns))
     print(table, flush=True)
     return ExitCode.OK if complete else ExitCode.TRAINING_FAILED
 
@@ -179,7 +190,7 @@ def cmd_logs(ns) -> int:
                           "task")
     if ns.lines < 1:
         raise ConfigError(f"--lines {ns.lines}: give at least 1", "lines")
-    if not jobs.show_logs(ns.inventory, ns.job, ns.task, ns.follow, ns.lines, ns.extra_vars):
+    if not jobs.show_logs(ns.inventory, ns.job, ns.task, ns.follow, ns.lines, _playbook_args(ns)):
         raise ConfigError(f"no host of the inventory has task {ns.task} of job {ns.job!r}; `tfps jobs -i ...` "
                           "lists the jobs there", "job")
     return ExitCode.OK

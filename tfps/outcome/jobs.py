@@ -24,9 +24,10 @@ ANSIBLE_DIR = Path(__file__).resolve().parents[2] / "ansible"
 _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z) ?(.*)$")
 
 
-def read_hosts(inventories: list[str], extra_vars: list[str] | None = None, job: str | None = None,
+def read_hosts(inventories: list[str], playbook_args: list[str] | None = None, job: str | None = None,
                task: str = "worker0", since: str = "", lines: int = 100, timeout: float = 300) -> dict:
-    """Run ansible/jobs.yml on the inventory's ps and worker hosts; what it read, per host."""
+    """Run ansible/jobs.yml on the inventory's ps and worker hosts; what it read, per host.
+    ``playbook_args``: ansible-playbook's own options (``-e VARS``, ``--vault-id ID``, ...)."""
     playbook = ANSIBLE_DIR / "jobs.yml"
     if not playbook.is_file():
         raise ConfigError(f"{playbook} is missing: tfps jobs and tfps logs run the playbooks of a tfps checkout "
@@ -40,8 +41,7 @@ def read_hosts(inventories: list[str], extra_vars: list[str] | None = None, job:
         argv = [str(binary), str(playbook), "-e", json.dumps({"tfps_jobs_out": out})]
         for source in inventories:
             argv += ["-i", os.path.abspath(source) if os.path.exists(source) else source]
-        for extra in extra_vars or []:
-            argv += ["-e", extra]
+        argv += list(playbook_args or [])
         if job is not None:
             argv += ["-e", json.dumps({"tfps_logs_job": job, "tfps_logs_task": task, "tfps_logs_since": since,
                                        "tfps_logs_lines": lines})]
@@ -112,9 +112,9 @@ def render(rows: list[dict], errors: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def list_jobs(inventories: list[str], extra_vars: list[str] | None = None) -> tuple[str, bool]:
+def list_jobs(inventories: list[str], playbook_args: list[str] | None = None) -> tuple[str, bool]:
     """(the table, whether every host was read)."""
-    hosts = read_hosts(inventories, extra_vars)
+    hosts = read_hosts(inventories, playbook_args)
     errors = {h: v["error"] for h, v in hosts.items() if v.get("error")}
     return render(job_rows(hosts), errors), not errors
 
@@ -136,10 +136,10 @@ def log_lines(hosts: dict, task: str) -> tuple[list[str], str]:
 
 
 def show_logs(inventories: list[str], job: str, task: str, follow: bool, lines: int = 100,
-              extra_vars: list[str] | None = None, out=sys.stdout, poll: float = 2.0) -> bool:
+              playbook_args: list[str] | None = None, out=sys.stdout, poll: float = 2.0) -> bool:
     """Print the task's log (its last ``lines``), and with ``follow`` what it writes next until
     the container stops. False when no host has the task's container."""
-    hosts = read_hosts(inventories, extra_vars, job=job, task=task, lines=lines)
+    hosts = read_hosts(inventories, playbook_args, job=job, task=task, lines=lines)
     if not any(v.get("containers") for v in hosts.values()):
         return False
     text, last = log_lines(hosts, task)
@@ -150,7 +150,7 @@ def show_logs(inventories: list[str], job: str, task: str, follow: bool, lines: 
         if not running:
             break
         time.sleep(poll)
-        hosts = read_hosts(inventories, extra_vars, job=job, task=task, since=last or "0s")
+        hosts = read_hosts(inventories, playbook_args, job=job, task=task, since=last or "0s")
         text, newest = log_lines(hosts, task)
         # --since is inclusive: the line of the last timestamp comes again.
         for line, stamp in zip(text, _stamps(hosts)):
