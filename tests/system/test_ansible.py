@@ -331,7 +331,8 @@ def test_failed_job_brings_the_chiefs_whole_log(bare_metal, image_archive, run_p
     assert any("diverged" in line for line in whole), whole
     # The whole log starts where the chief started: its first lines are not in the tail.
     assert whole[0] not in tail
-    assert f"{tmp_path / 'results'}/logs/worker0.full.log (whole)" in result.output
+    assert re.search(rf"{re.escape(str(tmp_path / 'results'))}/\d{{8}}T\d{{6}}Z/logs/worker0\.full\.log \(whole\)",
+                     result.output), result.output[-3000:]
     assert not bare_metal["host2"].sh("ls /var/tmp/tfps-*.full.log", check=False)[0] == 0, "full log left on host2"
     no_containers_anywhere(bare_metal, job)
 

@@ -373,7 +373,8 @@ def test_collect_yml_judges_and_shows_the_job_through_ansible(tmp_path, case):
     play_vars = {
         "tfps_chief": {"host": "localhost", "name": "worker0"}, "tfps_chief_container": "tfps-demo-worker0",
         "tfps_job_name": "demo", "tfps_script": "", "tfps_results_file": "/srv/tfps/demo/results.json",
-        "tfps_results_dir": str(tmp_path / "runs"), "tfps_ok_statuses": ["succeeded"],
+        "tfps_results_dir": str(tmp_path / "runs"), "tfps_attempt_dir": str(tmp_path / "runs" / "20261205T120000Z"),
+        "tfps_ok_statuses": ["succeeded"],
         "tfps_plan": {"tasks": [{"host": "localhost", "name": n} for n in ("ps0", "worker0", "worker1")]},
     }
     judge, show = _collect_tasks("Work out how the job ended", "Show how the job ended")
@@ -401,14 +402,14 @@ def test_collect_yml_judges_and_shows_the_job_through_ansible(tmp_path, case):
         assert (judged["status"], judged["fresh"], judged["reason"]) == ("succeeded", True, "")
         assert judged["results"] == json.loads(SUCCEEDED.read_text())
         assert shown[0] == "job demo SUCCEEDED at global step 60/60"
-        assert f"  results    {tmp_path / 'runs'}/results.json" in shown
+        assert f"  results    {tmp_path / 'runs' / '20261205T120000Z'}/results.json" in shown
         assert not any("chief log" in line for line in shown)
     else:
         assert (judged["status"], judged["fresh"], judged["results"]) == ("failed", False, {})
         assert judged["reason"].startswith("the chief tfps-demo-worker0 on localhost exited with code 137 without "
                                            "writing /srv/tfps/demo/results.json")
         assert shown[0] == "job demo FAILED"
-        assert f"  chief log  {tmp_path / 'runs'}/logs/worker0.full.log (whole)" in shown
+        assert f"  chief log  {tmp_path / 'runs' / '20261205T120000Z'}/logs/worker0.full.log (whole)" in shown
     assert "  tasks      tfps-demo-ps0 exit 0, tfps-demo-worker0 exit %d, tfps-demo-worker1 exit 0" % exit_code in shown
     assert shown[-3:] == ["last lines of the chief's log:", "one", "two"]
 
