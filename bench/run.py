@@ -33,6 +33,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from ctr_tf2 import peak_rss  # noqa: E402 - bench/, this script's directory: the TF2 side's VmHWM reader
+
 from tfps.cluster import local_plan  # noqa: E402
 
 PY = sys.executable
@@ -326,15 +328,6 @@ CTR_MODEL = "examples.ctr_model:build_model"
 #: compile()) updates the whole table every step; a row of its own shows what that costs.
 CTR_OPTIMIZER = "adagrad"
 PROGRESS_RE = re.compile(r"^\[worker\d+\] .*worker\d+: step (\d+)/\d+ ")
-
-
-def peak_rss(pid: int) -> int:
-    """A process's peak resident size in bytes (VmHWM), 0 when it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmHWM:"))
-    except (OSError, StopIteration, ValueError):
-        return 0
 
 
 def cpu_seconds(pid: int) -> float | None:
