@@ -60,37 +60,33 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: arguments for --script")
     local.set_defaults(func=cmd_local)
 
-    plan = sub.add_parser("plan", parents=[verbose],
+    # The inventory options of the commands that read one (plan, jobs, logs), as ansible-playbook takes them.
+    inventory = argparse.ArgumentParser(add_help=False)
+    inventory.add_argument("-i", "--inventory", action="append", required=True, metavar="SOURCE",
+                           help="inventory source as for ansible-playbook -i: INI or YAML file, directory, "
+                                "executable script, plugin configuration; repeatable")
+    inventory.add_argument("-e", "--extra_vars", "--extra-vars", action="append", default=[], metavar="VARS",
+                           help="extra variables as for ansible-playbook -e (key=value, YAML/JSON, @file); "
+                                "repeatable")
+    inventory.add_argument("--vault_id", "--vault-id", action="append", default=[], metavar="ID",
+                           help="vault identity, as for ansible-playbook; repeatable")
+    inventory.add_argument("--vault_password_file", "--vault-password-file", action="append", default=[],
+                           metavar="FILE", help="vault password file, as for ansible-playbook; repeatable")
+
+    plan = sub.add_parser("plan", parents=[verbose, inventory],
                           help="print the cluster plan of an inventory, as Ansible resolves it",
                           description="The cluster plan of an Ansible inventory: ansible-core resolves the "
                                       "inventory (every format and precedence rule), tfps numbers the tasks. "
                                       "The play computes the same plan. Needs pip install 'tfps[ansible]'.")
-    plan.add_argument("-i", "--inventory", action="append", required=True, metavar="SOURCE",
-                      help="inventory source as for ansible-playbook -i: INI or YAML file, directory, "
-                           "executable script, plugin configuration; repeatable")
-    plan.add_argument("-e", "--extra_vars", "--extra-vars", action="append", default=[], metavar="VARS",
-                      help="extra variables as for ansible-playbook -e (key=value, YAML/JSON, @file); repeatable")
-    plan.add_argument("--vault_id", "--vault-id", action="append", default=[], metavar="ID",
-                      help="vault identity, as for ansible-playbook; repeatable")
-    plan.add_argument("--vault_password_file", "--vault-password-file", action="append", default=[],
-                      metavar="FILE", help="vault password file, as for ansible-playbook; repeatable")
     plan.add_argument("--playbook_dir", "--playbook-dir", metavar="DIR",
                       help="also read group_vars/ and host_vars/ beside the playbook in DIR, as the play does")
     plan.add_argument("--format", choices=("table", "json"), default="table")
 
     for name, helptext in (("jobs", "list every tfps job on an inventory's hosts"),
                            ("logs", "show (or follow) a task's log on an inventory's hosts")):
-        view = sub.add_parser(name, parents=[verbose], help=helptext,
+        view = sub.add_parser(name, parents=[verbose, inventory], help=helptext,
                               description=helptext + ", through ansible-playbook (the inventory's own SSH "
                                                      "settings and become). Needs pip install 'tfps[ansible]'.")
-        view.add_argument("-i", "--inventory", action="append", required=True, metavar="SOURCE",
-                          help="inventory source as for ansible-playbook -i; repeatable")
-        view.add_argument("-e", "--extra_vars", "--extra-vars", action="append", default=[], metavar="VARS",
-                          help="extra variables as for ansible-playbook -e; repeatable")
-        view.add_argument("--vault_id", "--vault-id", action="append", default=[], metavar="ID",
-                          help="vault identity, as for ansible-playbook; repeatable")
-        view.add_argument("--vault_password_file", "--vault-password-file", action="append", default=[],
-                          metavar="FILE", help="vault password file, as for ansible-playbook; repeatable")
         if name == "logs":
             view.add_argument("job", help="the job's name (tfps_job_name)")
             view.add_argument("task", nargs="?", default="worker0", help="the task (default worker0, the chief)")
