@@ -67,6 +67,7 @@ def job_rows(hosts: dict, now: float | None = None) -> list[dict]:
     """One row per job found on the hosts: name, state, step/total, loss, examples/s,
     started, ETA, hosts. The chief's container says the state; its history the progress."""
     from tfps.config import RunConfig
+    from tfps.outcome.results import eta_seconds
     now = time.time() if now is None else now
     jobs: dict[str, dict] = {}
     for host, seen in sorted(hosts.items()):
@@ -88,11 +89,9 @@ def job_rows(hosts: dict, now: float | None = None) -> list[dict]:
                "examples/s": f"{newest['examples_per_sec']:.0f}" if newest.get("examples_per_sec") else "-",
                "started": _age(now - chief["created"]) if chief and chief.get("created") else "-",
                "ETA": "-", "hosts": ",".join(sorted(j["hosts"]))}
-        if chief and chief.get("state") == "running" and len(records) > 1:
-            a, b = records[-2], records[-1]
-            if b.get("time") and a.get("time") and b["time"] > a["time"] and b["step"] > a["step"]:
-                rate = (b["step"] - a["step"]) / (b["time"] - a["time"])
-                row["ETA"] = f"{max(total - b['step'], 0) / rate:.0f} s"
+        eta = eta_seconds(records[-1], records[-2], total) if len(records) > 1 else None
+        if chief and chief.get("state") == "running" and eta is not None:
+            row["ETA"] = f"{eta:.0f} s"
         if chief and chief.get("state") != "running":
             row["state"] = str(chief.get("status") or chief.get("state"))
         rows.append(row)

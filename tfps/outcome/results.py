@@ -59,11 +59,19 @@ def progress_line(record: dict | None, earlier: dict | None, total: int) -> str:
         parts.append(f"loss {record['loss']:.4f}")
     if record.get("examples_per_sec"):
         parts.append(f"{record['examples_per_sec']:.0f} examples/s")
-    if earlier and record.get("time") and earlier.get("time") and record["time"] > earlier["time"]:
-        rate = (step - int(earlier.get("step", 0))) / (record["time"] - earlier["time"])
-        if rate > 0:
-            parts.append(f"ETA {max(total - step, 0) / rate:.0f} s")
+    eta = eta_seconds(record, earlier, total)
+    if eta is not None:
+        parts.append(f"ETA {eta:.0f} s")
     return " | ".join(parts)
+
+
+def eta_seconds(record: dict | None, earlier: dict | None, total: int) -> float | None:
+    """Seconds to ``total`` steps at the rate between two history records; None without a rate."""
+    if not (record and earlier and record.get("time") and earlier.get("time") and record["time"] > earlier["time"]):
+        return None
+    step = int(record.get("step", 0))
+    rate = (step - int(earlier.get("step", 0))) / (record["time"] - earlier["time"])
+    return max(total - step, 0) / rate if rate > 0 else None
 
 
 def read_jsonl(path: str) -> list:
