@@ -120,7 +120,13 @@ def list_jobs(inventories: list[str], playbook_args: list[str] | None = None) ->
 
 def log_lines(hosts: dict, task: str) -> tuple[list[str], str]:
     """(the task's log lines prefixed ``[task] ``, the newest line's timestamp) from read_hosts."""
-    out, last, done = [], "", set()
+    entries = _entries(hosts, task)
+    return [line for _, line in entries], max((stamp for stamp, _ in entries), default="")
+
+
+def _entries(hosts: dict, task: str) -> list[tuple[str, str]]:
+    """(docker's timestamp, the line prefixed ``[task] ``) of each log line, each container once."""
+    out, done = [], set()
     for seen in hosts.values():
         for name, text in (seen.get("logs") or {}).items():
             if name in done:   # one engine under two inventory names (inventory/local)
@@ -129,9 +135,8 @@ def log_lines(hosts: dict, task: str) -> tuple[list[str], str]:
             for line in text.splitlines():
                 m = _TIMESTAMP.match(line)
                 stamp, body = (m.group(1), m.group(2)) if m else ("", line)
-                last = max(last, stamp)
-                out.append(f"[{task}] {body}")
-    return out, last
+                out.append((stamp, f"[{task}] {body}"))
+    return out
 
 
 def show_logs(inventories: list[str], job: str, task: str, follow: bool, lines: int = 100,
@@ -150,23 +155,10 @@ def show_logs(inventories: list[str], job: str, task: str, follow: bool, lines: 
             break
         time.sleep(poll)
         hosts = read_hosts(inventories, playbook_args, job=job, task=task, since=last or "0s")
-        text, newest = log_lines(hosts, task)
+        entries = _entries(hosts, task)
         # --since is inclusive: the line of the last timestamp comes again.
-        for line, stamp in zip(text, _stamps(hosts)):
+        for stamp, line in entries:
             if stamp > last:
                 print(line, file=out, flush=True)
-        last = max(last, newest)
+        last = max([last] + [stamp for stamp, _ in entries])
     return True
-
-
-def _stamps(hosts: dict) -> list[str]:
-    out, done = [], set()
-    for seen in hosts.values():
-        for name, text in (seen.get("logs") or {}).items():
-            if name in done:
-                continue
-            done.add(name)
-            for line in text.splitlines():
-                m = _TIMESTAMP.match(line)
-                out.append(m.group(1) if m else "")
-    return out
