@@ -26,7 +26,7 @@ import sys
 import time
 
 from tfps import __version__, logs
-from tfps.config import add_run_options, from_args, normalize_argv
+from tfps.config import add_replace_option, add_run_options, from_args, normalize_argv
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.task import entry
@@ -49,13 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     local = sub.add_parser("local", parents=[verbose], help="run a whole cluster on this machine as processes")
     local.add_argument("--ps", type=int, default=1, help="number of ps tasks (default %(default)s)")
-    local.add_argument("--workers", type=int, default=2, help="number of workers (default %(default)s)")
+    local.add_argument("--workers", type=int, help="number of workers (default 2; with --gpus, one per GPU)")
+    local.add_argument("--gpus", metavar="INDICES",
+                       help="comma-separated GPU indices as nvidia-smi lists them, one worker per GPU (e.g. 0,1): "
+                            "each worker sees its GPU only, with memory growth on; every ps stays on the CPU")
     local.add_argument("--script", help="run a classic script (taking --ps_hosts ... --task_index) instead")
     local.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
     local.add_argument("--restarts", type=int, default=0, metavar="N",
                        help="start a task's process again, up to N times, when a signal kills it (as tfps run "
                             "--restarts); by default a killed task fails the job within --sync_timeout "
                             "(default %(default)s)")
+    add_replace_option(local)
     add_run_options(local)
     local.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: arguments for --script")
     local.set_defaults(func=cmd_local)
@@ -103,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="send the failure message for a chief that died without one (orchestrators)")
     nf.add_argument("--reason", required=True, help="what happened, e.g. 'chief container exited 137'")
     add_run_options(nf)
+    # The role passes the job's `tfps run` options as they are, its --replace included.
+    nf.add_argument("--replace", action="store_true", help=argparse.SUPPRESS)
     nf.set_defaults(func=cmd_notify_failure)
 
     hc = sub.add_parser("healthcheck", parents=[verbose], help="exit 0 if this container's task serves its port")
@@ -142,8 +148,14 @@ def cmd_local(ns) -> ExitCode:
         raise ConfigError(f"{ns.restarts} is negative; use 0 (never) or how many times to restart", "restarts")
     if ns.restarts and ns.script:
         raise ConfigError("restarts tfps's own tasks only; drop --restarts with --script", "restarts")
+    if ns.replace and ns.script:
+        raise ConfigError("concerns the model_dir of tfps's own tasks only; drop --replace with --script", "replace")
+    from tfps.cluster import gpu
+    gpus = None if ns.gpus is None else gpu.worker_gpus(ns.gpus, ns.workers, uuids=False)
+    ns.workers = len(gpus) if gpus else (2 if ns.workers is None else ns.workers)
     return run_local(cfg, num_ps=ns.ps, num_workers=ns.workers, script=ns.script,
-                     script_args=args, python=ns.python, verbose=ns.verbose, restarts=ns.restarts)
+                     script_args=args, python=ns.python, verbose=ns.verbose, restarts=ns.restarts, gpus=gpus,
+                     replace=ns.replace)
 
 
 def cmd_plan(ns) -> int:

@@ -115,6 +115,9 @@ def _tensorflow_missing(tf) -> list[tuple[str, str]]:
         missing.append(("the slots rms, mg, momentum", "tf.compat.v1.train.RMSPropOptimizer._create_slots"))
     for attr in ("_lr_t", "_beta1_t", "_beta2_t", "_epsilon_t"):
         stored(getattr(t.AdamOptimizer, "_prepare", None), attr, "tf.compat.v1.train.AdamOptimizer._prepare")
+    step_read_key = getattr(importlib.import_module(_TRAINING_UTIL), "GLOBAL_STEP_READ_KEY", None)
+    if step_read_key != GLOBAL_STEP_READ_KEY:
+        missing.append((f"GLOBAL_STEP_READ_KEY {GLOBAL_STEP_READ_KEY!r}", _TRAINING_UTIL))
     if not glob.glob(os.path.join(os.path.dirname(tf.__file__), TF_CC_LIBRARY + "*")):
         missing.append((TF_CC_LIBRARY, "package directory"))
     return missing
@@ -138,6 +141,25 @@ def check_tensorflow() -> None:
 def update_op_input(op, index: int, tensor) -> None:
     """Make input ``index`` of the built op ``op`` read ``tensor`` (no public way exists)."""
     op._update_input(index, tensor)
+
+
+# --------------------------------------------------------------- the global step's read
+_TRAINING_UTIL = "tensorflow.python.training.training_util"
+#: The collection in which TensorFlow's hooks (StopAtStepHook, CheckpointSaverHook,
+#: SummarySaverHook, StepCounterHook) look for the global step's read tensor, and where the
+#: first of them makes one when it is empty.
+GLOBAL_STEP_READ_KEY = "global_step_read_op_cache"
+
+
+def share_global_step_read(graph, tensor) -> None:
+    """Make ``tensor`` the global step's read that TensorFlow's hooks fetch.
+
+    The one they make themselves, a ``cond`` on whether the variable is initialised built
+    outside any device scope, is split between the worker and the ps: 6 transfers every
+    ``session.run``. A graph whose own read is there already is left as it is.
+    """
+    if not graph.get_collection(GLOBAL_STEP_READ_KEY):
+        graph.add_to_collection(GLOBAL_STEP_READ_KEY, tensor)
 
 
 # --------------------------------------------------------------- SyncReplicasOptimizer
@@ -417,6 +439,18 @@ def ansible_play_variables(hostvars):
     """The play's ``(VariableManager, InventoryManager)`` behind ``task_vars['hostvars']``,
     or ``(None, None)``: the action resolves each host's variables with the play and task."""
     return getattr(hostvars, "_variable_manager", None), getattr(hostvars, "_inventory", None)
+
+
+def ansible_play_facts(manager, host: str) -> set:
+    """Names the play set on ``host`` itself (registered results, set_fact, gathered facts):
+    results of its tasks, never inventory settings."""
+    names: set = set()
+    for cache in ("_nonpersistent_fact_cache", "_fact_cache"):
+        try:
+            names |= set(getattr(manager, cache, {}).get(host, {}) or {})
+        except Exception:  # noqa: BLE001 - a cache plugin that cannot be read: nothing to leave out
+            pass
+    return names
 
 
 def ansible_task_role(task):

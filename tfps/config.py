@@ -305,6 +305,16 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                         "progress for SECONDS; it never fails the job; 0 turns it off (default %(default)g)")
 
 
+def add_replace_option(parser, who: str = "") -> None:
+    """``--replace`` of ``tfps local``, ``tfps compose`` and ``tfps run``: not a RunConfig
+    field, since it says how this start treats the job's record (tfps.cluster.settings), not
+    what the job is."""
+    parser.add_argument("--replace", action="store_true",
+                        help=f"{who}when model_dir holds a job with other settings (steps, batch, optimizer, data, "
+                             "ps and worker counts, ...): go on from its checkpoint with these settings, and record "
+                             "them, instead of refusing (more --train_steps continue its training)")
+
+
 def from_args(ns: argparse.Namespace) -> RunConfig:
     names = {f.name for f in dataclasses.fields(RunConfig)}
     given = {k: v for k, v in vars(ns).items() if k in names and v is not None}

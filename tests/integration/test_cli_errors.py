@@ -31,9 +31,12 @@ def tfps(*args, env=None, cwd=REPO):
     (["local", "--script", "/nonexistent/train.py"], {}, "script"),
     (["run", *CLUSTER, "--job_name", "worker", "--task_index", "1", "--restarts", "-1"], {}, "restarts"),
     (["local", "--startup_timeout", "0"], {}, "startup_timeout"),
+    (["local", "--gpus", "0,1", "--workers", "3"], {}, "workers"),
+    (["local", "--gpus", "0,0"], {}, "gpus"),
+    (["local", "--gpus", "0"], {"PATH": "/nonexistent"}, "gpus"),   # no nvidia-smi: no NVIDIA driver
 ], ids=["run-no-cluster", "task-index-range", "bad-tf-config", "job-name-chief", "unknown-model",
         "no-train-files", "negative-steps", "zero-batch-dashes", "short-final-save", "missing-script",
-        "negative-restarts", "zero-startup-timeout"])
+        "negative-restarts", "zero-startup-timeout", "gpus-vs-workers", "gpu-twice", "gpus-without-driver"])
 def test_bad_input_exits_2_with_one_line(args, env, field, tmp_path):
     model_dir = tmp_path / "model"
     if args[0] == "local":

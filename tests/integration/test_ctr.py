@@ -64,7 +64,9 @@ def test_a_job_resumed_with_more_ps_tasks_splits_the_table_from_the_checkpoint(p
     first = procs.tfps("tfps-local-ctr-1ps", "local", "--ps", 1, "--workers", 2, *run_flags(model_dir, *flags, steps=200))
     assert first.wait(600) == 0, first.tail()
     assert set(read_results(model_dir)["ps_shares_mb"]) == {"ps0"}
-    again = procs.tfps("tfps-local-ctr-2ps", "local", "--ps", 2, "--workers", 2, *run_flags(model_dir, *flags, steps=400))
+    # Another layout and more steps are other settings: --replace goes on from the checkpoint with them.
+    again = procs.tfps("tfps-local-ctr-2ps", "local", "--ps", 2, "--workers", 2, "--replace",
+                       *run_flags(model_dir, *flags, steps=400))
     assert again.wait(600) == 0, again.tail()
     restored = again.lines(r"restored checkpoint of step (\d+)")
     assert restored and int(restored[0].group(1)) >= 200, again.tail()

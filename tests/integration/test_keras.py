@@ -180,10 +180,10 @@ def test_async_keras_export_serves_held_back_data_by_input_name(async_job, blob_
 
 
 def test_keras_model_resumes_from_its_checkpoint_with_its_moving_statistics(async_job, blob_data, procs, tmp_path):
-    """A job launched again on the model_dir of a finished Keras job (a new cluster: its ps
-    holds nothing) restores the checkpoint, BatchNormalization's moving statistics included,
-    and trains on from its step: two more steps leave the statistics almost as they were
-    (a model initialised afresh would have them near 0 and 1)."""
+    """A job launched again with more steps (--replace) on the model_dir of a finished Keras
+    job (a new cluster: its ps holds nothing) restores the checkpoint, BatchNormalization's
+    moving statistics included, and trains on from its step: two more steps leave the
+    statistics almost as they were (a model initialised afresh would have them near 0 and 1)."""
     import shutil
     assert_succeeded(async_job, ASYNC_STEPS)
     model_dir = tmp_path / "model"
@@ -191,7 +191,8 @@ def test_keras_model_resumes_from_its_checkpoint_with_its_moving_statistics(asyn
     before = export_variables(async_job.results["export_dir"])
     done = async_job.results["global_step"]
     job = run_job(procs, "keras-resume", model_dir, "--model", f"{FIX}:bn_dropout", "--train_data",
-                  blob_data["train"], "--eval_data", blob_data["eval"], "--batch_size", 32, steps=done + 2)
+                  blob_data["train"], "--eval_data", blob_data["eval"], "--batch_size", 32, "--replace",
+                  steps=done + 2)
     res = assert_succeeded(job, done + 2)
     restored = [int(m.group(1)) for m in job.proc.lines(r"\[worker0\].*restored checkpoint of step (\d+)")]
     assert restored == [done], (restored, done, job.proc.tail())

@@ -63,6 +63,17 @@ def bare_metal(docker_engine, tmp_path_factory):
     cluster.close()
 
 
+@pytest.fixture(autouse=True)
+def forget_port_reservations(request):
+    """A test removes its containers with docker rm, not cleanup.yml, so the ports its jobs
+    held stay reserved (for tfps_ports's ttl): forget them after each test on the hosts, as
+    cleanup.yml would, so that every test starts from free hosts."""
+    yield
+    if "bare_metal" in request.fixturenames:
+        for host in request.getfixturevalue("bare_metal").hosts:
+            host.sh("rm -f /var/lib/tfps/ports.json", check=False)
+
+
 @pytest.fixture(scope="session")
 def network_smtp_server(bare_metal):
     """A real SMTP server the hosts can reach: on the hosts' network gateway (this machine)."""

@@ -10,6 +10,7 @@ machine, and every check of what happened on a host looks into that host itself.
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import faults
@@ -57,6 +59,13 @@ def job_vars(job: str, archive: Path, smtp=None, **extra) -> dict:
 def play_vars(tmp_path: Path) -> dict:
     """Settings of the play itself (not inventory: `tfps plan` checks only job settings)."""
     return {"tfps_results_dir": str(tmp_path / "results"), "tfps_wait_poll_interval": 2, "tfps_settle_timeout": 60}
+
+
+def section(output: str, task: str) -> str:
+    """The lines of one task of the play's output."""
+    match = re.search(rf"^TASK \[tfps : {re.escape(task)}\].*?$(.*?)(?=^TASK \[|^PLAY RECAP)", output, re.M | re.S)
+    assert match, f"no task {task!r} in the output"
+    return match.group(1)
 
 
 def assert_ok(result, what: str) -> None:
@@ -170,9 +179,9 @@ def test_deploy_trains_a_job_from_the_image_archive(bare_metal, image_archive, n
 @pytest.mark.system
 def test_rerun_changes_nothing_and_stop_saves(bare_metal, image_archive, network_smtp_server, run_playbook,
                                               tmp_path):
-    """deploy.yml again while the job runs changes nothing, and with another setting is refused
-    unless tfps_replace, which goes on from the job's checkpoint with the new setting; stop.yml
-    ends the job with a final checkpoint and export; cleanup.yml removes what the job left."""
+    """deploy.yml again while the job runs changes nothing; tfps jobs and tfps logs see it from
+    the controller; stop.yml ends the job with a final checkpoint and export; cleanup.yml
+    removes what the job left. (A changed job and tfps_replace: the two-jobs test below.)"""
     job = "rerun"
     inventory = bare_metal.inventory(
         tmp_path / "inventory", LAYOUT,
@@ -199,32 +208,12 @@ def test_rerun_changes_nothing_and_stop_saves(bare_metal, image_archive, network
             assert time.monotonic() < deadline, "the chief did not start training"
             time.sleep(2)
 
-    def chief_id() -> str:
-        return chief_host.sh(f"docker inspect -f '{{{{.Id}}}}' tfps-{job}-worker0")[1].strip()
-
-    # The same job name with another setting: refused before anything changes, the change named.
     trained_a_little()
-    running = chief_id()
-    changed = run_playbook("deploy.yml", inventory, {**nowait, "tfps_batch_size": 64})
-    assert changed.returncode != 0, changed.output[-3000:]
-    assert (f"Job {job} already runs (or ran) with other settings, so nothing was changed: tfps_batch_size: 32 -> 64. "
-            "Three ways on: deploy under another tfps_job_name;") in changed.output, changed.output[-3000:]
-    assert "-e tfps_replace=true" in changed.output
-    assert chief_id() == running
-    # tfps_replace: the job stops with its final save and goes on with the new settings from its checkpoint.
-    replaced = run_playbook("deploy.yml", inventory, {**nowait, "tfps_batch_size": 64, "tfps_replace": True})
-    assert_ok(replaced, "deploy.yml -e tfps_replace=true")
-    assert f"tfps_replace: stopping job {job} with its final save" in replaced.output
-    assert chief_id() != running
-    trained_a_little()
-    log = chief_host.sh(f"docker logs tfps-{job}-worker0 2>&1")[1]
-    restored = re.search(r"restored checkpoint of step (\d+)", log)
-    assert restored and int(restored.group(1)) > 0, log[-3000:]
-    # The new containers record the new settings (64 is the default batch: no flag any more).
-    args = chief_host.sh(f"docker inspect -f '{{{{json .Args}}}}' tfps-{job}-worker0")[1]
-    assert "--train_steps=10000000" in args and "--batch_size" not in args, args
+    # The containers record what defines the job (settings.yml compares a new deploy with it).
     label = chief_host.sh(f"docker inspect -f '{{{{index .Config.Labels \"tfps.settings\"}}}}' tfps-{job}-worker0")[1]
-    assert json.loads(base64.b64decode(label.strip()))["tfps_batch_size"] == 64
+    recorded = json.loads(base64.b64decode(label.strip()))
+    assert (recorded["tfps_train_steps"], recorded["tfps_batch_size"]) == (10_000_000, 32), recorded
+    assert recorded["layout"] == "ps0@host1 worker0@host2 worker1@host3", recorded
 
     # tfps jobs and tfps logs see the job from the controller, through the inventory.
     env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"))
@@ -268,13 +257,13 @@ def test_rerun_changes_nothing_and_stop_saves(bare_metal, image_archive, network
     assert chief_host.exists(f"/srv/tfps/{job}/export/tfps_export.json")
     assert chief_host.sh(f"cat /srv/tfps/{job}/checkpoint")[1].count(f"model.ckpt-{results['global_step']}")
     no_containers_anywhere(bare_metal, job)
-    # One message for each stop: tfps_replace's (at the step the new settings went on from) and stop.yml's.
-    expected = [f"[tfps] job {job} stopped at step {step}" for step in (restored.group(1), results["global_step"])]
+    # One message, stop.yml's, at the step of the final save.
+    expected = [f"[tfps] job {job} stopped at step {results['global_step']}"]
 
     def mail() -> list[str]:
         return [str(m["subject"]) for m in network_smtp_server.received() if f"job {job}" in str(m["subject"])]
     deadline = time.monotonic() + 30
-    while len(mail()) < 2 and time.monotonic() < deadline:
+    while not mail() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert mail() == expected
 
@@ -286,16 +275,99 @@ def test_rerun_changes_nothing_and_stop_saves(bare_metal, image_archive, network
 
 
 @pytest.mark.system
+def test_two_jobs_at_once_choose_their_own_ports_and_a_changed_one_is_replaced(
+        bare_metal, image_archive, network_smtp_server, run_playbook, tmp_path):
+    """Two deploys started at the same moment, no tfps_base_port anywhere: each host gives each
+    job its own ports, both jobs train at the same time and each sends its own message. A
+    re-deploy of one with more steps is refused, naming the change; with tfps_replace it goes
+    on from its checkpoint to the new step count, on the same ports, and the first attempt's
+    results stay beside the second's."""
+    jobs = ("alpha", "beta")
+    inventories = {job: bare_metal.inventory(tmp_path / job / "inventory", LAYOUT, group_vars={
+        "all": job_vars(job, image_archive, network_smtp_server, tfps_train_steps=2000)}) for job in jobs}
+    plays = {job: {**play_vars(tmp_path / job)} for job in jobs}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        futures = {job: pool.submit(run_playbook, "deploy.yml", inventories[job], plays[job]) for job in jobs}
+        done = {job: f.result() for job, f in futures.items()}
+    for job in jobs:
+        assert_ok(done[job], f"deploy.yml of {job}")
+        assert f"job {job} SUCCEEDED" in done[job].output
+
+    def ports(output: str) -> dict[str, int]:
+        """Each task's port, from the plan the play shows."""
+        return {m[1]: int(m[2]) for m in re.finditer(r"(ps0|worker[01])\s+host\d\s+\S+:(\d+)", output)}
+    first_ports = {job: ports(done[job].output) for job in jobs}
+    assert set(first_ports["alpha"]) == set(first_ports["beta"]) == {"ps0", "worker0", "worker1"}, first_ports
+    for task in ("ps0", "worker0", "worker1"):
+        assert first_ports["alpha"][task] != first_ports["beta"][task], first_ports
+    assert {first_ports["alpha"]["ps0"], first_ports["beta"]["ps0"]} == {2222, 2223}
+
+    # Both trained at the same time, and each sent its own message.
+    results = {job: json.loads((tmp_path / job / "results" / "latest" / "results.json").read_text()) for job in jobs}
+    spans = [(datetime.fromisoformat(r["started_at"]), datetime.fromisoformat(r["ended_at"])) for r in results.values()]
+    assert max(s for s, _ in spans) < min(e for _, e in spans), spans
+    for job in jobs:
+        assert results[job]["global_step"] >= 2000 and results[job]["job"] == job
+        assert results[job]["cluster"]["ps"][0].endswith(f":{first_ports[job]['ps0']}")
+    deadline = time.monotonic() + 30
+    subjects: list[str] = []
+    while time.monotonic() < deadline:
+        subjects = [str(m["subject"]) for m in network_smtp_server.received()]
+        if all(any(f"job {job} succeeded" in s for s in subjects) for job in jobs):
+            break
+        time.sleep(0.5)
+    for job in jobs:
+        assert len([s for s in subjects if f"job {job} " in s]) == 1, subjects
+        assert any(f"job {job} succeeded" in s for s in subjects), subjects
+
+    # More steps for alpha: refused, the change named, nothing touched.
+    more = {**plays["alpha"], "tfps_train_steps": 4000}
+    refused = run_playbook("deploy.yml", inventories["alpha"], more)
+    assert refused.returncode != 0, refused.output[-3000:]
+    assert ("Job alpha already runs (or ran) with other settings, so nothing was changed: "
+            "tfps_train_steps: 2000 -> 4000.") in refused.output, refused.output[-3000:]
+    # tfps_replace: on from the checkpoint to 4000 steps, on the ports the job holds.
+    replaced = run_playbook("deploy.yml", inventories["alpha"], {**more, "tfps_replace": True})
+    assert_ok(replaced, "deploy.yml -e tfps_replace=true")
+    assert "job alpha SUCCEEDED" in replaced.output
+    assert ports(replaced.output) == first_ports["alpha"]
+    again = json.loads((tmp_path / "alpha" / "results" / "latest" / "results.json").read_text())
+    assert again["global_step"] >= 4000 and again["status"] == "succeeded", again
+    log = (tmp_path / "alpha" / "results" / "latest" / "logs" / "worker0.log").read_text()
+    restored = re.search(r"restored checkpoint of step (\d+)", log)
+    assert restored and int(restored.group(1)) >= 2000, log[-3000:]
+    attempts = sorted(p for p in (tmp_path / "alpha" / "results").iterdir() if p.name != "latest")
+    assert len(attempts) == 2, attempts
+    assert json.loads((attempts[0] / "results.json").read_text())["global_step"] == results["alpha"]["global_step"]
+
+    cleanup = run_playbook("cleanup.yml", inventories["alpha"], {**plays["alpha"], "tfps_cleanup_model_dir": True})
+    assert_ok(cleanup, "cleanup.yml")
+    no_containers_anywhere(bare_metal, "alpha")
+    assert '"alpha"' not in bare_metal["host1"].sh("cat /var/lib/tfps/ports.json")[1]
+    for host in bare_metal.hosts:
+        for name in host.containers("tfps.job=beta"):
+            host.sh(f"docker rm -f {name}")
+
+
+@pytest.mark.system
 def test_deploy_runs_a_classic_script(bare_metal, image_archive, run_playbook, tmp_path):
     """tfps_script: a user's classic ps/worker script runs unchanged; its ps never exits,
-    so the play stops it once the chief is done, and the job counts as succeeded."""
+    so the play stops it once the chief is done, and the job counts as succeeded. One host
+    is a fresh server without iptables-persistent: the play installs it (tfps_firewall)."""
     job = "classic"
     marker = f"/srv/tfps/{job}/classic_done.json"
     inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
         job, image_archive, tfps_script="classic_replica.py", tfps_user_model_dir=str(REPO / "tests/fixtures"))})
+    fresh = bare_metal["host3"]
+    fresh.sh("DEBIAN_FRONTEND=noninteractive apt-get remove -y -q iptables-persistent")
+    assert fresh.sh(f"test -e {IPTABLES_PLUGIN}", check=False)[0] != 0
     result = run_playbook("deploy.yml", inventory, {
         **play_vars(tmp_path), "tfps_script_args": ["--train_steps=100", f"--marker={marker}"]})
     assert_ok(result, "deploy.yml with tfps_script")
+    installed = section(result.output, "Install iptables-persistent, which keeps the firewall rules across a reboot")
+    assert "changed: [host3]" in installed and "changed: [host2]" not in installed, installed
+    assert fresh.sh(f"test -x {IPTABLES_PLUGIN}", check=False)[0] == 0
+    assert f'--comment "tfps {job} worker1"' in fresh.sh("cat /etc/iptables/rules.v4")[1]
     assert f"job {job} SUCCEEDED" in result.output
     assert "worker 0: done at global step" in result.output
     assert json.loads(bare_metal["host2"].sh(f"cat {marker}")[1])["global_step"] > 50  # async: the last step it saw

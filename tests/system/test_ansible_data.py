@@ -10,19 +10,12 @@ import re
 from pathlib import Path
 
 import pytest
-from test_ansible import assert_ok, job_vars, no_containers_anywhere, play_vars
+from test_ansible import assert_ok, job_vars, no_containers_anywhere, play_vars, section
 
 from tfps import demo
 
 #: ps0 on host1; worker0 (the chief) on host2; worker1 and worker2 on host3.
 LAYOUT = {"ps": ["host1"], "worker": {"host2": {}, "host3": {"tfps_workers": 2}}}
-
-
-def section(output: str, task: str) -> str:
-    """The lines of one task of the play's output."""
-    match = re.search(rf"^TASK \[tfps : {re.escape(task)}\].*?$(.*?)(?=^TASK \[|^PLAY RECAP)", output, re.M | re.S)
-    assert match, f"no task {task!r} in the output"
-    return match.group(1)
 
 
 def controller_data(directory: Path, parts: int) -> Path:
@@ -47,11 +40,11 @@ def controller_data(directory: Path, parts: int) -> Path:
 def test_data_only_on_the_controller_trains_and_is_not_copied_again(bare_metal, image_archive, run_playbook,
                                                                       tmp_path, request):
     """tfps_data_src: each worker host gets only its workers' files (the union for host3's
-    two workers), each worker reads exactly its shard, the job learns, and a second
-    deploy copies nothing."""
+    two workers), in the job's own directory there (no tfps_data_dir given), each worker
+    reads exactly its shard, the job learns, and a second deploy copies nothing."""
     job = "datasrc"
     src = controller_data(tmp_path, 5)
-    data_dir = f"/srv/tfps-data/{job}"
+    data_dir = f"/var/lib/tfps/{job}/data"   # tfps_data_dir's default with tfps_data_src
 
     def remove_job() -> None:
         # Also when an assertion failed: a job left running would take the TF ports of the
@@ -62,7 +55,7 @@ def test_data_only_on_the_controller_trains_and_is_not_copied_again(bare_metal, 
             host.sh(f"rm -rf {data_dir} /srv/tfps/{job}")
     request.addfinalizer(remove_job)
     inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
-        job, image_archive, tfps_data_src=str(src), tfps_data_dir=data_dir, tfps_train_data="/input/train-*.csv",
+        job, image_archive, tfps_data_src=str(src), tfps_train_data="/input/train-*.csv",
         tfps_eval_data="/input/eval.csv", tfps_batch_size=64, tfps_remove_containers=False)})
     result = run_playbook("deploy.yml", inventory, play_vars(tmp_path), timeout=1500)
     print(f"deploy with tfps_data_src (5 files to 2 worker hosts, job trained): {result.seconds:.0f} s")
@@ -72,8 +65,8 @@ def test_data_only_on_the_controller_trains_and_is_not_copied_again(bare_metal, 
     def held(host):
         code, out = bare_metal[host].sh(f"cd {data_dir} 2>/dev/null && ls -A", check=False)
         return sorted(out.split()) if code == 0 else []
-    assert held("host2") == [".tfps-train-files", "eval.csv", "train-0.csv", "train-3.csv"]
-    assert held("host3") == [".tfps-train-files", "train-1.csv", "train-2.csv", "train-4.csv"]
+    assert held("host2") == [f".tfps-{job}-train-files", "eval.csv", "train-0.csv", "train-3.csv"]
+    assert held("host3") == [f".tfps-{job}-train-files", "train-1.csv", "train-2.csv", "train-4.csv"]
     assert held("host1") == []
     for host, name in (("host2", "train-3.csv"), ("host3", "train-4.csv")):
         assert bare_metal[host].sh(f"sha256sum {data_dir}/{name}")[1].split()[0] == \

@@ -304,6 +304,7 @@ def test_awkward_values_survive_yaml_quoting():
     (["--gpus", "abc"], "gpus"),
     (["--gpus=-1"], "gpus"),
     (["--gpus", "0,x1"], "gpus"),
+    (["--gpus", "0,,1"], "gpus"),
     (["--gpus", "0,1", "--workers", "3"], "workers"),
     (["--ps", "0"], "ps"),
     (["--workers", "0"], "workers"),
@@ -349,8 +350,10 @@ def test_the_three_launchers_pass_the_same_settings_and_only_those_set():
     from tfps.config import from_args
     settings = {"train_steps": "77", "batch_size": "32", "backup_workers": "1", "model_arg": "units=48"}
     flags = [f"--{k}={v}" for k, v in settings.items()] + ["--sync_replicas"]
-    # where each launcher puts files, and compose's in-container restarts: launcher policy, not job settings
-    ignore = ("--model_dir", "--run_name", "--export_dir", "--notify_config", "--train_data", "--restarts")
+    # where each launcher puts files, compose's in-container restarts, and the role's --replace (it compares
+    # the settings with its containers' labels itself): launcher policy, not job settings
+    ignore = ("--model_dir", "--run_name", "--export_dir", "--notify_config", "--train_data", "--restarts",
+              "--replace")
 
     def job_flags(argv) -> set[str]:
         return {a for a in argv if a.startswith("--") and not a.startswith(ignore)}

@@ -20,7 +20,7 @@ import pytest
 from tfps import data as data_mod
 from tfps.cluster import datasrc
 from tfps.cluster.plan import DATA_MOUNT
-from tfps.cluster.variables import TRAIN_LIST_PATH
+from tfps.cluster.variables import train_list_path
 from tfps.errors import ConfigError
 
 TFPS = Path(sys.executable).parent / "tfps"
@@ -181,7 +181,7 @@ def test_tfps_plan_starts_the_workers_on_the_list_of_training_files(tmp_path):
     import json
     plan = json.loads(proc.stdout)
     for task in plan["tasks"]:
-        assert f"--train_data=@{TRAIN_LIST_PATH}" in task["argv"], task["argv"]
+        assert f"--train_data=@{train_list_path('train')}" in task["argv"], task["argv"]
 
 
 def test_examples_helper_sees_distinct_rows(tmp_path):

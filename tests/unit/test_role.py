@@ -284,3 +284,13 @@ def test_a_changed_setting_is_named_with_its_old_and_new_value():
     # A new job, or containers that record nothing: nothing to compare.
     assert start.tfps_recorded_settings({"host1": {"tfps_containers": {"ps0": None}}}, ["host1"]) is None
     assert start.tfps_settings_changes(None, old) == []
+    # A job whose containers were removed after it ended: the record on the chief's host
+    # (a slurp of tfps_settings_record) counts; a host without one (a failed slurp) does not.
+    import base64
+    import json
+    slurped = {"content": base64.b64encode(json.dumps(old).encode()).decode()}
+    gone = {"host1": {"tfps_containers": {"ps0": None}}}
+    assert start.tfps_recorded_settings(gone, ["host1"], slurped) == old
+    assert start.tfps_recorded_settings(gone, ["host1"], {"failed": False, "msg": "file not found"}) is None
+    # Moving a job to other ports does not change it: the layout names tasks and hosts only.
+    assert "2222" not in old["layout"] and "ps0@" in old["layout"]

@@ -4,9 +4,11 @@
     plan.py       Task, Plan, Launch: task numbering, ports, GPUs, what starts each task
     single_host.py every task on this machine, on free ports (tfps local, compose, tests)
     variables.py  the tfps_* variables (the role's argument_specs) and the job settings
+    settings.py   what defines a job, its record in model_dir, and what a new start would change
     inventory.py  the plan from Ansible's own view of an inventory (needs ansible-core)
     datasrc.py    data on the controller: which files each worker's host gets (tfps_data_src)
-    gpu.py        judging a host's GPU smoke run (nvidia-smi) against the image's CUDA
+    gpu.py        judging a host's GPU smoke run (nvidia-smi) against the image's CUDA; the GPU ids
+                  of --gpus, checked against this machine's nvidia-smi, and each local task's GPU env
 """
 
 from tfps.cluster.plan import (

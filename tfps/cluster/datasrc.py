@@ -3,7 +3,7 @@
 ``tfps_data_src`` is a directory or a glob on the machine that runs the play. The play
 copies to each worker host only the files its workers read, decided here with the
 tfps's own rule (:func:`tfps.data.shard_files`), and writes on every worker host
-the job's list of training files (``TRAIN_LIST_PATH``); the role's ``tfps_data`` action
+the job's list of training files (``train_list_path``); the role's ``tfps_data`` action
 calls :func:`assign`: each worker then shards that global list
 (``--train_data @/input/.tfps-train-files``), not the files that happen to be on its host.
 Files keep their path below the source directory, so ``tfps_eval_data`` (read by
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from tfps import data as data_mod
 from tfps.cluster.plan import DATA_MOUNT
-from tfps.cluster.variables import TRAIN_LIST_PATH
+from tfps.cluster.variables import train_list_path
 from tfps.errors import ConfigError
 
 MAGIC = set("*?[")
@@ -66,7 +66,8 @@ def _controller_files(pattern: str, base: str, var: str) -> list[str]:
         raise ConfigError(f"on the controller, {exc.message}", var) from None
 
 
-def assign(src: str, train_data: str | None, eval_data: str | None, worker_hosts: Sequence[str]) -> dict:
+def assign(src: str, train_data: str | None, eval_data: str | None, worker_hosts: Sequence[str],
+           job: str = "train") -> dict:
     """Which files of ``src`` each worker host needs, for workers on ``worker_hosts``.
 
     ``worker_hosts[i]`` is the host of worker i; worker 0 (the chief) also reads
@@ -85,7 +86,7 @@ def assign(src: str, train_data: str | None, eval_data: str | None, worker_hosts
     if eval_data:
         evals = _controller_files(os.path.join(base, _in_mount(eval_data, "tfps_eval_data")), base, "tfps_eval_data")
         hosts[worker_hosts[0]].extend(evals)
-    return {"base": os.path.abspath(base), "list": TRAIN_LIST_PATH[len(DATA_MOUNT) + 1:], "train": listed,
+    return {"base": os.path.abspath(base), "list": train_list_path(job)[len(DATA_MOUNT) + 1:], "train": listed,
             "hosts": {h: sorted(set(files)) for h, files in hosts.items()}}
 
 

@@ -16,6 +16,10 @@ turns that output into what must be fixed before the job can use the GPU:
 * another process already uses the GPU (TensorFlow takes nearly all of a GPU's memory, so
   the task would fail with out-of-memory, or starve the other job).
 
+``tfps local --gpus 0,1`` uses the same parsing on this machine (:func:`check_local`): the
+listed GPUs must be ones ``nvidia-smi`` lists; :func:`process_env` gives each task process
+its GPU (a worker) or none (a ps).
+
 No GPU was available where this was written: the parsing is tested against recorded
 ``nvidia-smi`` outputs (tests/fixtures/nvidia-smi/).
 """
@@ -23,13 +27,21 @@ No GPU was available where this was written: the parsing is tested against recor
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from tfps.errors import ConfigError
+
+#: ``nvidia-smi``'s arguments for the view :func:`parse_query_gpu` reads: one line per GPU.
+QUERY_GPU_ARGS = ("--query-gpu=index,uuid,name,driver_version,memory.used,memory.total", "--format=csv,noheader")
 
 #: Run in the smoke container: one section per view, each after a ``### name`` line.
 #: A failing nvidia-smi ends the script with its exit code.
-SMOKE_SCRIPT = """\
+SMOKE_SCRIPT = f"""\
 echo '### query-gpu'
-nvidia-smi --query-gpu=index,uuid,name,driver_version,memory.used,memory.total --format=csv,noheader || exit $?
+nvidia-smi {' '.join(QUERY_GPU_ARGS)} || exit $?
 echo '### compute-apps'
 nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader || exit $?
 echo '### q'
@@ -117,6 +129,12 @@ def parse_version(text: str, key: str) -> tuple[int, ...] | None:
     return tuple(int(p) for p in m[1].split(".")) if m else None
 
 
+def _tail(output: str) -> str:
+    """The last two lines of a failed run's output (where nvidia-smi and docker say what went wrong)."""
+    last = [line.strip() for line in output.splitlines() if line.strip() and not line.startswith("###")]
+    return " / ".join(last[-2:]) if last else "no output"
+
+
 def _v(version: tuple[int, ...]) -> str:
     return ".".join(map(str, version))
 
@@ -133,10 +151,8 @@ def problems(host: str, task: str, gpu: str, rc: int, output: str) -> Verdict:
     verdict = Verdict([], [])
     parts = sections(output)
     if rc != 0 or "q" not in parts:
-        last = [line.strip() for line in output.splitlines() if line.strip() and not line.startswith("###")]
-        detail = " / ".join(last[-2:]) if last else "no output"
         verdict.problems.append(
-            f"{where}: nvidia-smi does not run in a container with its device request (exit {rc}: {detail}); "
+            f"{where}: nvidia-smi does not run in a container with its device request (exit {rc}: {_tail(output)}); "
             f"check the NVIDIA driver and the NVIDIA Container Toolkit there (a driver/library mismatch "
             f"needs a reboot after a driver upgrade), or fix tfps_gpus of this host")
         return verdict
@@ -172,3 +188,109 @@ def problems(host: str, task: str, gpu: str, rc: int, output: str) -> Verdict:
             f"{where} is busy: {who} already use(s) it ({used} in use); TensorFlow takes nearly all of a GPU's "
             f"memory, so stop that process or give this host other tfps_gpus")
     return verdict
+
+
+# ----------------------------------------------------------------------------- GPUs of this machine
+# `tfps local --gpus` and `tfps compose --gpus`: which GPUs the workers get, checked before anything starts.
+
+
+def parse_ids(text: str, uuids: bool = True) -> list[str]:
+    """The GPU ids of ``--gpus TEXT``, one worker per id, in order.
+
+    nvidia-smi's device indices, or (``uuids``: compose's device requests take them) its
+    GPU-/MIG- UUIDs. An empty item, an id that is neither, or an id given twice is refused.
+    """
+    kind = "device indices such as 0,1 (nvidia-smi -L)" + (" or GPU UUIDs (GPU-...)" if uuids else "")
+    if not text.strip():
+        raise ConfigError(f"{text!r} names no GPU; give {kind}", "gpus")
+    ids: list[str] = []
+    for item in text.split(","):
+        gpu = item.strip()
+        if not gpu:
+            raise ConfigError(f"{text!r} has an empty item; give {kind}, separated by single commas", "gpus")
+        if re.fullmatch(r"\d+", gpu):
+            gpu = str(int(gpu))      # "01" is GPU 1, as nvidia-smi numbers it
+        elif not (uuids and re.fullmatch(r"(?:GPU|MIG)-[A-Za-z0-9/-]+", gpu)):
+            raise ConfigError(f"{gpu!r} is not a GPU {'id' if uuids else 'index'}; use {kind}", "gpus")
+        if gpu in ids:
+            raise ConfigError(f"{text!r} lists GPU {gpu} twice; one worker per GPU", "gpus")
+        ids.append(gpu)
+    return ids
+
+
+def worker_gpus(text: str, workers: int | None, uuids: bool = True) -> list[str]:
+    """:func:`parse_ids` of ``--gpus``, which sets the number of workers: a ``--workers`` that differs is refused."""
+    ids = parse_ids(text, uuids)
+    if workers is not None and workers != len(ids):
+        raise ConfigError(
+            f"--workers {workers} does not match {len(ids)} GPU id(s) in --gpus; a GPU worker per GPU, "
+            "so drop --workers",
+            "workers",
+        )
+    return ids
+
+
+#: What a GPU task's TensorFlow runs with: it takes the GPU's memory as it needs it, instead of
+#: nearly all of it at the start.
+GROWTH_ENV = {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+#: CUDA_VISIBLE_DEVICES of a task without a GPU: CUDA sees none, so TensorFlow stays on the CPU.
+NO_GPU = "-1"
+
+
+def process_env(gpu: str | None) -> dict[str, str]:
+    """The environment of a task process on a machine whose GPUs it would all see (``tfps local``).
+
+    A worker with GPU ``gpu`` sees that GPU only, by nvidia-smi's index (CUDA numbers GPUs
+    fastest first unless CUDA_DEVICE_ORDER says PCI_BUS_ID, nvidia-smi's order), with memory
+    growth on; a task without one (every ps) sees none. In a container the device request
+    does this instead: it shows the container its GPU only.
+    """
+    if gpu is None:
+        return {"CUDA_VISIBLE_DEVICES": NO_GPU}
+    return {"CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", **GROWTH_ENV}
+
+
+def nvidia_smi(args: Sequence[str]) -> tuple[int, str]:
+    """Run this machine's ``nvidia-smi`` with ``args``: its exit code and output (stdout, then stderr).
+
+    Raises FileNotFoundError when there is no nvidia-smi (no NVIDIA driver)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        raise FileNotFoundError("nvidia-smi")
+    try:
+        proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return 124, "nvidia-smi did not answer within 60 s"
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def check_local(ids: Sequence[str], run: Callable[[Sequence[str]], tuple[int, str]] = nvidia_smi) -> list[Gpu]:
+    """The GPUs of this machine that ``ids`` (nvidia-smi indices) name, as ``nvidia-smi`` lists them.
+
+    ``run`` runs nvidia-smi (:func:`nvidia_smi`; tests give it recorded outputs). No
+    nvidia-smi, one that fails, or an index it does not list is refused before anything starts.
+    """
+    try:
+        rc, output = run(QUERY_GPU_ARGS)
+    except (FileNotFoundError, PermissionError):
+        raise ConfigError(
+            "no NVIDIA driver found (no nvidia-smi on PATH); install the NVIDIA driver, which brings nvidia-smi, "
+            "and a CUDA build of TensorFlow (pip install 'tfps[gpu]'), or drop --gpus to train on the CPU",
+            "gpus",
+        ) from None
+    found = parse_query_gpu(output)
+    if rc != 0 or not found:
+        raise ConfigError(
+            f"nvidia-smi lists no GPU (exit {rc}: {_tail(output)}); check the NVIDIA driver (a driver/library "
+            "mismatch needs a reboot after a driver upgrade), or drop --gpus to train on the CPU",
+            "gpus",
+        )
+    by_index = {g.index: g for g in found}
+    missing = [i for i in ids if i not in by_index]
+    if missing:
+        have = ", ".join(f"{g.index} ({g.name})" for g in found)
+        raise ConfigError(
+            f"this machine has no GPU {', '.join(missing)}; nvidia-smi lists {have}: give --gpus from these",
+            "gpus",
+        )
+    return [by_index[i] for i in ids]

@@ -121,7 +121,7 @@ class Task:
     index: int
     port: int
     gpu: str | None = (
-        None  #: GPU id for a GPU worker task (becomes CUDA_VISIBLE_DEVICES)
+        None  #: GPU id of a GPU worker: its container's device request; under tfps local, CUDA_VISIBLE_DEVICES
     )
 
     @property
@@ -247,9 +247,9 @@ class Plan:
         if launch is not None:
             data["job"] = {"name": launch.name, "tensorboard_container": container_name(launch.name, TENSORBOARD),
                            **launch.extra}
-            if "settings" in launch.extra:   # what defines the job: its settings and its layout
+            if "settings" in launch.extra:   # what defines the job: its settings and its layout (not ports)
                 data["job"]["settings"] = {**launch.extra["settings"], "layout": " ".join(
-                    f"{t.name}@{t.host}:{t.port}" + (f"/gpu{t.gpu}" if t.gpu is not None else "") for t in self.tasks)}
+                    f"{t.name}@{t.host}" + (f"/gpu{t.gpu}" if t.gpu is not None else "") for t in self.tasks)}
         return data
 
     def render_table(self) -> str:

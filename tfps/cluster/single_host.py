@@ -46,11 +46,17 @@ def local_plan(
     num_workers: int,
     ports: list[int] | None = None,
     address: str = "127.0.0.1",
+    gpus: list[str] | None = None,
 ) -> Plan:
-    """Every task on this machine (``tfps local``): ps tasks first, then workers."""
+    """Every task on this machine (``tfps local``): ps tasks first, then workers.
+
+    With ``gpus``, worker ``i`` gets GPU ``gpus[i]`` (one per worker); the ps tasks get none.
+    """
     for value, field in ((num_ps, "num_ps"), (num_workers, "num_workers")):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"is {value!r}; use a positive whole number", field)
+    if gpus is not None and len(gpus) != num_workers:
+        raise ValueError(f"{len(gpus)} GPU id(s) for {num_workers} worker(s); give one per worker")
     total = num_ps + num_workers
     if ports is None:
         ports = free_ports(total, address)
@@ -74,7 +80,7 @@ def local_plan(
             )
     tasks = [Task("localhost", address, PS, i, ports[i]) for i in range(num_ps)]
     tasks += [
-        Task("localhost", address, WORKER, i, ports[num_ps + i])
+        Task("localhost", address, WORKER, i, ports[num_ps + i], gpus[i] if gpus is not None else None)
         for i in range(num_workers)
     ]
     return Plan.from_tasks(tasks)

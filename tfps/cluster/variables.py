@@ -32,8 +32,10 @@ from tfps.notify.urls import ENV_URLS_FILE, URLS_FILE_MOUNT
 ROLE_DIR = Path(os.environ.get("TFPS_ROLE_DIR", Path(__file__).resolve().parents[2] / "ansible" / "roles" / "tfps"))
 ARGUMENT_SPECS = ROLE_DIR / "meta" / "argument_specs.yml"
 DEFAULTS = ROLE_DIR / "defaults" / "main.yml"
-#: The list of the job's training files the play writes with tfps_data_src (tfps.cluster.datasrc).
-TRAIN_LIST_PATH = f"{DATA_MOUNT}/.tfps-train-files"
+def train_list_path(job: str) -> str:
+    """The list of the job's training files the play writes with tfps_data_src
+    (tfps.cluster.datasrc): one per job, so jobs sharing a tfps_data_dir keep their own."""
+    return f"{DATA_MOUNT}/.tfps-{job}-train-files"
 
 #: Job settings that become ``tfps run`` options: inventory variable -> RunConfig field.
 RUN_FIELDS = {
@@ -117,7 +119,7 @@ def launch_from_vars(variables: Mapping[str, Any], where: str = "the job") -> tu
         values["notify_config"] = NOTIFY_CONFIG_MOUNT
     if not _blank(variables.get("tfps_data_src")):
         # The play copies each worker host its shard and the job's list of training files.
-        values["train_data"] = LIST_PREFIX + TRAIN_LIST_PATH
+        values["train_data"] = LIST_PREFIX + train_list_path(str(variables.get("tfps_job_name") or "train"))
     try:
         cfg = RunConfig(**values)
         _coerce(cfg)
@@ -130,7 +132,10 @@ def launch_from_vars(variables: Mapping[str, Any], where: str = "the job") -> tu
     extra = _str_list(variables.get("tfps_extra_args"), "tfps_extra_args", where)
     script = None if _blank(variables.get("tfps_script")) else str(variables["tfps_script"])
     script_args = _str_list(variables.get("tfps_script_args"), "tfps_script_args", where)
-    run_args = tuple(cfg.to_args() + extra)
+    # --replace: the role compares a deploy's settings with its containers' labels before it
+    # starts anything (tasks/settings.yml: refused, or replaced with tfps_replace; stop.yml
+    # first is a way on too), so its chief records them in model_dir without a second refusal.
+    run_args = tuple(cfg.to_args() + ["--replace"] + extra)
     settings = {var: getattr(cfg, RUN_FIELDS[var]) if var in RUN_FIELDS else variables.get(var)
                 for var in DEFINING_VARS}
     settings = {k: (None if _blank(v) else v) for k, v in settings.items()}

@@ -47,9 +47,10 @@ import re
 import shlex
 import sys
 
-from tfps.cluster import WORKER, Launch, Plan, Task, local_plan
+from tfps.cluster import Launch, Plan, Task, local_plan
+from tfps.cluster import gpu as gpu_ids
 from tfps.cluster.plan import DATA_MOUNT, DEFAULT_BASE_PORT, DEFAULT_PIDS_LIMIT, NOTIFY_CONFIG_MOUNT, USER_MODEL_MOUNT
-from tfps.config import RunConfig, add_run_options, from_args, grace_period
+from tfps.config import RunConfig, add_replace_option, add_run_options, from_args, grace_period
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.notify.urls import ENV_URLS_FILE, URLS_FILE_MOUNT
@@ -139,20 +140,6 @@ def compose_plan(plan: Plan) -> Plan:
     return Plan.from_tasks(tasks)
 
 
-def _parse_gpus(text: str) -> list[str]:
-    ids = [g.strip() for g in text.split(",") if g.strip()]
-    if not ids:
-        raise ConfigError(f"{text!r} names no GPU; give ids such as 0,1", "gpus")
-    for gpu in ids:
-        # nvidia-smi's device indices, or its GPU-/MIG- UUIDs (what NVIDIA_VISIBLE_DEVICES takes)
-        if not re.fullmatch(r"\d+|(?:GPU|MIG)-[A-Za-z0-9/-]+", gpu):
-            raise ConfigError(f"{gpu!r} is not a GPU id; use device indices such as 0,1 (nvidia-smi -L) "
-                              "or GPU UUIDs (GPU-...)", "gpus")
-    if len(set(ids)) != len(ids):
-        raise ConfigError(f"{text!r} lists a GPU twice; one worker per GPU", "gpus")
-    return ids
-
-
 def plan_from_args(ns: argparse.Namespace) -> Plan:
     """The layout asked for: an inventory, GPU ids, or numbers of ps and workers."""
     if ns.inventory:
@@ -166,16 +153,10 @@ def plan_from_args(ns: argparse.Namespace) -> Plan:
         if value is not None and value < 1:
             raise ConfigError(f"is {value}; a job needs at least one ps and one worker", field)
     if ns.gpus is not None:
-        gpus = _parse_gpus(ns.gpus)
-        if ns.workers is not None and ns.workers != len(gpus):
-            raise ConfigError(
-                f"--workers {ns.workers} does not match {len(gpus)} GPU id(s) in --gpus; a GPU worker per GPU, "
-                "so drop --workers",
-                "workers",
-            )
-        base = local_plan(num_ps, len(gpus), ports=list(range(TASK_PORT, TASK_PORT + num_ps + len(gpus))))
-        tasks = [dataclasses.replace(t, gpu=gpus[t.index]) if t.job == WORKER else t for t in base.tasks]
-        return compose_plan(Plan.from_tasks(tasks))
+        # nvidia-smi's device indices or GPU-/MIG- UUIDs: what a device request takes
+        gpus = gpu_ids.worker_gpus(ns.gpus, ns.workers)
+        ports = list(range(TASK_PORT, TASK_PORT + num_ps + len(gpus)))
+        return compose_plan(local_plan(num_ps, len(gpus), ports=ports, gpus=gpus))
     num_workers = 2 if ns.workers is None else ns.workers
     return compose_plan(local_plan(num_ps, num_workers, ports=list(range(TASK_PORT, TASK_PORT + num_ps + num_workers))))
 
@@ -208,6 +189,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"the compose secret {SECRET}, read by the chief only (default: no message)")
     g.add_argument("--restart_policy", default=DEFAULT_RESTART,
                    help="restart policy of every task (default %(default)s: crashed tasks come back, at most 3 times)")
+    add_replace_option(g, "the chief's --replace, in the file: ")
     g = parser.add_argument_group("container limits and logs")
     g.add_argument("--pids_limit", type=int, default=DEFAULT_PIDS_LIMIT,
                    help="most processes/threads per task container (default %(default)s)")
@@ -300,7 +282,7 @@ def regenerate_args(ns: argparse.Namespace, cfg: RunConfig) -> list[str]:
     else:
         args += ["--ps", str(1 if ns.ps is None else ns.ps)]
         if ns.gpus is not None:
-            args += ["--gpus", ",".join(_parse_gpus(ns.gpus))]
+            args += ["--gpus", ",".join(gpu_ids.parse_ids(ns.gpus))]
         else:
             args += ["--workers", str(2 if ns.workers is None else ns.workers)]
     if ns.image:
@@ -310,6 +292,8 @@ def regenerate_args(ns: argparse.Namespace, cfg: RunConfig) -> list[str]:
             args += [f"--{opt}", getattr(ns, opt)]
     if ns.restart_policy != DEFAULT_RESTART:
         args += ["--restart_policy", ns.restart_policy]
+    if getattr(ns, "replace", False):
+        args.append("--replace")
     if ns.pids_limit != DEFAULT_PIDS_LIMIT:
         args += ["--pids_limit", str(ns.pids_limit)]
     for opt in ("ps_memory", "ps_cpus", "worker_memory", "worker_cpus"):
@@ -387,6 +371,8 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
     # container. Docker's restart policy would restart the container too, but `up
     # --exit-code-from` ends the whole job at the chief container's first exit.
     run_args = [f"--restarts={TASK_RESTARTS}", f"--model_dir={cfg.model_dir}"]
+    # --replace: the chief goes on from the volume's checkpoint although it recorded other settings.
+    run_args += ["--replace"] if getattr(ns, "replace", False) else []
     run_args += [a for a in cfg.to_args() if not a.startswith("--model_dir=") and not a.startswith("--notify_config=")]
     launch = Launch(name=cfg.name, run_args=tuple(run_args), stop_timeout=grace)
     # What starts each task comes from the plan (as for the Ansible role): argv, stop
@@ -428,6 +414,9 @@ def render(ns: argparse.Namespace, cfg: RunConfig | None = None) -> str:
         "# - an open TF port runs any graph sent to it (docs/security.md): no published ports, no",
         "#   capabilities, no privilege gain, a read-only root filesystem, bounded processes, rotating logs.",
         "# - command: the job settings, the same for every task (TF_CONFIG tells each task its role).",
+        *(["# - --replace: the chief goes on from the checkpoint on the volume with these settings even if",
+           "#   it recorded other ones there; regenerate without it to have such a change refused again."]
+          if getattr(ns, "replace", False) else []),
         "",
     ]
     shared = _Anchored({

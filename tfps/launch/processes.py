@@ -24,7 +24,7 @@ import threading
 import time
 
 from tfps import timeouts
-from tfps.cluster import local_plan
+from tfps.cluster import gpu, local_plan
 from tfps.config import RunConfig
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
@@ -537,7 +537,7 @@ def estimate_main() -> int:
 
 
 def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps: int = 1,
-               may_fork: bool = False, verbose: bool = False) -> bool:
+               may_fork: bool = False, verbose: bool = False, replace: bool = False) -> bool:
     """Refuse bad input before any process starts: data, model, model_dir, URLs, and variables
     this host cannot hold. Returns whether the tasks may be forked from this process
     (``ForkedTask``: TensorFlow imported here, and its runtime not started)."""
@@ -547,6 +547,10 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
         if not os.path.isfile(script):
             raise ConfigError(f"{script} does not exist", "script")
         return False
+    # A model_dir whose job has other settings: refused before anything (tfps.cluster.settings),
+    # unless --replace; the chief records them when it claims model_dir.
+    from tfps.cluster import settings
+    settings.check(cfg.model_dir, settings.job_settings(cfg, num_ps, num_workers), replace)
     from tfps import keras_model
     from tfps.task import placement
     from tfps.task.setup import JobSetup, host_total_memory
@@ -574,19 +578,29 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
 
 def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str | None = None,
               script_args: list[str] | None = None, python: str = sys.executable, out=sys.stdout,
-              verbose: bool = False, restarts: int = 0, fork: bool = True) -> ExitCode:
+              verbose: bool = False, restarts: int = 0, fork: bool = True, gpus: list[str] | None = None,
+              nvidia_smi=gpu.nvidia_smi, replace: bool = False) -> ExitCode:
     """Run the cluster. Tasks are forked from this process (``ForkedTask``) unless ``fork``
-    is false or they cannot be; otherwise each is a new interpreter."""
+    is false or they cannot be; otherwise each is a new interpreter.
+
+    With ``gpus`` (nvidia-smi indices, one per worker), worker ``i`` sees GPU ``gpus[i]`` only
+    and every ps none (``gpu.process_env``); ``nvidia_smi`` runs nvidia-smi to check that
+    those GPUs exist (tests give it recorded outputs)."""
     if num_ps < 1 or num_workers < 1:
         raise ConfigError("a cluster needs at least 1 ps and 1 worker", "ps" if num_ps < 1 else "workers")
     from tfps.config import check_replicas
     check_replicas(cfg, num_workers)
+    if gpus is not None:
+        found = gpu.check_local(gpus, nvidia_smi)
+        # The launcher keeps off the GPUs: its checks may start TensorFlow's runtime (reading
+        # TFRecords, building a Keras model), which would hold GPU memory for the whole job.
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu.NO_GPU
     # Forked tasks start with TensorFlow imported (``ForkedTask``); a user's script, another
     # interpreter (--python) or TFPS_LOCAL_FORK=0 get fresh processes.
-    fork = _preflight(cfg, script, num_workers, num_ps, verbose=verbose,
+    fork = _preflight(cfg, script, num_workers, num_ps, verbose=verbose, replace=replace,
                       may_fork=(fork and not script and python == sys.executable and hasattr(os, "fork")
                                 and os.environ.get(FORK_ENV, "1") != "0"))
-    plan = local_plan(num_ps, num_workers)
+    plan = local_plan(num_ps, num_workers, gpus=gpus)
     env = dict(os.environ)   # with TF_CPP_MIN_LOG_LEVEL as tfps.logs set it for this process
     if env.pop("TF_CONFIG", None) is not None:
         log.warning("ignoring the TF_CONFIG of this shell: tfps local gives each task its place in the "
@@ -599,16 +613,20 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
     env.pop(ENV_URLS_FILE, None)
     log.info("tfps local: %d ps + %d worker(s) on %s; model_dir %s", num_ps, num_workers,
              ", ".join(p.target for p in plan.tasks), os.path.abspath(cfg.model_dir))
+    if gpus is not None:
+        log.info("tfps local: %s; every ps on the CPU", ", ".join(
+            f"worker{i} on GPU {g.index} ({g.name})" for i, g in enumerate(found)))
     tasks: list[TaskProcess] = []
     for t in plan.tasks:
         ref = plan.task_ref(t)
-        task_env = dict(env)
+        task_env = dict(env, **gpu.process_env(t.gpu)) if gpus is not None else dict(env)
         if script:
             argv = [python, script, *ref.to_flags(), *(script_args or [])]
             tasks.append(TaskProcess(t.name, argv, task_env, out, verbose))
             continue
         run_args = [*(["-v"] if verbose else []), *ref.to_flags(), *cfg.to_args(),
-                    *([f"--restarts={restarts}"] if restarts else [])]
+                    *([f"--restarts={restarts}"] if restarts else []),
+                    *(["--replace"] if replace and t.is_chief else [])]
         if t.is_chief and urls:
             task_env[ENV_URLS] = " ".join(urls)
         argv = [python, "-m", "tfps", "run", *run_args]

@@ -51,8 +51,9 @@ def import_tensorflow():
     return tensorflow
 
 
-def run_task(task, cfg, stop, started_wall: float | None = None):
-    """Run this process's task (ps, worker or chief) and return its ExitCode.
+def run_task(task, cfg, stop, started_wall: float | None = None, replace: bool = False):
+    """Run this process's task (ps, worker or chief) and return its ExitCode. ``replace``
+    (``--replace``): the chief goes on with settings other than those its model_dir records.
 
     A TensorFlow without the internals tfps uses is refused here, before anything starts
     (``tfps.compat.check_tensorflow``: ConfigError, one line).
@@ -65,6 +66,8 @@ def run_task(task, cfg, stop, started_wall: float | None = None):
         return serve(task, cfg, stop)
     if task.is_chief:
         from tfps.task.chief import Chief
-        return Chief(task, cfg, stop, started_wall).run()
+        chief = Chief(task, cfg, stop, started_wall)
+        chief.replace = replace
+        return chief.run()
     from tfps.task.worker import Worker
     return Worker(task, cfg, stop, started_wall).run()

@@ -21,6 +21,7 @@ import time
 
 from tfps import data as data_mod
 from tfps import timeouts
+from tfps.cluster import settings
 from tfps.cluster.spec import split_target
 from tfps.exitcodes import ExitCode
 from tfps.outcome import journal, report, results
@@ -40,6 +41,7 @@ class Chief(Worker):
     publisher = None                      # this chief's board hook (tfps.task.board), with the latest loss
     sessions = 0                          # sessions created so far (MonitoredSession recreates them)
     session_step: int | None = None       # the step the newest session started from
+    replace = False                       # --replace: go on with settings other than model_dir records
 
     def report_untrained_failure(self, error: Exception, code: ExitCode, write_results: bool,
                                  lost_tasks: list[str] | None = None) -> None:
@@ -63,10 +65,18 @@ class Chief(Worker):
             lost_tasks=list(lost_tasks or ()))
 
     def _prepare(self, setup: JobSetup) -> None:
-        """Claim model_dir before building anything: a directory of another job is refused."""
+        """Claim model_dir before building anything: a directory of another job is refused,
+        and so is one whose job has other settings unless ``--replace`` (tfps.cluster.settings);
+        then the job's settings are recorded there."""
         cfg = self.cfg
         results.check_export_dir(cfg.export_path, cfg.model_dir)
+        defined = settings.job_settings(cfg, self.task.num_ps, self.task.num_workers)
+        replaced = settings.check(cfg.model_dir, defined, self.replace)
         resuming = results.claim_model_dir(cfg.model_dir, setup.identity())
+        settings.record(cfg.model_dir, defined)
+        if replaced:
+            log.info("chief: --replace: %s recorded other settings; going on from its checkpoint with %s",
+                     cfg.model_dir, "; ".join(replaced))
         self.claimed = True
         self.story = journal.Story(cfg.model_dir, self.task.name).begin(
             self.started_wall, os.environ.get(journal.RESTART_CAUSE_ENV))

@@ -18,7 +18,7 @@ import sys
 import time
 
 from tfps import logs
-from tfps.config import add_run_options, from_args, normalize_argv
+from tfps.config import add_replace_option, add_run_options, from_args, normalize_argv
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 
@@ -39,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="start the task's process again, up to N times, when a signal kills it (the OOM "
                         "killer, a crash) and nobody asked it to stop; the container or launcher around it "
                         "sees one process that lives on (default %(default)s)")
+    add_replace_option(p, "the chief: ")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,7 +101,7 @@ def _run(ns: argparse.Namespace, argv: list[str]) -> ExitCode | int:
         return supervise(["run", *argv], ns.restarts, task.name)
     from tfps.task import run_task
     from tfps.task.lifecycle import StopSignal, rpc_abandoned
-    code = run_task(task, cfg, StopSignal(), PROCESS_START)
+    code = run_task(task, cfg, StopSignal(), PROCESS_START, replace=ns.replace)
     # The task is over and its exit status decided; only the interpreter and TensorFlow
     # shut down now (a second or two), and Python restores SIGTERM's default action for
     # that. An orchestrator cleaning up at this moment (`docker compose up --exit-code-from`

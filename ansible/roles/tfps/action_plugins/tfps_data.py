@@ -28,7 +28,7 @@ class ActionModule(ActionBase):
 
         try:
             data = datasrc.assign(str(args["src"]), args.get("train_data") or None, args.get("eval_data") or None,
-                                  [str(h) for h in args["worker_hosts"]])
+                                  [str(h) for h in args["worker_hosts"]], str(args.get("job") or "train"))
             if boolean(args.get("checksums", False), strict=False):
                 data = datasrc.with_checksums(data)
                 data["list_text"] = datasrc.list_text(data)

@@ -7,6 +7,9 @@ the playbook, Vault and every precedence rule count) to tfps's planning code,
 calls, so the two cannot disagree, and there is no Jinja copy of the task numbering.
 The plan becomes the fact ``tfps_plan`` of every host of the play.
 
+``base_ports`` (inventory host -> port) gives the hosts without ``tfps_base_port`` the
+first port that ``tfps_ports`` chose for the job there; the plan is then computed again.
+
 Each host's variables are resolved as this task sees them on that host: inventory, -e,
 and also the play's ``vars:``/``vars_files:`` and the role's vars and parameters, which
 ``hostvars`` alone leaves out (ansible-core resolves ``hostvars[h]`` without a play).
@@ -29,14 +32,19 @@ class ActionModule(ActionBase):
     def _host_vars(self, hostvars, host: str, derived: dict) -> dict:
         """``host``'s variables in this play and task, untemplated (as ``hostvars.raw_get``),
         without ``derived`` (the role's vars/main.yml: values derived from the plan, not settings)."""
-        from tfps.compat import ansible_play_variables
+        from tfps.compat import ansible_play_facts, ansible_play_variables
 
         manager, inventory = ansible_play_variables(hostvars)
         play = self._task.get_play() if hasattr(self._task, "get_play") else None
         if manager is None or inventory is None or play is None or inventory.get_host(host) is None:
             return hostvars.raw_get(host)
         found = manager.get_vars(play=play, host=inventory.get_host(host), task=self._task, include_hostvars=False)
-        return {k: v for k, v in found.items() if k not in derived}
+        # What the play's own tasks set (tfps_plan, tfps_ports, ...) is not a setting; a
+        # setting set with set_fact still counts.
+        from tfps.cluster.variables import catalogue
+
+        facts = ansible_play_facts(manager, host) - set(catalogue())
+        return {k: v for k, v in found.items() if k not in derived and k not in facts}
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -60,6 +68,10 @@ class ActionModule(ActionBase):
         defaults = role.get_default_vars() if role is not None else {}
         derived = role.get_vars(include_params=False) if role is not None else {}
         raw = {host: self._host_vars(hostvars, host, derived) for host in hosts}
+        # The ports tfps_ports chose on each host where the inventory sets no tfps_base_port.
+        for host, port in (self._task.args.get("base_ports") or {}).items():
+            if host in raw and port not in (None, "") and "tfps_base_port" not in raw[host]:
+                raw[host] = {**raw[host], "tfps_base_port": int(port)}
 
         def template(value, variables):
             return self._templar.copy_with_new_env(available_variables=variables).template(value)

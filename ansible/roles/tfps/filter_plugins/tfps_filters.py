@@ -10,6 +10,26 @@ def tfps_plan_row(task):
     return "%-9s %-18s %-22s %-6s %s" % (task["name"], task["host"], task["target"], gpu, role)
 
 
+def tfps_fixed_ports_beside(plan, host):
+    """Ports this job's other inventory entries on ``host``'s machine (same address) take from
+    a tfps_base_port the inventory sets: tfps_ports chooses around them."""
+    fixed = {h for h, v in (plan.get("hosts") or {}).items() if "tfps_base_port" in v}
+    addresses = {t["address"].lower() for t in plan["tasks"] if t["host"] == host}
+    return sorted(t["port"] for t in plan["tasks"]
+                  if t["host"] != host and t["host"] in fixed and t["address"].lower() in addresses)
+
+
+def tfps_chosen_ports(hostvars, hosts):
+    """Inventory host -> the first TF port tfps_ports chose or found there (hosts where it
+    could not run keep the plan's ports)."""
+    chosen = {}
+    for host in hosts:
+        result = hostvars[host].get("tfps_ports") or {}
+        if isinstance(result.get("base_port"), int):
+            chosen[host] = result["base_port"]
+    return chosen
+
+
 def tfps_is_archive_image(images, archive_image):
     """Whether the image a host has under the tag (docker_image_info's ``images``) is the
     archive's image (the tfps_image_archive lookup's entry).
@@ -69,7 +89,7 @@ def tfps_data_mismatch(hosts, hostvars, what):
         found = (hostvars[host].get("tfps_data_files") or {}).get("results") or []
         if not found or "files" not in found[0]:
             continue
-        base = str(hostvars[host].get("tfps_data_dir", "")).rstrip("/")
+        base = str(hostvars[host].get("tfps_data_dir", "")).rstrip("/")  # hand-placed: tfps_data_path is it
         listings[host] = {posixpath.relpath(f["path"], base): {"size": f.get("size"), "sha256": f.get("checksum")}
                           for f in found[0]["files"]}
     return compare_hosts(listings, what)
@@ -106,4 +126,5 @@ class FilterModule:
         return {"tfps_plan_row": tfps_plan_row, "tfps_status_row": tfps_status_row,
                 "tfps_is_archive_image": tfps_is_archive_image,
                 "tfps_data_mismatch": tfps_data_mismatch, "tfps_data_to_copy": tfps_data_to_copy,
-                "tfps_memory_problems": tfps_memory_problems}
+                "tfps_memory_problems": tfps_memory_problems,
+                "tfps_fixed_ports_beside": tfps_fixed_ports_beside, "tfps_chosen_ports": tfps_chosen_ports}

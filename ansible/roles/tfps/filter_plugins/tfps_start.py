@@ -76,9 +76,10 @@ def tfps_settings_label(settings) -> str:
     return base64.b64encode(json.dumps(settings, sort_keys=True).encode()).decode()
 
 
-def tfps_recorded_settings(hostvars, hosts) -> dict | None:
+def tfps_recorded_settings(hostvars, hosts, record_file=None) -> dict | None:
     """The settings recorded on the job's existing containers (the chief's first), from the
-    check phase's ``tfps_containers`` of every host; None when no container records them."""
+    check phase's ``tfps_containers`` of every host; else those of the record on the chief's
+    host (``record_file``, a slurp result of tfps_settings_record); None when neither has any."""
     import base64
     import binascii
     import json
@@ -92,21 +93,21 @@ def tfps_recorded_settings(hostvars, hosts) -> dict | None:
                     found.append((not str(name).startswith("worker0"), json.loads(base64.b64decode(label))))
                 except (ValueError, binascii.Error):
                     continue
-    return min(found, key=lambda f: f[0])[1] if found else None
+    if found:
+        return min(found, key=lambda f: f[0])[1]
+    try:
+        record = json.loads(base64.b64decode((record_file or {}).get("content") or ""))
+    except (ValueError, binascii.Error):
+        return None
+    return record if isinstance(record, dict) and record else None
 
 
 def tfps_settings_changes(recorded, settings) -> list[str]:
     """``setting: old -> new`` for each setting that differs (JSON values); [] when nothing
-    is recorded (a new job, or containers of a tfps that did not record settings)."""
-    import json
-    if not recorded:
-        return []
-    out = []
-    for key in sorted(set(recorded) | set(settings)):
-        old, new = recorded.get(key), settings.get(key)
-        if old != new:
-            out.append(f"{key}: {json.dumps(old)} -> {json.dumps(new)}")
-    return out
+    is recorded (a new job, or containers of a tfps that did not record settings). The same
+    comparison as ``tfps local`` and the chief make with the record in model_dir."""
+    from tfps.cluster.settings import changes
+    return changes(recorded, settings)
 
 
 class FilterModule:

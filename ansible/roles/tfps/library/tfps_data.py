@@ -23,6 +23,10 @@ options:
   eval_data:
     description: Glob of the evaluation files under /input (read by the chief).
     type: str
+  job:
+    description: The job's name; its list of training files is .tfps-<job>-train-files.
+    type: str
+    default: train
   worker_hosts:
     description: The host of each worker, by worker index.
     type: list

@@ -12,7 +12,12 @@ description:
     Python code as C(tfps plan -i), and sets it as the fact C(tfps_plan) of every host.
   - Runs on the controller and contacts no host. Needs tfps installed in the Python
     that runs ansible-playbook (C(pip install 'tfps[ansible]')).
-options: {}
+options:
+  base_ports:
+    description:
+      - Inventory host -> first TF port that tfps_ports chose there; applies to hosts whose
+        inventory sets no tfps_base_port.
+    type: dict
 author: tfps
 """
 

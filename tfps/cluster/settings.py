@@ -1,0 +1,105 @@
+"""What defines a job, its record in model_dir, and what a new start would change.
+
+A job is its name plus the settings that define it (DESIGN.md, "Jobs on shared servers").
+They are recorded when it starts: on its containers by the Ansible role (label
+``tfps.settings``, from ``tfps.cluster.variables.DEFINING_VARS``), and in its model_dir by
+the chief, however it was launched (``tfps-settings.json``). A start whose settings differ
+from the record is refused before anything changes, each change named as
+``setting: old -> new`` (:func:`changes`, which the role's settings check uses too), with
+the ways on; ``--replace`` (``tfps.config.add_replace_option``) goes on from the checkpoint
+with the new settings instead, and the record is rewritten. ``tfps local`` checks before it
+starts a process, the chief again when it starts (a compose job whose file changed, a
+``tfps run`` started by hand). The role's chiefs always run with ``--replace``: the role has
+compared the settings with its containers' labels before it started them.
+
+What may change between starts without that: cadences (log_steps, checkpoint_steps,
+summary_steps), timeouts, ports, notifications and restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from tfps import models
+from tfps.cluster.variables import DEFINING_VARS, RUN_FIELDS
+from tfps.config import RunConfig
+from tfps.errors import ConfigError
+from tfps.outcome import results
+
+#: The record in model_dir, written by the chief when the job starts.
+SETTINGS_FILE = "tfps-settings.json"
+
+#: The RunConfig fields that define a job: those of the role's DEFINING_VARS (model_dir
+#: aside: the record lives in it), then the model's own flags, which reach the role's jobs
+#: through tfps_extra_args. The layout adds the numbers of ps tasks and workers
+#: (:func:`job_settings`); hosts and ports may change.
+FIELDS = tuple(RUN_FIELDS[v] for v in DEFINING_VARS if v in RUN_FIELDS and v != "tfps_model_dir") + (
+    "num_classes", "hidden_units", "hash_buckets", "embedding_dim")
+#: Settings whose change makes another model, whose checkpoint cannot be continued (the run
+#: identity of model_dir, ``JobSetup.identity``, refuses them too): no ``--replace`` for them.
+MODEL_SHAPE = ("model", "model_args", "hidden_units", "hash_buckets", "embedding_dim")
+
+
+def job_settings(cfg: RunConfig, num_ps: int, num_workers: int) -> dict:
+    """What defines the job of ``cfg`` on ``num_ps`` ps tasks and ``num_workers`` workers,
+    as JSON values (what the record holds and what is compared)."""
+    out = {name: getattr(cfg, name) for name in FIELDS}
+    if cfg.model not in models.NAMED_COLUMNS:   # only those models have tables of these shapes
+        del out["hash_buckets"], out["embedding_dim"]
+    out.update(ps=int(num_ps), workers=int(num_workers))
+    return json.loads(json.dumps(out))
+
+
+def changes(recorded: dict | None, settings: dict) -> list[str]:
+    """``setting: old -> new`` for each setting that differs (JSON values), in the order of
+    their names; [] when nothing is recorded (a new job, or one of a tfps that recorded nothing)."""
+    if not recorded:
+        return []
+    out = []
+    for key in sorted(set(recorded) | set(settings)):
+        old, new = recorded.get(key), settings.get(key)
+        if old != new:
+            out.append(f"{key}: {json.dumps(old)} -> {json.dumps(new)}")
+    return out
+
+
+def recorded(model_dir: str) -> dict | None:
+    """The settings recorded in ``model_dir``, or None (no record, or none that can be read)."""
+    data = results.read_json(os.path.join(model_dir, SETTINGS_FILE))
+    settings = data.get("settings") if isinstance(data, dict) else None
+    return settings if isinstance(settings, dict) else None
+
+
+def check(model_dir: str, settings: dict, replace: bool = False) -> list[str]:
+    """Refuse (ConfigError) a start whose ``settings`` differ from those ``model_dir`` records,
+    naming each change and the ways on; with ``replace``, return the changes instead.
+    Writes nothing."""
+    record = recorded(model_dir)
+    found = changes(record, settings)
+    if not found:
+        return []
+    listed = "; ".join(found)
+    if any(record.get(k) != settings.get(k) for k in MODEL_SHAPE):
+        raise ConfigError(f"{model_dir} holds a job of another model, so it was left as it is: {listed}. Its "
+                          "checkpoint cannot be continued by another model (not even with --replace): give another "
+                          f"--model_dir, or delete or move {model_dir}, or go back to its settings", "model_dir")
+    if not replace:
+        raise ConfigError(f"{model_dir} holds a job with other settings, so it was left as it is: {listed}. Three "
+                          f"ways on: give another --model_dir; or delete or move {model_dir} (`docker compose down "
+                          "-v` removes a compose job's volume); or add --replace (to tfps local, tfps compose or "
+                          "tfps run), which goes on from its checkpoint with these settings and records them: more "
+                          "train_steps continue its training", "model_dir")
+    return found
+
+
+def record(model_dir: str, settings: dict) -> None:
+    """Write ``settings`` as the record of ``model_dir`` (the chief, once it owns model_dir)."""
+    if recorded(model_dir) == settings:
+        return
+    try:
+        results.write_json_atomic(os.path.join(model_dir, SETTINGS_FILE),
+                                  {"settings": settings, "recorded_at": results.now_iso()})
+    except OSError as e:
+        raise ConfigError(f"{model_dir} cannot be written: {e.strerror or e}; give --model_dir a directory "
+                          "with room that this user may write", "model_dir") from None
