@@ -324,8 +324,11 @@ def task_process(container) -> int:
     return pids[0]
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
-@pytest.mark.parametrize("victim", ["ps0", "worker0", "worker1"])
+# A killed ps and a killed chief in both modes; a killed non-chief worker in async mode (a
+# killed sync worker1 as plain processes: tests/integration/test_faults.py; a frozen one:
+# tests/integration/test_backup_workers.py).
+@pytest.mark.parametrize(("victim", "mode"), [("ps0", "async"), ("ps0", "sync"), ("worker0", "async"),
+                                              ("worker0", "sync"), ("worker1", "async")])
 def test_sigkilled_task_comes_back_and_job_succeeds(victim, mode, compose_job, tfps_image, tmp_path,
                                                    container_smtp_server, docker_client, fault_table):
     """A task's training process is SIGKILLed (as the OOM killer would) at a random step
