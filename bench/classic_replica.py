@@ -6,7 +6,7 @@ batches fed through ``feed_dict`` from NumPy, and a ps that blocks in ``server.j
 forever. It trains the same model (``tfps.models``) on the same data as tfps so that the
 benchmark compares the machinery, not the model. Prints machine-readable lines:
 
-    BENCH first_step <unix time>
+    BENCH first_step <unix time> <global step after it>
     BENCH done <global step> <first step unix time> <end unix time>
 """
 
@@ -83,7 +83,7 @@ def main() -> int:
             _, step = sess.run([train_op, gs], feed_dict={x: x_all[idx], y: y_all[idx]})
             if first is None:
                 first = time.time()
-                print(f"BENCH first_step {first:.3f}", flush=True)
+                print(f"BENCH first_step {first:.3f} {int(step)}", flush=True)
         end = time.time()   # the last step's end, as tfps's training_s (the session close is not training)
     print(f"BENCH done {int(step)} {first:.3f} {end:.3f}", flush=True)
     return 0

@@ -5,6 +5,8 @@
 1. start-up: launch -> every worker past its first step, tfps local vs the classic script
 2. throughput: examples/s, async and sync, MLP and CNN: tfps vs classic feed_dict loop vs
    one process (the ceiling on one machine)
+2b. backup: a sync job of 3 workers with one frozen (SIGSTOP) for 20 s, with and without
+   --backup_workers 1: the steps the job still makes in the freeze
 3. final save: checkpoint + export of ~100 MB and ~1 GB of variables, under default settings
 4. deployment: ansible-playbook wall time on the 3-host test cluster (first and no-change run)
 5. image size of the CPU image vs the official CPU TensorFlow image's published size
@@ -56,10 +58,10 @@ class Watched:
     a worker's first-step line arrives (a process's own "after start" would leave out the
     interpreter's start and, for ``tfps local``, the launcher's)."""
 
-    def __init__(self, argv, pattern: re.Pattern, t0: float):
+    def __init__(self, argv, pattern: re.Pattern, t0: float, env=None):
         import threading
         self.pattern, self.t0, self.seen, self.lines, self.arrived = pattern, t0, {}, [], []
-        self.popen = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
+        self.popen = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env or ENV,
                                       cwd=ROOT, start_new_session=True)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -98,6 +100,10 @@ def run_tfps(steps, batch, model="mlp", sync=False, extra=()):
 
 
 # ------------------------------------------------------------------------- classic side
+#: How long the classic sync chief may take to end after worker1 has (see run_classic).
+CLASSIC_END_WAIT_SECS = 60
+
+
 def run_classic(steps, batch, model="mlp", sync=False):
     plan = local_plan(1, 2)
     t0 = time.time()
@@ -108,24 +114,44 @@ def run_classic(steps, batch, model="mlp", sync=False):
                 *(["--sync_replicas"] if sync else [])]
         procs[t.name] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                          env=ENV, cwd=ROOT, start_new_session=True)
+    import threading
     outs = {}
+    hung = False
+    # Every task's output is read as it comes (a pipe left unread fills and blocks its writer).
+    readers = {name: threading.Thread(target=lambda n=name: outs.__setitem__(n, procs[n].stdout.read()), daemon=True)
+               for name in procs}
+    for r in readers.values():
+        r.start()
     try:
+        procs["worker1"].wait(timeout=3600)
+        try:
+            procs["worker0"].wait(timeout=CLASSIC_END_WAIT_SECS if sync else 3600)
+        except subprocess.TimeoutExpired:
+            # The classic sync chief can wait forever for a gradient of the last step once worker1
+            # has left (SyncReplicasOptimizer has no end of its own; often seen on a loaded machine).
+            # Its global steps are worker1's: measured from worker1's lines below.
+            hung = True
         for name in ("worker0", "worker1"):
-            outs[name] = procs[name].communicate(timeout=3600)[0]
+            readers[name].join(60)
     finally:
         for pr in procs.values():        # the classic ps never exits: it has to be killed
             if pr.poll() is None:
                 os.killpg(pr.pid, signal.SIGKILL)
                 pr.wait()
     first, done = {}, {}
-    for name, out in outs.items():
-        m = re.search(r"BENCH first_step ([\d.]+)", out)
+    for name, out in ((n, outs.get(n, "")) for n in (("worker1",) if hung else ("worker0", "worker1"))):
+        m = re.search(r"BENCH first_step ([\d.]+) (\d+)", out)
         d = re.search(r"BENCH done (\d+) ([\d.]+) ([\d.]+)", out)
         if not (m and d):
             raise RuntimeError(f"classic {name} failed:\n{out[-3000:]}")
         first[name] = float(m.group(1)) - t0
-        done[name] = (int(d.group(1)), float(d.group(2)), float(d.group(3)))
-    step, start, end = done["worker0"]
+        done[name] = (int(d.group(1)) - int(m.group(2)), float(d.group(2)), float(d.group(3)))
+    # The global steps from the worker's first step to its last; a sync chief that never ended
+    # (see above): worker1's, when worker1 trained a good part of the job (it shares the steps).
+    step, start, end = done["worker1" if hung else "worker0"]
+    if hung and step < steps // 2:
+        raise RuntimeError(f"classic sync worker0 did not end within {CLASSIC_END_WAIT_SECS} s of worker1, "
+                           f"which trained {step} of {steps} steps:\n{outs['worker1'][-2000:]}")
     factor = 2 if sync else 1
     return {"first": first, "examples_s": step * batch * factor / (end - start)}
 
@@ -275,6 +301,94 @@ def bench_throughput(rows, quick, repeat):
                      f"{out[f'{model}-sync']['tfps']['median'] / out[f'{model}-async']['tfps']['median']:.2f}",
                      "", "", ""))
     return out
+
+
+#: The slowed-worker bench: one of 3 sync workers frozen (SIGSTOP) this long.
+FREEZE_SECS = 20
+#: Every task's step sleeps this long (tests/fixtures/paced_model.py): the job's pace does not
+#: depend on how the 2 cores are shared, so a frozen worker does not speed the others up.
+PACED_STEP_SECS = 0.02
+PACED_MODEL = "tests.fixtures.paced_model:model_fn"
+CHIEF_PROGRESS_RE = re.compile(r"^\[worker0\] .*worker0: step (\d+)/\d+ ")
+
+
+def _step_at(points: list[tuple[float, int]], t: float) -> float:
+    """The global step at time ``t``, interpolated between the chief's progress lines."""
+    before = [p for p in points if p[0] <= t]
+    after = [p for p in points if p[0] >= t]
+    if not before or not after:
+        raise RuntimeError(f"no progress line around {t:.1f} (lines from {points[0][0]:.1f} to {points[-1][0]:.1f})")
+    (t0, s0), (t1, s1) = before[-1], after[0]
+    return float(s0) if t1 == t0 else s0 + (s1 - s0) * (t - t0) / (t1 - t0)
+
+
+def run_frozen_worker(backup: int, steps: int) -> dict:
+    """``tfps local --ps 1 --workers 3 --sync_replicas [--backup_workers 1]`` on the paced MLP;
+    worker2 is frozen (SIGSTOP) for FREEZE_SECS once the job has trained FREEZE_SECS at full
+    pace. Returns the global steps the job made in the freeze and in as long a window just
+    before it (from the chief's progress lines, as they arrive), and the job's examples/s."""
+    d = tempfile.mkdtemp(prefix="tfps-bench-backup-")
+    argv = [PY, "-m", "tfps", "local", "--ps", "1", "--workers", "3", "--model", PACED_MODEL, "--sync_replicas",
+            *(["--backup_workers", str(backup)] if backup else []), "--train_steps", str(steps),
+            "--batch_size", "64", "--model_dir", d, "--log_steps", "10"]
+    p = Watched(argv, FIRST_RE, time.time(), env={**ENV, "TFPS_TEST_STEP_SECS": str(PACED_STEP_SECS)})
+    frozen_at = None
+    try:
+        deadline = time.time() + 900
+        while time.time() < deadline and p.popen.poll() is None:
+            points = [(t, int(m.group(1))) for t, line in zip(list(p.arrived), list(p.lines))
+                      if (m := CHIEF_PROGRESS_RE.search(line))]
+            if points and points[-1][1] > 0 and time.time() - points[0][0] > FREEZE_SECS + 5:
+                break
+            time.sleep(0.2)
+        pid = task_pids(p.popen.pid).get("worker2")
+        if pid is None or p.popen.poll() is not None:
+            raise RuntimeError(f"the job ended or worker2 was not found before the freeze:\n{''.join(p.lines)[-3000:]}")
+        os.kill(pid, signal.SIGSTOP)
+        frozen_at = time.time()
+        time.sleep(FREEZE_SECS)
+        os.kill(pid, signal.SIGCONT)
+        out = p.wait(900)
+        if p.popen.returncode != 0:
+            raise RuntimeError(f"tfps local (frozen worker, backup {backup}) failed ({p.popen.returncode}):\n"
+                               f"{out[-3000:]}")
+        res = json.load(open(os.path.join(d, "results.json")))
+    finally:
+        if p.popen.poll() is None:
+            os.killpg(p.popen.pid, signal.SIGKILL)
+            p.popen.wait()
+        shutil.rmtree(d, ignore_errors=True)
+    points = [(t, int(m.group(1))) for t, line in zip(p.arrived, p.lines) if (m := CHIEF_PROGRESS_RE.search(line))]
+    before = _step_at(points, frozen_at) - _step_at(points, frozen_at - FREEZE_SECS)
+    during = _step_at(points, frozen_at + FREEZE_SECS) - _step_at(points, frozen_at)
+    per_step = 3 - backup   # gradients (batches) aggregated per global step
+    return {"steps_before": round(before, 1), "steps_frozen": round(during, 1),
+            "kept": during / before if before > 0 else float("nan"), "global_step": res["global_step"],
+            "examples_s": res["global_step"] * 64 * per_step / res["times"]["training_s"],
+            "dropped_gradients": {k: w.get("dropped_gradients") for k, w in (res.get("workers") or {}).items()}}
+
+
+def bench_backup(rows, quick, repeat):
+    """One of 3 sync workers frozen for FREEZE_SECS, with and without one backup worker:
+    the share of its steps the job still makes in the freeze, alternating, ``repeat`` times."""
+    steps = 2500 if quick else 4000
+    runs: dict[int, list] = {1: [], 0: []}
+    for _ in range(repeat):
+        for backup in (1, 0):
+            runs[backup].append(run_frozen_worker(backup, steps))
+    for backup in (1, 0):
+        r = runs[backup]
+        kept = [x["kept"] for x in r]
+        frozen, before = [x["steps_frozen"] for x in r], [x["steps_before"] for x in r]
+        what = "3 workers, 1 backup" if backup else "3 workers, no backup"
+        rows.append((f"sync, worker2 frozen {FREEZE_SECS} s, {what}: steps in the freeze / the {FREEZE_SECS} s before",
+                     f"{spread(frozen, '{:.0f}')} / {spread(before, '{:.0f}')}",
+                     "", f"{spread([1 - k for k in kept])} of the steps lost",
+                     "<= 0.10 lost" if backup else ""))
+        rows.append((f"sync, worker2 frozen {FREEZE_SECS} s, {what}: whole job (examples/s)",
+                     spread([x["examples_s"] for x in r], "{:.0f}"), "", "", ""))
+    return {"backup_1": runs[1], "backup_0": runs[0], "freeze_s": FREEZE_SECS, "paced_step_s": PACED_STEP_SECS,
+            "steps": steps}
 
 
 def bench_final_save(rows, quick):
@@ -563,7 +677,7 @@ def machine() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer steps, skip the 1 GB save")
-    ap.add_argument("--skip", default="", help="comma-separated: startup,throughput,final_save,image,deploy,ctr")
+    ap.add_argument("--skip", default="", help="comma-separated: startup,throughput,backup,final_save,image,deploy,ctr")
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs per figure; each figure is their median, with their range (default 3)")
     ap.add_argument("--image", default="tfps:latest", help="the image whose size is reported")
@@ -579,6 +693,7 @@ def main() -> int:
     ctr_loads: list[tuple] = []
     for name, fn in (("startup", lambda: bench_startup(rows, a.quick, a.repeat)),
                      ("throughput", lambda: bench_throughput(rows, a.quick, a.repeat)),
+                     ("backup", lambda: bench_backup(rows, a.quick, a.repeat)),
                      ("final_save", lambda: bench_final_save(rows, a.quick)),
                      ("image", lambda: bench_image(rows, a.image)), ("deploy", lambda: bench_deploy(rows)),
                      ("ctr", lambda: bench_ctr(ctr_rows, a.quick))):

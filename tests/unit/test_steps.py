@@ -327,3 +327,115 @@ def test_progress_lines_show_running_metrics_and_reset_them_after_each_line(tmp_
     assert [line.split(" | ")[0] for line in lines] == ["worker1: step 4/100 loss 0.5000 auc 0.6400",
                                                         "worker1: step 8/100 loss 0.5000 auc 0.6800"]
     assert ran == ["the reset op"] * 2
+
+
+def _sync_cluster(pack: bool, steps: int = 4) -> tuple[dict, dict]:
+    """``steps`` sync steps of 2 workers on 2 in-process ps (SyncReplicasOptimizer, Adam).
+
+    Each worker builds its own graph, as in a job; the chief's update (the queue runner's
+    op) runs in the main thread once both workers have sent their gradients and wait for a
+    token, so every step aggregates exactly one gradient of each worker: the same training
+    whatever the timing. ``pack``: the step tfps builds (``with_packed_reads`` and
+    ``apply_sync_packed``); else ``SyncReplicasOptimizer.minimize`` as it is. Returns
+    (variables, the tensors worker 1 sends to the ps in a step, by name: its partition graphs)."""
+    import collections
+    import threading
+
+    from tfps.cluster.single_host import free_ports
+    from tfps.task.steps import apply_sync_packed, with_packed_reads
+    ports = free_ports(4, "127.0.0.1")
+    cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{p}" for p in ports[:2]],
+                                    "worker": [f"127.0.0.1:{p}" for p in ports[2:]]})
+    servers = [tf.distribute.Server(cluster, job_name=job, task_index=i)
+               for job, i in (("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1))]
+    built = []
+    for index in (0, 1):
+        rng = np.random.default_rng(11)                   # the same initial values in both graphs
+        data = np.random.default_rng(100 + index)         # each worker its own batch
+        x = data.normal(size=(16, 4)).astype(np.float32)
+        y = data.integers(0, 3, size=(16,))
+        ids = data.integers(0, 6, size=(16,))
+        device = f"/job:worker/task:{index}"
+        g = tf.Graph()
+        with g.as_default(), v1.device(v1.train.replica_device_setter(cluster=cluster, worker_device=device)):
+            gs = v1.train.get_or_create_global_step()
+            ws = [v1.get_variable(f"w{i}", initializer=rng.normal(size=(4, 4)).astype(np.float32)) for i in range(4)]
+            head = v1.get_variable("head", initializer=rng.normal(size=(4, 3)).astype(np.float32))
+            emb = v1.get_variable("emb", initializer=rng.normal(size=(6, 3)).astype(np.float32))   # sparse gradient
+            big = v1.get_variable("big", initializer=np.ones((512, 513), np.float32))   # > PACK_MAX_ELEMENTS
+            opt = v1.train.SyncReplicasOptimizer(v1.train.AdamOptimizer(0.05), replicas_to_aggregate=2,
+                                                 total_num_replicas=2)
+
+            def one_step():
+                h = tf.constant(x)
+                for w in ws:
+                    h = tf.nn.tanh(tf.matmul(h, w)) + tf.matmul(h, w)
+                logits = h @ head + tf.nn.embedding_lookup(emb, tf.constant(ids))
+                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+                loss += 1e-3 * tf.reduce_mean(tf.square(big))
+                if pack:
+                    return apply_sync_packed(opt, loss, gs, device)
+                return opt.minimize(loss, global_step=gs)
+
+            train = with_packed_reads(one_step, device)() if pack else one_step()
+            sync_op = opt.get_chief_queue_runner().enqueue_ops[0]
+            init = (v1.global_variables_initializer(), opt.chief_init_op) if index == 0 else ()
+            names = {v.op.name: v for v in v1.global_variables()}
+            built.append((g, train, sync_op, init, v1.local_variables_initializer(), opt.local_step_init_op, names))
+    sessions = [v1.Session(servers[2 + i].target, graph=b[0]) for i, b in enumerate(built)]
+    chief, worker = sessions
+    for op in built[0][3]:   # the variables, then the accumulators' step (which reads the global step)
+        chief.run(op)
+    for s, b in zip(sessions, built):
+        s.run([b[4]])
+        s.run(b[5])
+    meta = v1.RunMetadata()
+    for step in range(steps):
+        errors = []
+
+        def run(i, traced):
+            try:
+                options = v1.RunOptions(output_partition_graphs=True) if traced else None
+                sessions[i].run(built[i][1], options=options, run_metadata=meta if traced else None)
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+        threads = [threading.Thread(target=run, args=(i, i == 1 and step == steps - 1)) for i in (0, 1)]
+        for t in threads:
+            t.start()
+        chief.run(built[0][2])            # takes both gradients, updates, gives each worker a token
+        for t in threads:
+            t.join(60)
+        assert not errors and not any(t.is_alive() for t in threads), errors
+    values = {name: chief.run(v) for name, v in built[0][6].items()}
+    for s in sessions:
+        s.close()
+    sent = collections.Counter()   # the receives of worker 1's tensors in the ps's parts of its step
+    for part in meta.partition_graphs:
+        for node in part.node:
+            if (node.op == "_Recv" and "/job:ps/" in node.attr["recv_device"].s.decode()
+                    and "/job:worker/replica:0/task:1/" in node.attr["send_device"].s.decode()):
+                sent[re.sub(r"^edge_\d+_|:\d+$", "", node.attr["tensor_name"].s.decode())] += 1
+    return values, sent
+
+
+def test_packed_sync_steps_train_exactly_as_sync_replicas_optimizer():
+    plain, plain_sent = _sync_cluster(pack=False)
+    packed, packed_sent = _sync_cluster(pack=True)
+    assert plain.keys() == packed.keys() and plain["global_step"] == packed["global_step"] == 4
+    for name in plain:   # the same bits: the same gradients, aggregated and applied by the same ops
+        np.testing.assert_array_equal(packed[name], plain[name], err_msg=name)
+    assert not np.allclose(plain["w0"], _sync_cluster_initial("w0"))   # training did move the variables
+    # Unpacked, each of the 7 accumulators gets its gradient and a read of the local step on
+    # their own (the sparse gradient as indices and values): 15 tensors.
+    assert sum(plain_sent.values()) == 2 * 7 + 1, plain_sent
+    # Packed: one tensor per ps (its dense gradients and the local step), plus what keeps its
+    # own path: the embedding's sparse gradient (indices, values) and the gradient too large to pack.
+    joined = [name for name in packed_sent if re.search(r"(^|/)concat(_\d+)?$", name)]
+    assert len(joined) == 2, packed_sent
+    assert not [name for name in packed_sent if "ReadVariableOp" in name], packed_sent
+    assert sum(packed_sent.values()) == 2 + 2 + 1, packed_sent
+
+
+def _sync_cluster_initial(name: str) -> np.ndarray:
+    rng = np.random.default_rng(11)
+    return [rng.normal(size=(4, 4)).astype(np.float32) for _ in range(4)][int(name[1:])]

@@ -63,9 +63,10 @@ class ProgressHook(v1.train.SessionRunHook):
         steps = int(out.pop("steps", 1))   # an async run is several steps (tfps.task.steps)
         if "token_step" in out:
             # Sync: this run sent a gradient of step ``self.token_step`` (the token it took last
-            # run). When the global step, read just before the gradient left, is already past
-            # it, the accumulator dropped it as stale (as SyncReplicasOptimizer does): a lower
-            # bound, since the step may also move on between that read and the gradient's arrival.
+            # run). When the global step, read as the run began (before its gradient reached the
+            # accumulators), is already past it, the accumulator dropped it as stale (as
+            # SyncReplicasOptimizer does): a lower bound, since the step may also move on between
+            # that read and the gradient's arrival.
             token, sent_at = int(out.pop("token_step")), int(out.pop("sent_at"))
             if self.token_step is not None and self.token_step < sent_at:
                 self.dropped += 1

@@ -33,6 +33,21 @@ async CNN step were most of its time. Now an async step makes 5 (with one ps):
   previous update (one read, which also carries the "update applied" dependency back),
   instead of a read of its own before every step;
 * the loop's own control (its condition to the ps, the ps's "next iteration" back).
+
+A sync step (one per run) made 28 transfers with the MLP (1 ps; a RunOptions trace of each
+worker's runs): 6 variable reads (``pack_reads`` missed reads outside a loop), 6 gradients
+and 6 reads of the local step (one per accumulator), 7 for the hooks' read of the global
+step (a ``cond`` split between worker and ps) and 1 for the progress line's, the global
+step read for the dropped-gradient count, which also held back the chief's update, and the
+token. Now it makes 4, whatever the number of variables (with one ps):
+
+* the packed reads, as above;
+* ``apply_sync_packed``: the dense gradients and the local step, one tensor to each ps;
+* one read of the global step, which the hooks, the progress line and the dropped count
+  share (``compat.share_global_step_read``);
+* the token.
+
+Async runs share that one read of the global step too.
 """
 
 from __future__ import annotations
@@ -137,13 +152,92 @@ def _task_of(device: str) -> tuple:
 
 
 def _variable_device(read) -> str:
-    """Where a ReadVariableOp runs: its own device, else (in a loop body, where the read is
-    placed next to its variable at run time) the device of the variable it was passed."""
+    """Where a ReadVariableOp runs: its own device, else the device of the variable it was
+    passed (a read without a device is placed next to its variable at run time; in a loop
+    body the variable is a captured tensor, outside a loop the variable's handle op)."""
     if read.device:
         return read.device
     captured = {inner.ref(): outer for outer, inner in getattr(read.graph, "captures", ())}
     outer = captured.get(read.inputs[0].ref())
-    return outer.device if outer is not None else ""
+    if outer is not None:
+        return outer.device
+    return read.inputs[0].op.device
+
+
+#: The ops by which SyncReplicasOptimizer gives a worker's gradient to its accumulator on a ps.
+ACCUMULATOR_APPLY_OPS = ("AccumulatorApplyGradient", "ResourceAccumulatorApplyGradient",
+                         "SparseAccumulatorApplyGradient")
+
+
+def apply_sync_packed(opt, loss, global_step, worker_device: str, after=None):
+    """``opt.minimize(loss, global_step)`` for a ``SyncReplicasOptimizer``, with each ps's
+    dense gradients and the step they were computed at sent as one tensor.
+
+    ``SyncReplicasOptimizer`` builds one accumulator per variable on that variable's ps and,
+    for each, an op that gives it this worker's gradient and this worker's local step (the
+    step the gradient belongs to; an older one is dropped as stale). Each such op receives
+    its gradient and a read of the local step of its own: two transfers per variable. Here
+    the graph it built is rewired (``pack_accumulator_inputs``): the float32 dense gradients
+    of the variables on one ps and the local step, read once, are joined on the worker and
+    split again on that ps, and each op takes its parts, the same values. The accumulators,
+    the aggregation, the chief's update and the token queue are SyncReplicasOptimizer's own,
+    so a step computes exactly what it computes. ``after``: a tensor that must be computed
+    before any gradient reaches an accumulator (the global step read for the dropped count).
+    """
+    graph = v1.get_default_graph()
+    pairs = opt.compute_gradients(loss)
+    if all(g is None for g, _ in pairs):
+        raise ValueError(f"No gradients provided for any variable: {[v.name for _, v in pairs]}")
+    first = len(graph.get_operations())
+    train = opt.apply_gradients(pairs, global_step=global_step)
+    pack_accumulator_inputs(graph.get_operations()[first:], worker_device, after)
+    return train
+
+
+def _input_index(op, name: str) -> int:
+    return [arg.name for arg in op.op_def.input_arg].index(name)
+
+
+def pack_accumulator_inputs(ops, worker_device: str, after=None) -> None:
+    """Rewire the accumulator ops among ``ops`` (see ``apply_sync_packed``): one transfer per ps.
+
+    The local step (int64) travels in the joined float32 tensor as its two 32-bit halves
+    (``tf.bitcast``, both ways: the same bits, no arithmetic on them). Sparse gradients
+    (``IndexedSlices``: only the touched rows travel), other dtypes and gradients larger than
+    ``PACK_MAX_ELEMENTS`` keep their own transfer, and take the local step sent to their ps.
+    """
+    applies = [op for op in ops if op.type in ACCUMULATOR_APPLY_OPS]
+    if not applies:
+        return
+    step_at = _input_index(applies[0], "local_step")
+    with tf.device(worker_device), v1.control_dependencies([after] if after is not None else []):
+        # Every op reads the same local variable, which only the token at the end of the
+        # run changes (after every accumulator has had its gradient): one read serves them all.
+        step = tf.identity(applies[0].inputs[step_at], name="sync_local_step")
+        bits = tf.bitcast(step, tf.float32) if step.dtype == tf.int64 else None
+    by_ps: dict[str, list] = {}
+    for op in applies:
+        by_ps.setdefault(op.device, []).append(op)
+    for device, group in by_ps.items():
+        dense = []
+        for op in group:
+            if op.type == "SparseAccumulatorApplyGradient":
+                continue
+            grad = op.inputs[_input_index(op, "gradient")]
+            if _packable(grad.dtype, grad.shape):
+                dense.append((op, grad))
+        if dense and bits is not None:
+            tensors = [g for _, g in dense] + [bits]
+            parts = _send_joined(tensors, [t.shape for t in tensors], worker_device, device)
+            with tf.device(device):
+                ps_step = tf.bitcast(parts[-1], tf.int64)
+            for (op, _), part in zip(dense, parts):
+                compat.update_op_input(op, _input_index(op, "gradient"), part)
+        else:
+            with tf.device(device):
+                ps_step = tf.identity(step)
+        for op in group:
+            compat.update_op_input(op, _input_index(op, "local_step"), ps_step)
 
 
 def with_packed_reads(step_fn, worker_device: str):

@@ -129,6 +129,13 @@ class Worker:
             self.balancer = placement.ByteBalancer(task.num_ps)
             with v1.device(placement.device_setter(task, cluster_spec(task), self.balancer)):
                 global_step = v1.train.get_or_create_global_step()
+                # The global step as the hooks (StopAtStepHook, checkpoints, progress lines) fetch
+                # it with every run: one read on its ps and one transfer (see share_global_step_read).
+                with v1.device(global_step.device):
+                    step_value = global_step.read_value()
+                with v1.device(worker_device + "/cpu:0"):
+                    step_read = tf.identity(step_value, name="global_step_read")
+                compat.share_global_step_read(g, step_read)
                 with v1.device(worker_device + "/cpu:0"):
                     if cfg.train_data and cfg.train_data.startswith(data_mod.LIST_PREFIX):
                         own = data_mod.shard_files(setup.schema.files, task.num_workers, task.index)
@@ -165,12 +172,13 @@ class Worker:
                                **{k: t for k, t in spec.metrics.items() if k not in running}}
                     with v1.control_dependencies(spec.update_ops):   # e.g. BatchNormalization's moving statistics
                         if cfg.sync_replicas:
-                            # The global step as this run's gradient leaves (read before it is sent),
-                            # and the token the run takes at its end: the step of the next gradient.
-                            # A gradient whose step is behind the first is stale: the accumulator drops it.
-                            sent_at = tf.identity(global_step.read_value(), name="global_step_at_send")
-                            with v1.control_dependencies([sent_at]):
-                                train = opt.minimize(spec.loss, global_step=global_step)
+                            # The global step as this run starts (read before its gradients reach an
+                            # accumulator: the hooks' own read, no transfer of its own), and the token
+                            # the run takes at its end: the step of the next gradient. A gradient whose
+                            # step is behind the first is stale: the accumulator drops it.
+                            sent_at = step_read
+                            train = steps_mod.apply_sync_packed(opt, spec.loss, global_step,
+                                                                worker_device + "/cpu:0", after=sent_at)
                             sync_fetch.update(sent_at=sent_at, token_step=tf.identity(train, name="token_taken"))
                         else:
                             train = steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0")
@@ -201,7 +209,8 @@ class Worker:
             for k, t in metrics.items():
                 v1.summary.scalar(k, t)
             ops["done"] = [done_queue(j, task.num_workers).enqueue(task.index) for j in range(task.num_ps)]
-            ops.update(train_op=train_op, global_step=global_step, loss=loss, metrics=metrics)
+            ops.update(train_op=train_op, global_step=global_step, global_step_read=step_read, loss=loss,
+                       metrics=metrics)
         return g, ops
 
     # -------------------------------------------------------------- run
@@ -244,7 +253,7 @@ class Worker:
         steps = {} if self.ops["steps"] is None else {"steps": self.ops["steps"]}
         if self.ops.get("sync_fetch"):   # sync: which gradients arrived stale
             steps.update(self.ops["sync_fetch"])
-        progress = ProgressHook(self, {"global_step": self.ops["global_step"], "loss": self.ops["loss"],
+        progress = ProgressHook(self, {"global_step": self.ops["global_step_read"], "loss": self.ops["loss"],
                                        **self.ops["metrics"], **steps},
                                 cfg.log_steps, cfg.batch_size, cfg.train_steps, task.is_chief, cfg.model_dir, task.name,
                                 reset=self.ops.get("reset_running"))
