@@ -294,3 +294,20 @@ def test_a_changed_setting_is_named_with_its_old_and_new_value():
     assert start.tfps_recorded_settings(gone, ["host1"], {"failed": False, "msg": "file not found"}) is None
     # Moving a job to other ports does not change it: the layout names tasks and hosts only.
     assert "2222" not in old["layout"] and "ps0@" in old["layout"]
+
+
+def test_a_task_that_outlives_an_unreachable_host_does_not_end_the_play():
+    """deploy.yml has any_errors_fatal: a task with ignore_unreachable (so that the check phase
+    can report the host with the others) must also turn any_errors_fatal off, itself or in
+    its block, or an unreachable host ends the play there, without the check's message."""
+    def walk(tasks, fatal_off, where):
+        for task in tasks or []:
+            off = fatal_off or task.get("any_errors_fatal") is False
+            if task.get("ignore_unreachable"):
+                yield where, task.get("name"), off
+            for key in ("block", "rescue", "always"):
+                yield from walk(task.get(key), off, where)
+    found = [hit for path in sorted((ROLE / "tasks").glob("*.yml"))
+             for hit in walk(yaml.safe_load(path.read_text()), False, path.name)]
+    assert {where for where, _, _ in found} >= {"plan.yml", "check.yml"}, found
+    assert [hit for hit in found if not hit[2]] == []
