@@ -21,6 +21,7 @@ are noisy: absolute times are context, ratios measured in the same run are the r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -38,6 +39,7 @@ sys.path.insert(0, ROOT)
 from ctr_tf2 import peak_rss  # noqa: E402 - bench/, this script's directory: the TF2 side's VmHWM reader
 
 from tfps.cluster import local_plan  # noqa: E402
+from tfps.outcome.contract import JobResult  # noqa: E402
 
 PY = sys.executable
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
@@ -81,22 +83,39 @@ class Watched:
 
 
 # ---------------------------------------------------------------------------- tfps side
+def local_results(p: Watched, d: str, timeout: float, what: str) -> tuple[str, JobResult]:
+    """Wait for a ``tfps local`` run in model_dir ``d``, refuse a failed one, and read its
+    results.json (through the one result type): its output and its results."""
+    out = p.wait(timeout)
+    if p.popen.returncode != 0:
+        raise RuntimeError(f"tfps local ({what}) failed ({p.popen.returncode}):\n{out[-3000:]}")
+    return out, JobResult.load(os.path.join(d, "results.json"))
+
+
+@contextlib.contextmanager
+def local_run_ended(p: Watched, d: str):
+    """However the bench ends: kill the ``tfps local`` run if it still runs, remove its model_dir."""
+    try:
+        yield
+    finally:
+        if p.popen.poll() is None:
+            os.killpg(p.popen.pid, signal.SIGKILL)
+            p.popen.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def run_tfps(steps, batch, model="mlp", sync=False, extra=()):
     d = tempfile.mkdtemp(prefix="tfps-bench-")
     t0 = time.time()
     p = Watched([PY, "-m", "tfps", "local", "--ps", "1", "--workers", "2", "--model", model,
                  "--train_steps", str(steps), "--batch_size", str(batch), "--model_dir", d, "--log_steps", "100",
                  *(["--sync_replicas"] if sync else []), *extra], FIRST_RE, t0)
-    out = p.wait(3600)
+    with local_run_ended(p, d):
+        _, res = local_results(p, d, 3600, model)
     wall = time.time() - t0
-    if p.popen.returncode != 0:
-        raise RuntimeError(f"tfps local failed ({p.popen.returncode}):\n{out[-3000:]}")
-    res = json.load(open(os.path.join(d, "results.json")))
-    firsts = dict(p.seen)
-    shutil.rmtree(d, ignore_errors=True)
     factor = 2 if sync else 1
-    return {"first": firsts, "examples_s": res["global_step"] * batch * factor / res["times"]["training_s"],
-            "final_save_s": res["times"]["final_save_s"], "wall": wall, "results": res}
+    return {"first": dict(p.seen), "examples_s": res.global_step * batch * factor / res.times.training_s,
+            "final_save_s": res.times.final_save_s, "wall": wall, "results": res}
 
 
 # ------------------------------------------------------------------------- classic side
@@ -333,7 +352,7 @@ def run_frozen_worker(backup: int, steps: int) -> dict:
             "--batch_size", "64", "--model_dir", d, "--log_steps", "10"]
     p = Watched(argv, FIRST_RE, time.time(), env={**ENV, "TFPS_TEST_STEP_SECS": str(PACED_STEP_SECS)})
     frozen_at = None
-    try:
+    with local_run_ended(p, d):
         deadline = time.time() + 900
         while time.time() < deadline and p.popen.poll() is None:
             points = [(t, int(m.group(1))) for t, line in zip(list(p.arrived), list(p.lines))
@@ -348,24 +367,15 @@ def run_frozen_worker(backup: int, steps: int) -> dict:
         frozen_at = time.time()
         time.sleep(FREEZE_SECS)
         os.kill(pid, signal.SIGCONT)
-        out = p.wait(900)
-        if p.popen.returncode != 0:
-            raise RuntimeError(f"tfps local (frozen worker, backup {backup}) failed ({p.popen.returncode}):\n"
-                               f"{out[-3000:]}")
-        res = json.load(open(os.path.join(d, "results.json")))
-    finally:
-        if p.popen.poll() is None:
-            os.killpg(p.popen.pid, signal.SIGKILL)
-            p.popen.wait()
-        shutil.rmtree(d, ignore_errors=True)
+        _, res = local_results(p, d, 900, f"frozen worker, backup {backup}")
     points = [(t, int(m.group(1))) for t, line in zip(p.arrived, p.lines) if (m := CHIEF_PROGRESS_RE.search(line))]
     before = _step_at(points, frozen_at) - _step_at(points, frozen_at - FREEZE_SECS)
     during = _step_at(points, frozen_at + FREEZE_SECS) - _step_at(points, frozen_at)
     per_step = 3 - backup   # gradients (batches) aggregated per global step
     return {"steps_before": round(before, 1), "steps_frozen": round(during, 1),
-            "kept": during / before if before > 0 else float("nan"), "global_step": res["global_step"],
-            "examples_s": res["global_step"] * 64 * per_step / res["times"]["training_s"],
-            "dropped_gradients": {k: w.get("dropped_gradients") for k, w in (res.get("workers") or {}).items()}}
+            "kept": during / before if before > 0 else float("nan"), "global_step": res.global_step,
+            "examples_s": res.global_step * 64 * per_step / res.times.training_s,
+            "dropped_gradients": {k: w.extra.get("dropped_gradients") for k, w in res.workers.items()}}
 
 
 def bench_backup(rows, quick, repeat):
@@ -398,7 +408,7 @@ def bench_final_save(rows, quick):
     for label, hidden in sizes:
         t = run_tfps(4, 8, "mlp", extra=("--hidden_units", hidden, "--optimizer", "sgd", "--checkpoint_steps", "1000"))
         res = t["results"]
-        ok = res["status"] == "succeeded" and res["export_complete"]
+        ok = res.status == "succeeded" and res.export_complete
         out[label] = t["final_save_s"]
         rows.append((f"final save, {label} of variables (s)", f"{t['final_save_s']:.1f}", "",
                      "complete" if ok else "CUT SHORT", "complete within 1800 s default"))
@@ -504,7 +514,7 @@ def run_tfps_ctr(train_data: str, ps: int, steps: int, buckets: int = CTR_BUCKET
     peak: dict[str, int] = {}
     samples: list[tuple[float, dict]] = []     # (time, each task's CPU seconds so far)
     ckpt_at = None                             # when the chief's first checkpoint was complete
-    try:
+    with local_run_ended(p, d):
         deadline = time.time() + 3600
         while p.popen.poll() is None and time.time() < deadline:
             if ckpt_at is None and os.path.exists(os.path.join(d, "checkpoint")):
@@ -517,15 +527,7 @@ def run_tfps_ctr(train_data: str, ps: int, steps: int, buckets: int = CTR_BUCKET
             cpu = {name: cpu_seconds(pid) for name, pid in {"launcher": p.popen.pid, **pids}.items()}
             samples.append((time.time(), {n: c for n, c in cpu.items() if c is not None}))
             time.sleep(0.25)
-        out = p.wait(120)
-        if p.popen.returncode != 0:
-            raise RuntimeError(f"tfps local (ctr, {ps} ps) failed ({p.popen.returncode}):\n{out[-3000:]}")
-        res = json.load(open(os.path.join(d, "results.json")))
-    finally:
-        if p.popen.poll() is None:
-            os.killpg(p.popen.pid, signal.SIGKILL)
-            p.popen.wait()
-        shutil.rmtree(d, ignore_errors=True)
+        out, res = local_results(p, d, 120, f"ctr, {ps} ps")
     points = [(t, int(m.group(1))) for t, line in zip(p.arrived, p.lines) if (m := PROGRESS_RE.search(line))]
     window = [(t, step) for t, step in points if step >= 0.2 * steps and t > (ckpt_at or 0)]
     if len(window) < 2 or window[-1][0] <= window[0][0]:
@@ -538,8 +540,8 @@ def run_tfps_ctr(train_data: str, ps: int, steps: int, buckets: int = CTR_BUCKET
             # the chief's first step -> its first checkpoint complete (s)
             "first_checkpoint_s": (round(ckpt_at - p.t0 - p.seen["worker0"], 2)
                                    if ckpt_at and "worker0" in p.seen else None),
-            "examples_s_training": res["global_step"] * CTR_BATCH / res["times"]["training_s"],
-            "times": res["times"], "ps_shares_mb": res.get("ps_shares_mb"),
+            "examples_s_training": res.global_step * CTR_BATCH / res.times.training_s,
+            "times": res.to_dict()["times"], "ps_shares_mb": res.ps_shares_mb or None,
             "ps_peak_rss_mib": {n: round(b / 2**20) for n, b in sorted(peak.items())}}
 
 
