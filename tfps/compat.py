@@ -88,6 +88,7 @@ def _tensorflow_missing(tf) -> list[tuple[str, str]]:
             missing.append((attr, where))
 
     has(tf.Operation, "_update_input", "tf.Operation")
+    has(tf.Operation, "_add_control_input", "tf.Operation")
     for attr in ("_sync_token_queue",):
         stored(getattr(t.SyncReplicasOptimizer, "apply_gradients", None), attr,
                "tf.compat.v1.train.SyncReplicasOptimizer.apply_gradients")
@@ -141,6 +142,11 @@ def check_tensorflow() -> None:
 def update_op_input(op, index: int, tensor) -> None:
     """Make input ``index`` of the built op ``op`` read ``tensor`` (no public way exists)."""
     op._update_input(index, tensor)
+
+
+def add_control_input(op, before) -> None:
+    """Make the built op ``op`` wait for the op ``before`` (no public way exists)."""
+    op._add_control_input(before)
 
 
 # --------------------------------------------------------------- the global step's read

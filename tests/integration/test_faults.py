@@ -1,8 +1,9 @@
 """Fault injection: one task of a running job is SIGKILLed and restarted, the job still ends well.
 
 For each victim (the ps, the chief worker0, the non-chief worker1) in each mode (async,
-sync), a local cluster of 1 ps + 2 workers is started by hand (``python -m tfps run``
-with the classic flags of ``tfps.cluster.local_plan``). At a global step drawn at
+sync), and for the chief of a sync job with a backup worker, a local cluster of 1 ps + 2
+workers is started by hand (``python -m tfps run`` with the classic flags of
+``tfps.cluster.local_plan``). At a global step drawn at
 random (a fixed seed per case) between the first and the last periodic checkpoint, the
 victim gets SIGKILL and, a second later, is started again with the same command line and
 environment, the way a container restart policy would. Then:
@@ -64,7 +65,9 @@ PACED_CHIEF_STEP_SECS = 0.15
 
 TABLE_FILE = Path(__file__).with_name(".faults-table.txt")
 VICTIMS = {"ps0": "ps", "worker0": "chief (worker0)", "worker1": "non-chief (worker1)"}
-CASES = [(victim, mode) for victim in VICTIMS for mode in ("async", "sync")]
+#: ... and the chief of a sync job with a backup worker (2 workers, each step aggregates 1):
+#: the workers that wait for the step the killed chief did not finish must be let go.
+CASES = [(victim, mode) for victim in VICTIMS for mode in ("async", "sync")] + [("worker0", "backup")]
 CASE_IDS = [f"{'ps' if v == 'ps0' else 'chief' if v == 'worker0' else 'worker1'}-{m}" for v, m in CASES]
 
 fault_table = faults.table_fixture(
@@ -107,7 +110,8 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
         argv[t.name] = ["run", *plan.task_ref(t).to_flags(), "--model_dir", str(model_dir),
                         "--train_steps", str(TRAIN_STEPS), "--checkpoint_steps", str(CHECKPOINT_STEPS),
                         "--log_steps", str(LOG_STEPS), "--tf_threads", "1", "--sync_timeout", str(SYNC_TIMEOUT),
-                        *(["--sync_replicas"] if mode == "sync" else []),
+                        *(["--sync_replicas"] if mode in ("sync", "backup") else []),
+                        *(["--backup_workers", "1"] if mode == "backup" else []),
                         *(["--model", PACED_MODEL] if paced else [])]
         extra = {"APPRISE_URLS": smtp_server.url()} if t.name == "worker0" else {}
         if paced and t.name == "worker0":
@@ -190,7 +194,7 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
 
         res = read_results(model_dir)
         assert res["status"] == "succeeded", res.get("error")
-        assert res["mode"] == mode
+        assert res["mode"] == ("sync" if mode == "backup" else mode)
         assert res["global_step"] >= TRAIN_STEPS, res["global_step"]
         assert res["export_complete"] is True
         # The story: one failure, of the victim (restarted by hand, so the cause is not known).

@@ -6,6 +6,7 @@ the last step, packed gradients update the variables exactly as ``minimize`` doe
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 import pytest
@@ -329,8 +330,15 @@ def test_progress_lines_show_running_metrics_and_reset_them_after_each_line(tmp_
     assert ran == ["the reset op"] * 2
 
 
-def _sync_cluster(pack: bool, steps: int = 4) -> tuple[dict, dict]:
+def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = False,
+                  probe_step: int | None = None) -> tuple[dict, dict]:
     """``steps`` sync steps of 2 workers on 2 in-process ps (SyncReplicasOptimizer, Adam).
+
+    ``workers`` > 2: the job has that many workers and aggregates 2 gradients a step; the
+    others never run (frozen). ``backup``: tfps's step for backup workers (``fresh_from``,
+    ``reads_after``). ``probe_step``: at that step the chief's update does not run; instead
+    ``values["accumulated"]`` is how many gradients of that step the first variable's
+    accumulator holds.
 
     Each worker builds its own graph, as in a job; the chief's update (the queue runner's
     op) runs in the main thread once both workers have sent their gradients and wait for a
@@ -343,11 +351,11 @@ def _sync_cluster(pack: bool, steps: int = 4) -> tuple[dict, dict]:
 
     from tfps.cluster.single_host import free_ports
     from tfps.task.steps import apply_sync_packed, with_packed_reads
-    ports = free_ports(4, "127.0.0.1")
+    ports = free_ports(2 + workers, "127.0.0.1")
     cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{p}" for p in ports[:2]],
                                     "worker": [f"127.0.0.1:{p}" for p in ports[2:]]})
     servers = [tf.distribute.Server(cluster, job_name=job, task_index=i)
-               for job, i in (("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1))]
+               for job, i in [("ps", 0), ("ps", 1)] + [("worker", w) for w in range(workers)]]
     built = []
     for index in (0, 1):
         rng = np.random.default_rng(11)                   # the same initial values in both graphs
@@ -364,7 +372,11 @@ def _sync_cluster(pack: bool, steps: int = 4) -> tuple[dict, dict]:
             emb = v1.get_variable("emb", initializer=rng.normal(size=(6, 3)).astype(np.float32))   # sparse gradient
             big = v1.get_variable("big", initializer=np.ones((512, 513), np.float32))   # > PACK_MAX_ELEMENTS
             opt = v1.train.SyncReplicasOptimizer(v1.train.AdamOptimizer(0.05), replicas_to_aggregate=2,
-                                                 total_num_replicas=2)
+                                                 total_num_replicas=workers)
+            with v1.device(gs.device):
+                gs_value = gs.read_value()
+            with v1.device(device):
+                gs_read = tf.identity(gs_value)
 
             def one_step():
                 h = tf.constant(x)
@@ -374,13 +386,19 @@ def _sync_cluster(pack: bool, steps: int = 4) -> tuple[dict, dict]:
                 loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
                 loss += 1e-3 * tf.reduce_mean(tf.square(big))
                 if pack:
-                    return apply_sync_packed(opt, loss, gs, device)
+                    return apply_sync_packed(opt, loss, gs, device, fresh_from=gs_read if backup else None).train
                 return opt.minimize(loss, global_step=gs)
 
-            train = with_packed_reads(one_step, device)() if pack else one_step()
+            train = (with_packed_reads(one_step, device, reads_after=gs_value.op if backup else None)()
+                     if pack else one_step())
             sync_op = opt.get_chief_queue_runner().enqueue_ops[0]
             init = (v1.global_variables_initializer(), opt.chief_init_op) if index == 0 else ()
             names = {v.op.name: v for v in v1.global_variables()}
+            accumulator = next(op for op in g.get_operations()
+                               if op.type in ("ConditionalAccumulator", "ResourceConditionalAccumulator"))
+            count = (tf.raw_ops.ResourceAccumulatorNumAccumulated if accumulator.type.startswith("Resource")
+                     else tf.raw_ops.AccumulatorNumAccumulated)
+            names["accumulated"] = count(handle=accumulator.outputs[0])
             built.append((g, train, sync_op, init, v1.local_variables_initializer(), opt.local_step_init_op, names))
     sessions = [v1.Session(servers[2 + i].target, graph=b[0]) for i, b in enumerate(built)]
     chief, worker = sessions
@@ -402,11 +420,24 @@ def _sync_cluster(pack: bool, steps: int = 4) -> tuple[dict, dict]:
         threads = [threading.Thread(target=run, args=(i, i == 1 and step == steps - 1)) for i in (0, 1)]
         for t in threads:
             t.start()
+        if step == probe_step:   # both gradients are sent before the workers wait for a token
+            deadline = time.monotonic() + 10
+            while (accumulated := chief.run(built[0][6]["accumulated"])) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if accumulated < 2:   # one was dropped: the step cannot end, the workers found old tokens
+                for t in threads:
+                    t.join(60)
+                assert not errors and not any(t.is_alive() for t in threads), errors
+                break
         chief.run(built[0][2])            # takes both gradients, updates, gives each worker a token
         for t in threads:
             t.join(60)
         assert not errors and not any(t.is_alive() for t in threads), errors
+        if step == probe_step:
+            break
     values = {name: chief.run(v) for name, v in built[0][6].items()}
+    if probe_step is not None:
+        values["accumulated"] = accumulated
     for s in sessions:
         s.close()
     sent = collections.Counter()   # the receives of worker 1's tensors in the ps's parts of its step
@@ -422,7 +453,7 @@ def test_packed_sync_steps_train_exactly_as_sync_replicas_optimizer():
     plain, plain_sent = _sync_cluster(pack=False)
     packed, packed_sent = _sync_cluster(pack=True)
     assert plain.keys() == packed.keys() and plain["global_step"] == packed["global_step"] == 4
-    for name in plain:   # the same bits: the same gradients, aggregated and applied by the same ops
+    for name in set(plain) - {"accumulated"}:   # the same bits: the same gradients, aggregated and applied by the same ops
         np.testing.assert_array_equal(packed[name], plain[name], err_msg=name)
     assert not np.allclose(plain["w0"], _sync_cluster_initial("w0"))   # training did move the variables
     # Unpacked, each of the 7 accumulators gets its gradient and a read of the local step on
@@ -439,3 +470,22 @@ def test_packed_sync_steps_train_exactly_as_sync_replicas_optimizer():
 def _sync_cluster_initial(name: str) -> np.ndarray:
     rng = np.random.default_rng(11)
     return [rng.normal(size=(4, 4)).astype(np.float32) for _ in range(4)][int(name[1:])]
+
+
+def test_backup_workers_keep_fresh_gradients_when_a_frozen_worker_leaves_tokens_behind():
+    """3 workers, 2 gradients a step, worker 2 frozen from the start.
+
+    SyncReplicasOptimizer adds 3 tokens a step and the 2 running workers take 2: from the
+    third step on, one of them takes an old token and its gradient, computed from the
+    current variables, is dropped as stale. tfps's step for backup workers carries the later
+    of the token and the global step read before the variables: both gradients count, and
+    6 steps train exactly as 6 steps of a 2-worker job."""
+    plain_3, _ = _sync_cluster(pack=False, steps=3, workers=3, probe_step=2)
+    assert plain_3["global_step"] == 2 and plain_3["accumulated"] == 1, plain_3["accumulated"]
+    backup_3, _ = _sync_cluster(pack=True, steps=3, workers=3, backup=True, probe_step=2)
+    assert backup_3["global_step"] == 3 and backup_3["accumulated"] == 2, backup_3["accumulated"]
+    two, _ = _sync_cluster(pack=False, steps=6)
+    backup, _ = _sync_cluster(pack=True, steps=6, workers=3, backup=True)
+    assert two["global_step"] == backup["global_step"] == 6
+    for name in set(two) - {"accumulated"}:
+        np.testing.assert_array_equal(backup[name], two[name], err_msg=name)

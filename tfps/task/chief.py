@@ -115,7 +115,11 @@ class Chief(Worker):
             v1.train.StepCounterHook(every_n_steps=cfg.summary_steps, output_dir=cfg.model_dir),
         ]
         if self.ops["release_tokens"] is not None:
-            hooks.append(ReleaseSyncTokensHook(self.ops["release_tokens"]))
+            # Backup workers: a restarted chief (a later session or attempt) releases the
+            # workers that wait for the step the old chief did not finish (steps.fresh_tokens).
+            restarted = (lambda: self.sessions > 1 or (self.story is not None and self.story.attempt > 0))
+            hooks.append(ReleaseSyncTokensHook(self.ops["release_tokens"],
+                                               at_start=restarted if self.ops.get("backup_workers") else None))
         self.publisher = publish_hook(self.ops["board"], self, {"loss": self.ops["loss"], **self.ops["metrics"]})
         hooks.append(self.publisher)
         creator = LiveJoiningChiefSessionCreator(scaffold=scaffold, master=server.target,

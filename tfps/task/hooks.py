@@ -52,7 +52,6 @@ class ProgressHook(v1.train.SessionRunHook):
         self.recent: list[dict] = []
         self.examples_s = 0.0     # of the last progress line
         self.history_step: int | None = None   # global step of the chief's last history record
-        self.token_step: int | None = None     # sync: the step of the gradient the next run sends
         self.dropped = 0                       # sync: this process's gradients that arrived stale
 
     def before_run(self, run_context):
@@ -61,17 +60,15 @@ class ProgressHook(v1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         out = dict(run_values.results)
         steps = int(out.pop("steps", 1))   # an async run is several steps (tfps.task.steps)
-        if "token_step" in out:
-            # Sync: this run sent a gradient of step ``self.token_step`` (the token it took last
-            # run). When the global step, read as the run began (before its gradient reached the
-            # accumulators), is already past it, the accumulator dropped it as stale (as
-            # SyncReplicasOptimizer does): a lower bound, since the step may also move on between
-            # that read and the gradient's arrival.
-            token, sent_at = int(out.pop("token_step")), int(out.pop("sent_at"))
-            if self.token_step is not None and self.token_step < sent_at:
+        if "sent_step" in out:
+            # Sync: this run's gradient carried step ``sent_step``; when the global step, read
+            # before the gradient reached the accumulators, is already past it, the accumulator
+            # dropped it as stale (as SyncReplicasOptimizer does): a lower bound, since the step
+            # may also move on between that read and the gradient's arrival.
+            sent, arrived = int(out.pop("sent_step")), int(out.pop("arrived_at"))
+            if sent < arrived:
                 self.dropped += 1
                 self.job.dropped_gradients = self.dropped
-            self.token_step = token
         if steps == 0:
             return
         before, self.local_steps = self.local_steps, self.local_steps + steps
@@ -189,12 +186,22 @@ class CheckpointSaverHook(v1.train.CheckpointSaverHook):
 
 
 class ReleaseSyncTokensHook(v1.train.SessionRunHook):
-    """At the end, give blocked sync workers a token so they see the final step and stop."""
+    """At the end, give blocked sync workers a token so they see the final step and stop.
 
-    def __init__(self, op):
-        self.op = op
+    ``at_start`` (backup workers, ``tfps.task.steps.fresh_tokens``): a callable that says
+    whether a new session of the chief gives them one too (a restarted chief)."""
+
+    def __init__(self, op, at_start=None):
+        self.op, self.at_start = op, at_start
+
+    def after_create_session(self, session, coord):
+        if self.at_start is not None and self.at_start():
+            self._release(session)
 
     def end(self, session):
+        self._release(session)
+
+    def _release(self, session):
         try:
             session.run(self.op, options=v1.RunOptions(timeout_in_ms=timeouts.END_RPC_TIMEOUT_MS))
         except tf.errors.OpError as e:

@@ -53,6 +53,7 @@ Async runs share that one read of the global step too.
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import tensorflow as tf
 
@@ -139,9 +140,16 @@ def _packable(dtype, shape) -> bool:
 def _send_joined(tensors, shapes, from_device: str, to_device: str) -> list:
     """``tensors`` as one transfer: flattened and joined on ``from_device``, split there
     again on ``to_device`` and given back their ``shapes``."""
-    with tf.device(from_device):
-        joined = tf.concat([tf.reshape(t, [-1]) for t in tensors], 0)
-    with tf.device(to_device):
+    return _split(_join(tensors, from_device), shapes, to_device)
+
+
+def _join(tensors, device: str):
+    with tf.device(device):
+        return tf.concat([tf.reshape(t, [-1]) for t in tensors], 0)
+
+
+def _split(joined, shapes, device: str) -> list:
+    with tf.device(device):
         parts = tf.split(joined, [shape.num_elements() for shape in shapes])
         return [tf.reshape(part, shape) for part, shape in zip(parts, shapes)]
 
@@ -169,7 +177,18 @@ ACCUMULATOR_APPLY_OPS = ("AccumulatorApplyGradient", "ResourceAccumulatorApplyGr
                          "SparseAccumulatorApplyGradient")
 
 
-def apply_sync_packed(opt, loss, global_step, worker_device: str, after=None):
+class SyncStep(NamedTuple):
+    """What ``apply_sync_packed`` built: the train op (SyncReplicasOptimizer's: the token
+    assigned to the local step), the step this run's gradient carries (on the worker) and
+    the global step as the gradient reached its ps; the gradient was dropped as stale when
+    the first is behind the second (a lower bound: the accumulator's own step, which decides,
+    cannot be read)."""
+    train: object
+    sent_step: object
+    arrived_at: object
+
+
+def apply_sync_packed(opt, loss, global_step, worker_device: str, after=None, fresh_from=None) -> SyncStep:
     """``opt.minimize(loss, global_step)`` for a ``SyncReplicasOptimizer``, with each ps's
     dense gradients and the step they were computed at sent as one tensor.
 
@@ -183,6 +202,10 @@ def apply_sync_packed(opt, loss, global_step, worker_device: str, after=None):
     the aggregation, the chief's update and the token queue are SyncReplicasOptimizer's own,
     so a step computes exactly what it computes. ``after``: a tensor that must be computed
     before any gradient reaches an accumulator (the global step read for the dropped count).
+
+    ``fresh_from`` (backup workers): the global step as this run read it before its variable
+    reads (``with_packed_reads(reads_after=...)``). The gradient then carries the later of
+    the local step (the token) and that step, see ``pack_accumulator_inputs``.
     """
     graph = v1.get_default_graph()
     pairs = opt.compute_gradients(loss)
@@ -190,34 +213,101 @@ def apply_sync_packed(opt, loss, global_step, worker_device: str, after=None):
         raise ValueError(f"No gradients provided for any variable: {[v.name for _, v in pairs]}")
     first = len(graph.get_operations())
     train = opt.apply_gradients(pairs, global_step=global_step)
-    pack_accumulator_inputs(graph.get_operations()[first:], worker_device, after)
-    return train
+    built = graph.get_operations()[first:]
+    sent, arrived, on_ps = pack_accumulator_inputs(built, worker_device, after, fresh_from, global_step)
+    if fresh_from is not None:
+        take_fresh_token(built, compat.sync_token_queue(opt), global_step.device, on_ps.get(global_step.device, sent))
+    return SyncStep(train, sent, arrived if arrived is not None else after)
+
+
+def fresh_tokens(queue, global_step, count: int):
+    """An op that gives ``count`` tokens of the step after the current one (backup workers).
+
+    SyncReplicasOptimizer's own (``get_init_tokens_op``) carry the current step, which a
+    worker waiting in ``take_fresh_token`` for the step it gave a gradient to passes over.
+    These end that wait: at the end of the job (the chief's last step never comes), and
+    when a restarted chief's first step may lack the gradients of workers already waiting
+    (the old chief had taken them and died before its update). A gradient sent on such a
+    token counts for the current step or, if that step ends first, for the next one: one
+    step stale, once per worker.
+    """
+    with tf.device(global_step.device):
+        step = global_step.read_value() + 1
+        return queue.enqueue_many((tf.fill([count], tf.cast(step, tf.int64)),), name="fresh_sync_tokens")
+
+
+#: The op by which a worker takes its token from SyncReplicasOptimizer's queue.
+TOKEN_DEQUEUE_OPS = ("QueueDequeueV2", "QueueDequeue")
+
+
+def take_fresh_token(ops, queue, device: str, sent) -> None:
+    """Backup workers: a worker takes the first token newer than the step its gradient carried.
+
+    SyncReplicasOptimizer's worker takes the next token of the queue, whatever its step;
+    with a worker frozen, the tokens it does not take pile up (see
+    ``pack_accumulator_inputs``), and the others, finding one at once, start their next step
+    before the current one is over: from the variables it is about to change, a gradient
+    dropped as stale. Here the token op among ``ops`` is followed by a loop on the queue's ps
+    (``device``) that passes over the tokens of the steps up to ``sent`` (the step the
+    gradient carried, as it reached that ps): the worker waits for the step it gave a
+    gradient to, as it does without backup workers. The tokens it passes over were of no
+    use to it; a step still adds a token for every worker, so a slower one finds its own.
+    """
+    dequeues = [op for op in ops if op.type in TOKEN_DEQUEUE_OPS]
+    if len(dequeues) != 1:
+        raise RuntimeError(f"expected one token dequeue in SyncReplicasOptimizer's graph, found {len(dequeues)}")
+    token = dequeues[0].outputs[0]
+    users = list(token.consumers())
+    with tf.device(device):
+        fresh = tf.while_loop(lambda t: t <= tf.cast(sent, t.dtype), lambda t: tf.reshape(queue.dequeue(), []),
+                              [token], name="fresh_token")[0]
+    for user in users:
+        for j, x in enumerate(user.inputs):
+            if x is token:
+                compat.update_op_input(user, j, fresh)
 
 
 def _input_index(op, name: str) -> int:
     return [arg.name for arg in op.op_def.input_arg].index(name)
 
 
-def pack_accumulator_inputs(ops, worker_device: str, after=None) -> None:
+def pack_accumulator_inputs(ops, worker_device: str, after=None, fresh_from=None, global_step=None):
     """Rewire the accumulator ops among ``ops`` (see ``apply_sync_packed``): one transfer per ps.
 
     The local step (int64) travels in the joined float32 tensor as its two 32-bit halves
     (``tf.bitcast``, both ways: the same bits, no arithmetic on them). Sparse gradients
     (``IndexedSlices``: only the touched rows travel), other dtypes and gradients larger than
     ``PACK_MAX_ELEMENTS`` keep their own transfer, and take the local step sent to their ps.
+
+    With ``fresh_from`` (backup workers) the step sent is the later of the local step and
+    ``fresh_from``. SyncReplicasOptimizer adds as many tokens per step as there are workers,
+    carrying the new step; a frozen worker takes none, so one token a step piles up in its
+    FIFO queue, and the healthy workers go on taking ever older tokens: their gradients,
+    computed from the variables of the current step, are dropped as stale (28% of the steps
+    lost in a 20 s freeze). The variables a run reads are at least as new as the global step
+    read before them, so that step is what its gradient is fresh for; a gradient computed from
+    older variables (a frozen worker's) is still dropped. The global step is then also read on
+    its ps once the gradients have arrived there, right before they reach the accumulators
+    (the dropped count's comparison). Without ``fresh_from`` nothing differs from
+    SyncReplicasOptimizer.
+
+    Returns (the step sent, that read on arrival or None, the step sent as each ps has it).
     """
     applies = [op for op in ops if op.type in ACCUMULATOR_APPLY_OPS]
     if not applies:
-        return
+        return None, None, {}
     step_at = _input_index(applies[0], "local_step")
     with tf.device(worker_device), v1.control_dependencies([after] if after is not None else []):
         # Every op reads the same local variable, which only the token at the end of the
         # run changes (after every accumulator has had its gradient): one read serves them all.
         step = tf.identity(applies[0].inputs[step_at], name="sync_local_step")
+        if fresh_from is not None:
+            step = tf.maximum(step, tf.cast(fresh_from, step.dtype), name="sync_fresh_step")
         bits = tf.bitcast(step, tf.float32) if step.dtype == tf.int64 else None
     by_ps: dict[str, list] = {}
     for op in applies:
         by_ps.setdefault(op.device, []).append(op)
+    arrivals = {}
     for device, group in by_ps.items():
         dense = []
         for op in group:
@@ -238,20 +328,38 @@ def pack_accumulator_inputs(ops, worker_device: str, after=None) -> None:
                 ps_step = tf.identity(step)
         for op in group:
             compat.update_op_input(op, _input_index(op, "local_step"), ps_step)
+        arrivals[device] = (ps_step, group)
+    arrived = None
+    if fresh_from is not None and global_step is not None:
+        # Read where the global step lives, once its ps's gradients are there and before they
+        # reach its accumulators: a gradient whose step is behind it was surely dropped.
+        ps_step, group = arrivals.get(global_step.device) or next(iter(arrivals.values()))
+        with tf.device(global_step.device), v1.control_dependencies([ps_step]):
+            on_arrival = tf.identity(global_step.read_value(), name="global_step_on_arrival")
+        for op in group:
+            compat.add_control_input(op, on_arrival.op)
+        with tf.device(worker_device):
+            arrived = tf.identity(on_arrival, name="global_step_at_arrival")
+    return step, arrived, {device: ps_step for device, (ps_step, _) in arrivals.items()}
 
 
-def with_packed_reads(step_fn, worker_device: str):
-    """``step_fn`` (which builds one step), with the reads of the step it builds packed."""
+def with_packed_reads(step_fn, worker_device: str, reads_after=None):
+    """``step_fn`` (which builds one step), with the reads of the step it builds packed.
+    ``reads_after``: an op every read the step sends to the worker waits for (backup workers:
+    the global step's read, see ``pack_accumulator_inputs``)."""
     def step():
         graph = v1.get_default_graph()   # inside the loop: the loop body's graph
         first = len(graph.get_operations())
         built = step_fn()
-        pack_reads(graph.get_operations()[first:], worker_device)
+        sending = pack_reads(graph.get_operations()[first:], worker_device)
+        if reads_after is not None:
+            for op in sending:
+                compat.add_control_input(op, reads_after)
         return built
     return step
 
 
-def pack_reads(ops, worker_device: str) -> None:
+def pack_reads(ops, worker_device: str) -> list:
     """Send the variable values a step reads from each ps as one tensor instead of one per read.
 
     ``ops`` are the ops a step built. Every float32 variable read that runs on a ps and is
@@ -261,28 +369,39 @@ def pack_reads(ops, worker_device: str) -> None:
     input, e.g. after an update) or is larger than ``PACK_MAX_ELEMENTS`` keeps its own
     transfer. TensorFlow has no public way to change the input of a built op: its internal
     one is ``compat.update_op_input`` (checked when the task starts).
+
+    Returns the ops on a ps whose values the worker receives: the joined reads, and the
+    reads that travel alone.
     """
     worker = _task_of(worker_device)
     by_ps: dict[str, list] = {}
+    sending = []
     for op in ops:
-        if (op.type != "ReadVariableOp" or op.control_inputs or op.inputs[0].op.inputs
-                or not _packable(op.outputs[0].dtype, op.outputs[0].shape)):
+        if op.type != "ReadVariableOp" or op.control_inputs or op.inputs[0].op.inputs:
             continue
         device = _variable_device(op)
         if _task_of(device)[0] != "ps":
             continue
         users = [c for c in op.outputs[0].consumers() if _task_of(c.device) == worker]
-        if users:
+        if not users:
+            continue
+        if _packable(op.outputs[0].dtype, op.outputs[0].shape):
             by_ps.setdefault(device, []).append((op.outputs[0], users))
+        else:
+            sending.append(op)
     for device, reads in by_ps.items():
         if len(reads) < 2:
+            sending.append(reads[0][0].op)
             continue
-        parts = _send_joined([t for t, _ in reads], [t.shape for t, _ in reads], device, worker_device)
+        joined = _join([t for t, _ in reads], device)
+        sending.append(joined.op)
+        parts = _split(joined, [t.shape for t, _ in reads], worker_device)
         for value, (t, users) in zip(parts, reads):
             for user in users:
                 for j, x in enumerate(user.inputs):
                     if x is t:
                         compat.update_op_input(user, j, value)
+    return sending
 
 
 class StepsPerRunHook(v1.train.SessionRunHook):

@@ -147,9 +147,11 @@ class Worker:
                     batches = v1.data.make_one_shot_iterator(ds)
                 log.info("%s: %s", task.name, setup.optimizer_note)
                 opt = _optimizer(setup)
+                backup = False
                 if cfg.sync_replicas:
                     per_step = replicas_per_step(cfg, task.num_workers)
-                    if per_step < task.num_workers:
+                    backup = per_step < task.num_workers
+                    if backup:
                         log.info("%s: sync: each step aggregates %d of %d gradients; the %d slowest are dropped "
                                  "(backup workers)", task.name, per_step, task.num_workers,
                                  task.num_workers - per_step)
@@ -176,24 +178,34 @@ class Worker:
                             # accumulator: the hooks' own read, no transfer of its own), and the token
                             # the run takes at its end: the step of the next gradient. A gradient whose
                             # step is behind the first is stale: the accumulator drops it.
-                            sent_at = step_read
-                            train = steps_mod.apply_sync_packed(opt, spec.loss, global_step,
-                                                                worker_device + "/cpu:0", after=sent_at)
-                            sync_fetch.update(sent_at=sent_at, token_step=tf.identity(train, name="token_taken"))
+                            # With backup workers the gradient carries the later of its token and
+                            # that read (steps.pack_accumulator_inputs: tokens pile up while a
+                            # worker is frozen), and the step is read again as it reaches the ps.
+                            sync = steps_mod.apply_sync_packed(
+                                opt, spec.loss, global_step, worker_device + "/cpu:0", after=step_read,
+                                fresh_from=step_read if backup else None)
+                            train = sync.train
+                            sync_fetch.update(sent_step=sync.sent_step, arrived_at=sync.arrived_at)
                         else:
                             train = steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0")
                     if running:
                         train = tf.group(train, *[update for update, _ in running.values()])
                     return train, spec.loss, metrics
                 sync_fetch: dict = {}
-                step = steps_mod.with_packed_reads(step, worker_device + "/cpu:0")
+                # Backup workers: a step's variable reads come after its global step read.
+                step = steps_mod.with_packed_reads(step, worker_device + "/cpu:0",
+                                                   reads_after=step_value.op if backup else None)
                 if cfg.sync_replicas:
                     train_op, loss, metrics = step()
                     ops["steps"] = ops["steps_per_run"] = None
                 else:   # several steps per session.run (tfps.task.steps)
                     train_op, ops["steps"], loss, metrics, ops["steps_per_run"] = steps_mod.step_loop(
                         step, global_step, cfg.train_steps)
-                ops["release_tokens"] = opt.get_init_tokens_op(task.num_workers) if cfg.sync_replicas else None
+                ops["release_tokens"] = (None if not cfg.sync_replicas else
+                                         steps_mod.fresh_tokens(compat.sync_token_queue(opt), global_step,
+                                                                task.num_workers) if backup
+                                         else opt.get_init_tokens_op(task.num_workers))
+                ops["backup_workers"] = backup
                 ops["token_queue"] = compat.sync_token_queue(opt) if cfg.sync_replicas else None
                 ops["sync_fetch"] = sync_fetch or None
                 ops["sync_hook"] = opt.make_session_run_hook(task.is_chief) if cfg.sync_replicas else None
