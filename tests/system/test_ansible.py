@@ -179,8 +179,8 @@ def test_deploy_trains_a_job_from_the_image_archive(bare_metal, image_archive, n
 @pytest.mark.system
 def test_rerun_changes_nothing_and_stop_saves(bare_metal, image_archive, network_smtp_server, run_playbook,
                                               tmp_path):
-    """deploy.yml again while the job runs changes nothing; tfps jobs and tfps logs see it from
-    the controller; stop.yml ends the job with a final checkpoint and export; cleanup.yml
+    """deploy.yml again while the job runs changes nothing, and so does --check --diff (which
+    says so); tfps jobs and tfps logs see it from the controller; stop.yml ends the job with a final checkpoint and export; cleanup.yml
     removes what the job left. (A changed job and tfps_replace: the two-jobs test below.)"""
     job = "rerun"
     inventory = bare_metal.inventory(
@@ -201,6 +201,18 @@ def test_rerun_changes_nothing_and_stop_saves(bare_metal, image_archive, network
     assert set(counts) >= {"host1", "host2", "host3"}
     assert all(c["changed"] == 0 for c in counts.values()), counts
     assert not re.search(r"^changed:", second.output, re.M)
+    running_id = chief_host.sh(f"docker inspect -f '{{{{.Id}}}}' tfps-{job}-worker0")[1].strip()
+
+    # --check --diff on the running job says that nothing would change, and changes nothing.
+    checked = run_playbook("deploy.yml", inventory, play_vars(tmp_path), args=["--check", "--diff"])
+    assert_ok(checked, "deploy.yml --check on a running job")
+    counts = recap(checked.output)
+    assert set(counts) == {"host1", "host2", "host3"}
+    assert all(c["changed"] == 0 for c in counts.values()), counts
+    assert f"--check: host2 already runs tfps-{job}-worker0: nothing would change" in checked.output
+    assert chief_host.sh(f"docker inspect -f '{{{{.Id}}}}' tfps-{job}-worker0")[1].strip() == running_id
+    assert f"job {job} step" not in checked.output and "RETRYING" not in checked.output
+    assert not (tmp_path / "results" / "latest" / "results.json").exists()
 
     def trained_a_little():
         deadline = time.monotonic() + 120

@@ -389,8 +389,10 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
                     return apply_sync_packed(opt, loss, gs, device, fresh_from=gs_read if backup else None).train
                 return opt.minimize(loss, global_step=gs)
 
-            train = (with_packed_reads(one_step, device, reads_after=gs_value.op if backup else None)()
+            train = (with_packed_reads(one_step, device, reads_after=gs_value.op if backup else None,
+                                       step_read=None if backup else gs_read)()
                      if pack else one_step())
+            train = [train, gs_read]   # the global step as the run read it (packed: with the reads)
             sync_op = opt.get_chief_queue_runner().enqueue_ops[0]
             init = (v1.global_variables_initializer(), opt.chief_init_op) if index == 0 else ()
             names = {v.op.name: v for v in v1.global_variables()}
@@ -408,13 +410,15 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
         s.run([b[4]])
         s.run(b[5])
     meta = v1.RunMetadata()
+    seen: list[tuple[int, int]] = []   # (step, the global step a worker's run read)
     for step in range(steps):
         errors = []
 
         def run(i, traced):
             try:
                 options = v1.RunOptions(output_partition_graphs=True) if traced else None
-                sessions[i].run(built[i][1], options=options, run_metadata=meta if traced else None)
+                _, read = sessions[i].run(built[i][1], options=options, run_metadata=meta if traced else None)
+                seen.append((step, int(read)))
             except Exception as e:  # noqa: BLE001 - reported below
                 errors.append(e)
         threads = [threading.Thread(target=run, args=(i, i == 1 and step == steps - 1)) for i in (0, 1)]
@@ -436,16 +440,25 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
         if step == probe_step:
             break
     values = {name: chief.run(v) for name, v in built[0][6].items()}
+    # Each run began after the chief's update of the step before: it read that step's number.
+    assert all(read == step for step, read in seen), seen
     if probe_step is not None:
         values["accumulated"] = accumulated
     for s in sessions:
         s.close()
     sent = collections.Counter()   # the receives of worker 1's tensors in the ps's parts of its step
+    received = collections.Counter()   # ... and of the ps's tensors in worker 1's part
     for part in meta.partition_graphs:
         for node in part.node:
-            if (node.op == "_Recv" and "/job:ps/" in node.attr["recv_device"].s.decode()
-                    and "/job:worker/replica:0/task:1/" in node.attr["send_device"].s.decode()):
-                sent[re.sub(r"^edge_\d+_|:\d+$", "", node.attr["tensor_name"].s.decode())] += 1
+            if node.op != "_Recv":
+                continue
+            name = re.sub(r"^edge_\d+_|:\d+$", "", node.attr["tensor_name"].s.decode())
+            to, by = node.attr["recv_device"].s.decode(), node.attr["send_device"].s.decode()
+            if "/job:ps/" in to and "/job:worker/replica:0/task:1/" in by:
+                sent[name] += 1
+            if "/job:worker/replica:0/task:1/" in to and "/job:ps/" in by:
+                received[name] += 1
+    values["received"] = received
     return values, sent
 
 
@@ -453,7 +466,7 @@ def test_packed_sync_steps_train_exactly_as_sync_replicas_optimizer():
     plain, plain_sent = _sync_cluster(pack=False)
     packed, packed_sent = _sync_cluster(pack=True)
     assert plain.keys() == packed.keys() and plain["global_step"] == packed["global_step"] == 4
-    for name in set(plain) - {"accumulated"}:   # the same bits: the same gradients, aggregated and applied by the same ops
+    for name in set(plain) - {"accumulated", "received"}:   # the same bits: the same gradients and updates
         np.testing.assert_array_equal(packed[name], plain[name], err_msg=name)
     assert not np.allclose(plain["w0"], _sync_cluster_initial("w0"))   # training did move the variables
     # Unpacked, each of the 7 accumulators gets its gradient and a read of the local step on
@@ -465,6 +478,14 @@ def test_packed_sync_steps_train_exactly_as_sync_replicas_optimizer():
     assert len(joined) == 2, packed_sent
     assert not [name for name in packed_sent if "ReadVariableOp" in name], packed_sent
     assert sum(packed_sent.values()) == 2 + 2 + 1, packed_sent
+    # What the worker receives: unpacked, a read per variable and use, the global step's read
+    # ("Read/ReadVariableOp") and the token; packed, one tensor per ps (its variables' reads,
+    # and on the first ps the global step's read too), the large variable's read and the
+    # embedding's rows, which keep their own path, and the token.
+    assert plain["received"]["Read/ReadVariableOp"] == 1, plain["received"]
+    assert "Read/ReadVariableOp" not in packed["received"], packed["received"]
+    assert len([name for name in packed["received"] if re.search(r"(^|/)concat(_\d+)?$", name)]) == 2
+    assert sum(packed["received"].values()) == 2 + 2 + 1 + 1, packed["received"]
 
 
 def _sync_cluster_initial(name: str) -> np.ndarray:
@@ -487,5 +508,5 @@ def test_backup_workers_keep_fresh_gradients_when_a_frozen_worker_leaves_tokens_
     two, _ = _sync_cluster(pack=False, steps=6)
     backup, _ = _sync_cluster(pack=True, steps=6, workers=3, backup=True)
     assert two["global_step"] == backup["global_step"] == 6
-    for name in set(two) - {"accumulated"}:
+    for name in set(two) - {"accumulated", "received"}:
         np.testing.assert_array_equal(backup[name], two[name], err_msg=name)

@@ -343,15 +343,17 @@ def pack_accumulator_inputs(ops, worker_device: str, after=None, fresh_from=None
     return step, arrived, {device: ps_step for device, (ps_step, _) in arrivals.items()}
 
 
-def with_packed_reads(step_fn, worker_device: str, reads_after=None):
+def with_packed_reads(step_fn, worker_device: str, reads_after=None, step_read=None):
     """``step_fn`` (which builds one step), with the reads of the step it builds packed.
     ``reads_after``: an op every read the step sends to the worker waits for (backup workers:
-    the global step's read, see ``pack_accumulator_inputs``)."""
+    the global step's read, see ``pack_accumulator_inputs``). ``step_read`` (sync steps, one
+    per run): the worker's copy of the global step's read (an identity of the read on its
+    ps), which then travels in the packed reads of that ps too: one transfer fewer a step."""
     def step():
         graph = v1.get_default_graph()   # inside the loop: the loop body's graph
         first = len(graph.get_operations())
         built = step_fn()
-        sending = pack_reads(graph.get_operations()[first:], worker_device)
+        sending = pack_reads(graph.get_operations()[first:], worker_device, step_read)
         if reads_after is not None:
             for op in sending:
                 compat.add_control_input(op, reads_after)
@@ -359,7 +361,7 @@ def with_packed_reads(step_fn, worker_device: str, reads_after=None):
     return step
 
 
-def pack_reads(ops, worker_device: str) -> list:
+def pack_reads(ops, worker_device: str, step_read=None) -> list:
     """Send the variable values a step reads from each ps as one tensor instead of one per read.
 
     ``ops`` are the ops a step built. Every float32 variable read that runs on a ps and is
@@ -369,6 +371,10 @@ def pack_reads(ops, worker_device: str) -> list:
     input, e.g. after an update) or is larger than ``PACK_MAX_ELEMENTS`` keeps its own
     transfer. TensorFlow has no public way to change the input of a built op: its internal
     one is ``compat.update_op_input`` (checked when the task starts).
+
+    ``step_read``: an identity on the worker of the global step's read (int64) on its ps;
+    that read joins the packed reads of its ps (as the two 32-bit halves of its bits) and
+    the identity takes it from there.
 
     Returns the ops on a ps whose values the worker receives: the joined reads, and the
     reads that travel alone.
@@ -389,13 +395,21 @@ def pack_reads(ops, worker_device: str) -> list:
             by_ps.setdefault(device, []).append((op.outputs[0], users))
         else:
             sending.append(op)
+    step_value = step_read.op.inputs[0] if step_read is not None else None
     for device, reads in by_ps.items():
+        with_step = step_value is not None and _task_of(step_value.device) == _task_of(device)
+        if with_step:
+            with tf.device(step_value.device):
+                reads = [*reads, (tf.bitcast(step_value, tf.float32), [])]
         if len(reads) < 2:
             sending.append(reads[0][0].op)
             continue
         joined = _join([t for t, _ in reads], device)
         sending.append(joined.op)
         parts = _split(joined, [t.shape for t, _ in reads], worker_device)
+        if with_step:
+            with tf.device(worker_device):
+                compat.update_op_input(step_read.op, 0, tf.bitcast(parts[-1], tf.int64))
         for value, (t, users) in zip(parts, reads):
             for user in users:
                 for j, x in enumerate(user.inputs):

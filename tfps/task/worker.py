@@ -193,8 +193,11 @@ class Worker:
                     return train, spec.loss, metrics
                 sync_fetch: dict = {}
                 # Backup workers: a step's variable reads come after its global step read.
-                step = steps_mod.with_packed_reads(step, worker_device + "/cpu:0",
-                                                   reads_after=step_value.op if backup else None)
+                # Plain sync: the global step's read travels with the packed reads (one step
+                # per run, so the hooks' read and the step's reads are those of the same run).
+                step = steps_mod.with_packed_reads(
+                    step, worker_device + "/cpu:0", reads_after=step_value.op if backup else None,
+                    step_read=step_read if cfg.sync_replicas and not backup else None)
                 if cfg.sync_replicas:
                     train_op, loss, metrics = step()
                     ops["steps"] = ops["steps_per_run"] = None
