@@ -24,6 +24,7 @@ import os
 import re
 import sys
 import time
+import warnings
 
 from tfps import __version__, logs
 from tfps.config import add_replace_option, add_run_options, from_args, normalize_argv
@@ -270,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     if ns.func is cmd_run:   # the task's own entry parses its flags again, -v included
         ns.run_argv = argv[:argv.index("run")] + argv[argv.index("run") + 1:]
     logs.setup(ns.verbose)
+    # cryptography 51 warns, when ansible-core (2.19) imports its DSA key type, that DSA is
+    # deprecated: two lines of someone else's notice before every line tfps prints.
+    warnings.filterwarnings("ignore", message="DSA is deprecated", module=r"ansible(\.|$)")
     # As under `python -m`, a model module in the working directory is importable
     # (--model mymodels.small:build_model); after the installed packages, never shadowing one.
     if "" not in sys.path and os.getcwd() not in sys.path:
