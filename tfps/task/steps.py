@@ -272,10 +272,15 @@ def take_fresh_token(ops, queue, device: str, sent) -> None:
     with tf.device(device):
         fresh = tf.while_loop(lambda t: t <= tf.cast(sent, t.dtype), lambda t: tf.reshape(queue.dequeue(), []),
                               [token], name="fresh_token")[0]
+    _use_instead(token, fresh, users)
+
+
+def _use_instead(tensor, other, users) -> None:
+    """Make each op of ``users`` read ``other`` where it read ``tensor``."""
     for user in users:
         for j, x in enumerate(user.inputs):
-            if x is token:
-                compat.update_op_input(user, j, fresh)
+            if x is tensor:
+                compat.update_op_input(user, j, other)
 
 
 def _input_index(op, name: str) -> int:
@@ -422,10 +427,7 @@ def pack_reads(ops, worker_device: str, step_read=None) -> list:
             with tf.device(worker_device):
                 compat.update_op_input(step_read.op, 0, tf.bitcast(parts[-1], tf.int64))
         for value, (t, users) in zip(parts, reads):
-            for user in users:
-                for j, x in enumerate(user.inputs):
-                    if x is t:
-                        compat.update_op_input(user, j, value)
+            _use_instead(t, value, users)
     return sending
 
 
