@@ -89,9 +89,10 @@ def _tensorflow_missing(tf) -> list[tuple[str, str]]:
 
     has(tf.Operation, "_update_input", "tf.Operation")
     has(tf.Operation, "_add_control_input", "tf.Operation")
-    for attr in ("_sync_token_queue",):
+    for attr in ("_sync_token_queue", "_local_step"):
         stored(getattr(t.SyncReplicasOptimizer, "apply_gradients", None), attr,
                "tf.compat.v1.train.SyncReplicasOptimizer.apply_gradients")
+    stored(t.SyncReplicasOptimizer.__init__, "_accumulator_list", "tf.compat.v1.train.SyncReplicasOptimizer.__init__")
     for cls, attrs in ((t.ChiefSessionCreator, ("_scaffold", "_master", "_config", "_checkpoint_dir",
                                                 "_session_manager")),
                        (t.WorkerSessionCreator, ("_scaffold", "_master", "_config", "_session_manager"))):
@@ -183,6 +184,19 @@ def sync_token_queue(opt):
                           [("_sync_token_queue", "tf.compat.v1.train.SyncReplicasOptimizer")])
         raise RuntimeError("SyncReplicasOptimizer has no token queue yet: call it after minimize()")
     return queue
+
+
+def sync_accumulators(opt) -> list:
+    """(accumulator, device) of each variable with a gradient, in the order of the pairs given
+    to a SyncReplicasOptimizer's ``apply_gradients`` (tfps.task.steps.sync_loop_step); empty
+    before it ran."""
+    return list(opt._accumulator_list)
+
+
+def sync_local_step(opt):
+    """The local variable of a SyncReplicasOptimizer (after ``apply_gradients``) that holds
+    the step of the worker's next gradient (its last token)."""
+    return opt._local_step
 
 
 def session_creator_scaffold(creator):

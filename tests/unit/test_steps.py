@@ -331,7 +331,7 @@ def test_progress_lines_show_running_metrics_and_reset_them_after_each_line(tmp_
 
 
 def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = False,
-                  probe_step: int | None = None) -> tuple[dict, dict]:
+                  probe_step: int | None = None, loop: bool = False, sparse: bool = True) -> tuple[dict, dict]:
     """``steps`` sync steps of 2 workers on 2 in-process ps (SyncReplicasOptimizer, Adam).
 
     ``workers`` > 2: the job has that many workers and aggregates 2 gradients a step; the
@@ -345,12 +345,17 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
     token, so every step aggregates exactly one gradient of each worker: the same training
     whatever the timing. ``pack``: the step tfps builds (``with_packed_reads`` and
     ``apply_sync_packed``); else ``SyncReplicasOptimizer.minimize`` as it is. Returns
-    (variables, the tensors worker 1 sends to the ps in a step, by name: its partition graphs)."""
+    (variables, the tensors worker 1 sends to the ps in a step, by name: its partition graphs).
+
+    ``loop``: tfps's loop of sync steps (``sync_step_loop``), each worker running all
+    ``steps`` in one ``session.run`` while the chief's update runs ``steps`` times; each step
+    still aggregates one gradient of each worker. ``sparse``: the model has an embedding
+    (a sparse gradient, which a loop cannot take)."""
     import collections
     import threading
 
     from tfps.cluster.single_host import free_ports
-    from tfps.task.steps import apply_sync_packed, with_packed_reads
+    from tfps.task.steps import apply_sync_packed, sync_loop_step, sync_step_loop, with_packed_reads
     ports = free_ports(2 + workers, "127.0.0.1")
     cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{p}" for p in ports[:2]],
                                     "worker": [f"127.0.0.1:{p}" for p in ports[2:]]})
@@ -378,30 +383,52 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
             with v1.device(device):
                 gs_read = tf.identity(gs_value)
 
-            def one_step():
+            def loss_of_step():
                 h = tf.constant(x)
                 for w in ws:
                     h = tf.nn.tanh(tf.matmul(h, w)) + tf.matmul(h, w)
-                logits = h @ head + tf.nn.embedding_lookup(emb, tf.constant(ids))
+                logits = h @ head + (tf.nn.embedding_lookup(emb, tf.constant(ids)) if sparse else 0.0)
                 loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
-                loss += 1e-3 * tf.reduce_mean(tf.square(big))
+                return loss + 1e-3 * tf.reduce_mean(tf.square(big))
+
+            def one_step():
+                loss = loss_of_step()
                 if pack:
                     return apply_sync_packed(opt, loss, gs, device, fresh_from=gs_read if backup else None).train
                 return opt.minimize(loss, global_step=gs)
 
-            train = (with_packed_reads(one_step, device, reads_after=gs_value.op if backup else None,
-                                       step_read=None if backup else gs_read)()
-                     if pack else one_step())
-            train = [train, gs_read]   # the global step as the run read it (packed: with the reads)
+            def loop_step(local_step):   # as tfps.task.worker builds it
+                with v1.device(gs.device):
+                    now = gs.read_value()
+                with v1.device(device):
+                    read = tf.identity(now)
+
+                def step():
+                    s = sync_loop_step(opt, loss_of_step(), gs, device, local_step, read,
+                                       fresh_from=read if backup else None)
+                    return s.train, tf.constant(0.0), {}, s.token, s.stale
+                return with_packed_reads(step, device, reads_after=now.op if backup else None,
+                                         step_read=None if backup else read)()
+
+            if loop:
+                train_op, _, _, _, bound, stale = sync_step_loop(loop_step, opt, 10**6, device)
+                train = [train_op, stale]   # stale: the gradients of the run surely dropped
+            else:
+                train = (with_packed_reads(one_step, device, reads_after=gs_value.op if backup else None,
+                                           step_read=None if backup else gs_read)()
+                         if pack else one_step())
+                train = [train, gs_read]   # the global step as the run read it (packed: with the reads)
             sync_op = opt.get_chief_queue_runner().enqueue_ops[0]
             init = (v1.global_variables_initializer(), opt.chief_init_op) if index == 0 else ()
+            feed = {bound: steps} if loop else None
             names = {v.op.name: v for v in v1.global_variables()}
             accumulator = next(op for op in g.get_operations()
                                if op.type in ("ConditionalAccumulator", "ResourceConditionalAccumulator"))
             count = (tf.raw_ops.ResourceAccumulatorNumAccumulated if accumulator.type.startswith("Resource")
                      else tf.raw_ops.AccumulatorNumAccumulated)
             names["accumulated"] = count(handle=accumulator.outputs[0])
-            built.append((g, train, sync_op, init, v1.local_variables_initializer(), opt.local_step_init_op, names))
+            built.append((g, train, sync_op, init, v1.local_variables_initializer(), opt.local_step_init_op, names,
+                          feed))
     sessions = [v1.Session(servers[2 + i].target, graph=b[0]) for i, b in enumerate(built)]
     chief, worker = sessions
     for op in built[0][3]:   # the variables, then the accumulators' step (which reads the global step)
@@ -411,7 +438,28 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
         s.run(b[5])
     meta = v1.RunMetadata()
     seen: list[tuple[int, int]] = []   # (step, the global step a worker's run read)
-    for step in range(steps):
+    if loop:   # one run of every step per worker; the chief's update once per step meanwhile
+        errors = []
+
+        def run_all(i):
+            try:
+                options = v1.RunOptions(output_partition_graphs=True) if i == 1 else None
+                _, stale = sessions[i].run(built[i][1], feed_dict=built[i][7], options=options,
+                                           run_metadata=meta if i == 1 else None)
+                seen.append((0, int(stale)))
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+        threads = [threading.Thread(target=run_all, args=(i,)) for i in (0, 1)]
+        for t in threads:
+            t.start()
+        for _ in range(steps):
+            chief.run(built[0][2])
+        for t in threads:
+            t.join(60)
+        assert not errors and not any(t.is_alive() for t in threads), errors
+        assert seen == [(0, 0), (0, 0)], seen   # no gradient dropped
+        seen.clear()
+    for step in range(steps if not loop else 0):
         errors = []
 
         def run(i, traced):
@@ -486,6 +534,27 @@ def test_packed_sync_steps_train_exactly_as_sync_replicas_optimizer():
     assert "Read/ReadVariableOp" not in packed["received"], packed["received"]
     assert len([name for name in packed["received"] if re.search(r"(^|/)concat(_\d+)?$", name)]) == 2
     assert sum(packed["received"].values()) == 2 + 2 + 1 + 1, packed["received"]
+
+
+def test_a_loop_of_sync_steps_trains_exactly_as_sync_replicas_optimizer():
+    """Each worker runs its 4 steps in one ``session.run`` (``sync_step_loop``): the same bits
+    as 4 steps of SyncReplicasOptimizer as it is; with a backup worker (3 workers, one never
+    running), 6 steps as 6 of a 2-worker job. A model with a sparse gradient is refused
+    (``NotLoopable``: the worker then builds one step per run)."""
+    from tfps.task.steps import NotLoopable
+    plain, _ = _sync_cluster(pack=False, sparse=False)
+    looped, sent = _sync_cluster(pack=True, loop=True, sparse=False)
+    assert plain["global_step"] == looped["global_step"] == 4
+    for name in set(plain) - {"accumulated", "received"}:
+        np.testing.assert_array_equal(looped[name], plain[name], err_msg=name)
+    assert not np.allclose(plain["w0"], _sync_cluster_initial("w0"))
+    two, _ = _sync_cluster(pack=False, steps=6, sparse=False)
+    backup, _ = _sync_cluster(pack=True, steps=6, workers=3, backup=True, loop=True, sparse=False)
+    assert two["global_step"] == backup["global_step"] == 6
+    for name in set(two) - {"accumulated", "received"}:
+        np.testing.assert_array_equal(backup[name], two[name], err_msg=name)
+    with pytest.raises(NotLoopable, match="emb"):
+        _sync_cluster(pack=True, loop=True, steps=1)
 
 
 def _sync_cluster_initial(name: str) -> np.ndarray:

@@ -116,7 +116,7 @@ class Chief(Worker):
         ]
         if self.ops["release_tokens"] is not None:
             # Backup workers: a restarted chief (a later session or attempt) releases the
-            # workers that wait for the step the old chief did not finish (steps.fresh_tokens).
+            # workers that wait for the step the old chief did not finish (steps.release_tokens).
             restarted = (lambda: self.sessions > 1 or (self.story is not None and self.story.attempt > 0))
             hooks.append(ReleaseSyncTokensHook(self.ops["release_tokens"],
                                                at_start=restarted if self.ops.get("backup_workers") else None))

@@ -60,6 +60,11 @@ class ProgressHook(v1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         out = dict(run_values.results)
         steps = int(out.pop("steps", 1))   # an async run is several steps (tfps.task.steps)
+        if "stale" in out:   # sync, several steps per run: those whose gradient surely arrived stale
+            stale = int(out.pop("stale"))
+            if stale:
+                self.dropped += stale
+                self.job.dropped_gradients = self.dropped
         if "sent_step" in out:
             # Sync: this run's gradient carried step ``sent_step``; when the global step, read
             # before the gradient reached the accumulators, is already past it, the accumulator
@@ -188,7 +193,7 @@ class CheckpointSaverHook(v1.train.CheckpointSaverHook):
 class ReleaseSyncTokensHook(v1.train.SessionRunHook):
     """At the end, give blocked sync workers a token so they see the final step and stop.
 
-    ``at_start`` (backup workers, ``tfps.task.steps.fresh_tokens``): a callable that says
+    ``at_start`` (backup workers, ``tfps.task.steps.release_tokens``): a callable that says
     whether a new session of the chief gives them one too (a restarted chief)."""
 
     def __init__(self, op, at_start=None):

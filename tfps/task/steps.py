@@ -97,22 +97,29 @@ def step_loop(step_fn, global_step, last_step: int):
         with v1.control_dependencies([train_op]), tf.device(global_step.device):
             # The global step after this update: the next condition needs no read of its own.
             step = tf.identity(global_step.read_value())
-        # Loss and metrics leave the loop as one float32 vector (their count is only
-        # known once the model is built, inside the loop).
-        values = tf.stack([tf.cast(loss, tf.float32)] + [tf.cast(metrics[k], tf.float32) for k in keys])
-        return i + 1, step, values
+        return i + 1, step, _stacked(loss, metrics, keys)
 
     steps, _, values = v1.while_loop(
         cond, body, [tf.constant(0), global_step.read_value(), tf.zeros([0], tf.float32)],
         shape_invariants=[tf.TensorShape([]), tf.TensorShape([]), tf.TensorShape([None])],
         parallel_iterations=1, back_prop=False, name="train_steps")
-    # A run that starts at the last step (another worker took it) runs no step and has no
-    # loss: zeros, which ProgressHook skips (it sees ``steps`` 0).
+    loss, metrics = _last_values(steps, values, keys)
+    return steps.op, steps, loss, metrics, bound
+
+
+def _stacked(loss, metrics: dict, keys: list):
+    """Loss and metrics leave a loop as one float32 vector (their count is only known once
+    the model is built, inside the loop)."""
+    return tf.stack([tf.cast(loss, tf.float32)] + [tf.cast(metrics[k], tf.float32) for k in keys])
+
+
+def _last_values(steps, values, keys: list) -> tuple:
+    """The loss and metrics of a loop's last step. A run that starts at the last step
+    (another worker took it) runs no step and has no loss: zeros, which ProgressHook skips
+    (it sees ``steps`` 0)."""
     values = tf.cond(steps > 0, lambda: values, lambda: tf.zeros([len(keys) + 1], tf.float32))
     values.set_shape([len(keys) + 1])
-    loss = values[0]
-    metrics = {k: values[j + 1] for j, k in enumerate(keys)}
-    return steps.op, steps, loss, metrics, bound
+    return values[0], {k: values[j + 1] for j, k in enumerate(keys)}
 
 
 def apply_packed(opt, loss, global_step, worker_device: str):
@@ -199,7 +206,8 @@ class SyncStep(NamedTuple):
     arrived_at: object
 
 
-def apply_sync_packed(opt, loss, global_step, worker_device: str, after=None, fresh_from=None) -> SyncStep:
+def apply_sync_packed(opt, loss, global_step, worker_device: str, after=None, fresh_from=None,
+                      last_step=None) -> SyncStep:
     """``opt.minimize(loss, global_step)`` for a ``SyncReplicasOptimizer``, with each ps's
     dense gradients and the step they were computed at sent as one tensor.
 
@@ -227,31 +235,147 @@ def apply_sync_packed(opt, loss, global_step, worker_device: str, after=None, fr
     built = graph.get_operations()[first:]
     sent, arrived, on_ps = pack_accumulator_inputs(built, worker_device, after, fresh_from, global_step)
     if fresh_from is not None:
-        take_fresh_token(built, compat.sync_token_queue(opt), global_step.device, on_ps.get(global_step.device, sent))
+        take_fresh_token(built, compat.sync_token_queue(opt), global_step.device, on_ps.get(global_step.device, sent),
+                         last_step)
     return SyncStep(train, sent, arrived if arrived is not None else after)
 
 
-def fresh_tokens(queue, global_step, count: int):
-    """An op that gives ``count`` tokens of the step after the current one (backup workers).
+#: Added to the step a token carries when it releases waiting workers instead of ending a
+#: step (``release_tokens``): a worker's loop of sync steps (``sync_step_loop``) ends at such
+#: a token, so that its hooks see why (the job's end, a stop) before it trains on.
+RELEASED = 1 << 50
 
-    SyncReplicasOptimizer's own (``get_init_tokens_op``) carry the current step, which a
-    worker waiting in ``take_fresh_token`` for the step it gave a gradient to passes over.
-    These end that wait: at the end of the job (the chief's last step never comes), and
-    when a restarted chief's first step may lack the gradients of workers already waiting
-    (the old chief had taken them and died before its update). A gradient sent on such a
-    token counts for the current step or, if that step ends first, for the next one: one
-    step stale, once per worker.
+
+def release_tokens(queue, global_step, count: int, ahead: int = 0, marked: bool = True):
+    """An op that gives ``count`` tokens of the current step (+ ``ahead``) to waiting workers.
+
+    The chief gives them at its end, so that a worker waiting for a step the chief will not
+    finish sees the end. With backup workers (``ahead`` 1) they carry the step after the
+    current one, which a worker waiting in ``take_fresh_token`` for the step it gave a
+    gradient to does not pass over; a restarted chief gives them at its start too, when its
+    first step may lack the gradients of workers already waiting (the old chief had taken
+    them and died before its update). A gradient sent on such a token counts for the current
+    step or, if that step ends first, for the next one: one step stale, once per worker.
+    ``marked``: the tokens carry ``RELEASED`` too, which ends a loop of sync steps; a worker
+    that trains one step per run (SyncReplicasOptimizer's own step, which makes the token its
+    local step) gets unmarked ones.
     """
     with tf.device(global_step.device):
-        step = global_step.read_value() + 1
-        return queue.enqueue_many((tf.fill([count], tf.cast(step, tf.int64)),), name="fresh_sync_tokens")
+        step = global_step.read_value() + ahead + (RELEASED if marked else 0)
+        return queue.enqueue_many((tf.fill([count], tf.cast(step, tf.int64)),), name="release_sync_tokens")
+
+
+class NotLoopable(Exception):
+    """A sync step that cannot run in a loop (``sync_loop_step``): one step per run then."""
+
+
+class SyncLoopStep(NamedTuple):
+    """One sync step in a loop (``sync_loop_step``): the op that ends it, the token it took
+    (the step of the next gradient, ``RELEASED`` added to a release) and 1 when its gradient
+    surely arrived stale (a lower bound, as ``SyncStep``)."""
+    train: object
+    token: object
+    stale: object
+
+
+def sync_loop_step(opt, loss, global_step, worker_device: str, local_step, step_read,
+                   fresh_from=None, last_step=None) -> SyncLoopStep:
+    """One step of ``SyncReplicasOptimizer`` inside ``sync_step_loop``'s loop.
+
+    The optimizer's own graph (its accumulators, the chief's update, the token queue, its
+    local step and init ops) is built once, outside the loop (``tf.init_scope``), by its own
+    ``apply_gradients``, from gradients of the same kind and shape that are never computed.
+    The step in the loop then does what that graph's worker part does: each gradient goes to
+    its variable's accumulator with the step it belongs to (``local_step``, the token of the
+    step before), packed per ps as in ``apply_sync_packed``, and the worker takes a token from
+    the queue once every accumulator has its gradient. The accumulators, the aggregation, the
+    chief's update and the tokens are SyncReplicasOptimizer's own: the same training.
+
+    ``step_read``: the global step as read before this step's variables (the dropped count
+    compares with it). ``fresh_from`` (backup workers): the same read; the gradient carries the
+    later of it and ``local_step``, and the worker waits for a token newer than that
+    (``pack_accumulator_inputs``, ``take_fresh_token``).
+
+    Raises ``NotLoopable`` for a sparse gradient: its accumulator (a reference, not a resource)
+    cannot be used inside a loop.
+    """
+    pairs = opt.compute_gradients(loss)
+    if all(g is None for g, _ in pairs):
+        raise ValueError(f"No gradients provided for any variable: {[v.name for _, v in pairs]}")
+    sparse = [v.name for g, v in pairs if g is not None and not isinstance(g, tf.Tensor)]
+    if sparse:
+        raise NotLoopable(f"sparse gradients: {', '.join(sparse)}")
+    with tf.init_scope():   # the graph outside the loop
+        opt.apply_gradients([(None if g is None else tf.zeros(v.shape, g.dtype), v) for g, v in pairs],
+                            global_step=global_step)
+    graph = v1.get_default_graph()   # the loop's body
+    first = len(graph.get_operations())
+    accumulators = iter(compat.sync_accumulators(opt))
+    for g, _ in pairs:
+        if g is not None:
+            accumulator, device = next(accumulators)
+            with tf.device(device):
+                accumulator.apply_grad(g, local_step=local_step)
+    built = graph.get_operations()[first:]
+    sent, arrived, on_ps = pack_accumulator_inputs(built, worker_device, step_read, fresh_from, global_step)
+    queue = compat.sync_token_queue(opt)
+    with tf.device(global_step.device), v1.control_dependencies(
+            [op for op in built if op.type in ACCUMULATOR_APPLY_OPS]):
+        token = queue.dequeue()
+    if fresh_from is not None:
+        token = _fresh_token(queue, token, global_step.device, on_ps.get(global_step.device, sent), last_step)
+    with tf.device(worker_device):
+        token = tf.identity(token, name="sync_token")
+        stale = tf.cast(sent < (arrived if arrived is not None else tf.cast(step_read, sent.dtype)), tf.int32)
+    return SyncLoopStep(token.op, token, stale)
+
+
+def sync_step_loop(step_fn, opt, last_step: int, worker_device: str):
+    """K sync steps per ``session.run``, as ``step_loop`` runs K async ones.
+
+    ``step_fn(local_step)`` builds one step (``sync_loop_step``) and returns (train_op, loss,
+    metrics, token, stale). Each iteration's gradient belongs to the token of the one before
+    (the first to SyncReplicasOptimizer's local step, which the run sets to its last token at
+    its end). The loop ends after ``bound`` steps, at ``last_step``, and at a released token
+    (``release_tokens``): the chief's end or a restarted chief's start, which the hooks
+    between runs then act on. Returns (train_op, steps, loss, metrics, bound, stale): ``stale``
+    counts the run's gradients that surely arrived stale.
+    """
+    bound = v1.placeholder_with_default(tf.constant(1, tf.int32), [], name="steps_per_run")
+    keys: list[str] = []
+    with tf.device(worker_device):
+        # The local step exists once the body is built: the loop's first value is rewired to it.
+        start = tf.identity(tf.zeros([], tf.int64), name="sync_local_step_start")
+
+    def cond(i, step, released, _values, _stale):
+        return tf.logical_and(tf.logical_and(i < bound, step < last_step), tf.logical_not(released))
+
+    def body(i, step, _released, _values, stale):
+        train_op, loss, metrics, token, dropped = step_fn(step)
+        keys.extend(metrics)
+        with v1.control_dependencies([train_op]), tf.device(worker_device):
+            released = token >= RELEASED
+            token = tf.where(released, token - RELEASED, token)
+        return i + 1, token, released, _stacked(loss, metrics, keys), stale + dropped
+
+    steps, last, _, values, stale = v1.while_loop(
+        cond, body, [tf.constant(0), start, tf.constant(False), tf.zeros([0], tf.float32), tf.constant(0)],
+        shape_invariants=[tf.TensorShape([]), tf.TensorShape([]), tf.TensorShape([]), tf.TensorShape([None]),
+                          tf.TensorShape([])],
+        parallel_iterations=1, back_prop=False, name="train_steps")
+    local = compat.sync_local_step(opt)
+    with tf.device(worker_device):
+        compat.update_op_input(start.op, 0, local.read_value())
+        train_op = local.assign(last)
+    loss, metrics = _last_values(steps, values, keys)
+    return getattr(train_op, "op", train_op), steps, loss, metrics, bound, stale
 
 
 #: The op by which a worker takes its token from SyncReplicasOptimizer's queue.
 TOKEN_DEQUEUE_OPS = ("QueueDequeueV2", "QueueDequeue")
 
 
-def take_fresh_token(ops, queue, device: str, sent) -> None:
+def take_fresh_token(ops, queue, device: str, sent, last_step=None) -> None:
     """Backup workers: a worker takes the first token newer than the step its gradient carried.
 
     SyncReplicasOptimizer's worker takes the next token of the queue, whatever its step;
@@ -269,10 +393,19 @@ def take_fresh_token(ops, queue, device: str, sent) -> None:
         raise RuntimeError(f"expected one token dequeue in SyncReplicasOptimizer's graph, found {len(dequeues)}")
     token = dequeues[0].outputs[0]
     users = list(token.consumers())
+    _use_instead(token, _fresh_token(queue, token, device, sent, last_step), users)
+
+
+def _fresh_token(queue, token, device: str, sent, last_step=None):
+    """The first token of ``queue`` from ``token`` on that is newer than ``sent``: a loop on
+    the queue's ps (``device``) that passes over older ones. A token of ``last_step`` ends the
+    wait too: a gradient sent for the last step (the global step reached it while the worker
+    computed) waits for no step, since none follows."""
+    def older(t):
+        before = t <= tf.cast(sent, t.dtype)
+        return before if last_step is None else tf.logical_and(before, t < last_step)
     with tf.device(device):
-        fresh = tf.while_loop(lambda t: t <= tf.cast(sent, t.dtype), lambda t: tf.reshape(queue.dequeue(), []),
-                              [token], name="fresh_token")[0]
-    _use_instead(token, fresh, users)
+        return tf.while_loop(older, lambda t: tf.reshape(queue.dequeue(), []), [token], name="fresh_token")[0]
 
 
 def _use_instead(tensor, other, users) -> None:

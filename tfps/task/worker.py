@@ -115,6 +115,18 @@ class Worker:
 
     # ------------------------------------------------------------------ graph
     def build(self, setup: JobSetup):
+        """The training graph: K steps per run (tfps.task.steps), also in sync training,
+        unless a sync model has sparse gradients (then SyncReplicasOptimizer's own step, one
+        per run): that is found while the loop is built, and the graph is built again."""
+        from tfps.task import steps as steps_mod
+        if self.cfg.sync_replicas:
+            try:
+                return self._build(setup, sync_loop=True)
+            except steps_mod.NotLoopable as e:
+                log.info("%s: sync: one step per run (%s)", self.task.name, e)
+        return self._build(setup, sync_loop=False)
+
+    def _build(self, setup: JobSetup, sync_loop: bool):
         import tensorflow as tf
 
         from tfps.task import placement
@@ -159,7 +171,9 @@ class Worker:
                         opt, replicas_to_aggregate=per_step,
                         total_num_replicas=task.num_workers)
 
-                def step():
+                def step(local_step=None, read=None):
+                    """One step; sync in a loop: ``local_step`` (the token before) and ``read``
+                    (the global step read before its variables)."""
                     with v1.device(worker_device + "/cpu:0"):
                         features, labels = batches.get_next()
                     with placement.partitioned(task.num_ps, cfg.partition_mb), \
@@ -172,8 +186,14 @@ class Worker:
                     # The progress lines' running metrics: updated with the step, read after it.
                     metrics = {**{k: result for k, (_, result) in running.items()},
                                **{k: t for k, t in spec.metrics.items() if k not in running}}
+                    extra = ()
                     with v1.control_dependencies(spec.update_ops):   # e.g. BatchNormalization's moving statistics
-                        if cfg.sync_replicas:
+                        if local_step is not None:
+                            sync = steps_mod.sync_loop_step(opt, spec.loss, global_step, worker_device + "/cpu:0",
+                                                            local_step, read, fresh_from=read if backup else None,
+                                                            last_step=cfg.train_steps)
+                            train, extra = sync.train, (sync.token, sync.stale)
+                        elif cfg.sync_replicas:
                             # The global step as this run starts (read before its gradients reach an
                             # accumulator: the hooks' own read, no transfer of its own), and the token
                             # the run takes at its end: the step of the next gradient. A gradient whose
@@ -183,31 +203,48 @@ class Worker:
                             # worker is frozen), and the step is read again as it reaches the ps.
                             sync = steps_mod.apply_sync_packed(
                                 opt, spec.loss, global_step, worker_device + "/cpu:0", after=step_read,
-                                fresh_from=step_read if backup else None)
+                                fresh_from=step_read if backup else None, last_step=cfg.train_steps)
                             train = sync.train
                             sync_fetch.update(sent_step=sync.sent_step, arrived_at=sync.arrived_at)
                         else:
                             train = steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0")
                     if running:
                         train = tf.group(train, *[update for update, _ in running.values()])
-                    return train, spec.loss, metrics
+                    return (train, spec.loss, metrics, *extra)
+
+                def sync_step(local_step):
+                    # Each step reads the global step before its variables: the dropped count's
+                    # comparison, and with backup workers the step its gradient is fresh for.
+                    # Plain sync: the read travels with the packed reads of its ps. Backup
+                    # workers: the variables are read after it (its own transfer).
+                    with v1.device(global_step.device):
+                        now = global_step.read_value()
+                    with v1.device(worker_device + "/cpu:0"):
+                        read = tf.identity(now, name="global_step_at_step")
+                    return steps_mod.with_packed_reads(
+                        lambda: step(local_step, read), worker_device + "/cpu:0",
+                        reads_after=now.op if backup else None, step_read=None if backup else read)()
+
                 sync_fetch: dict = {}
-                # Backup workers: a step's variable reads come after its global step read.
-                # Plain sync: the global step's read travels with the packed reads (one step
-                # per run, so the hooks' read and the step's reads are those of the same run).
-                step = steps_mod.with_packed_reads(
-                    step, worker_device + "/cpu:0", reads_after=step_value.op if backup else None,
-                    step_read=step_read if cfg.sync_replicas and not backup else None)
-                if cfg.sync_replicas:
-                    train_op, loss, metrics = step()
+                if cfg.sync_replicas and sync_loop:   # several sync steps per session.run
+                    train_op, ops["steps"], loss, metrics, ops["steps_per_run"], stale = steps_mod.sync_step_loop(
+                        sync_step, opt, cfg.train_steps, worker_device + "/cpu:0")
+                    sync_fetch["stale"] = stale
+                elif cfg.sync_replicas:
+                    # Backup workers: a step's variable reads come after its global step read.
+                    # Plain sync: the global step's read travels with the packed reads (one step
+                    # per run, so the hooks' read and the step's reads are those of the same run).
+                    train_op, loss, metrics = steps_mod.with_packed_reads(
+                        step, worker_device + "/cpu:0", reads_after=step_value.op if backup else None,
+                        step_read=None if backup else step_read)()
                     ops["steps"] = ops["steps_per_run"] = None
                 else:   # several steps per session.run (tfps.task.steps)
                     train_op, ops["steps"], loss, metrics, ops["steps_per_run"] = steps_mod.step_loop(
-                        step, global_step, cfg.train_steps)
+                        steps_mod.with_packed_reads(step, worker_device + "/cpu:0"), global_step, cfg.train_steps)
                 ops["release_tokens"] = (None if not cfg.sync_replicas else
-                                         steps_mod.fresh_tokens(compat.sync_token_queue(opt), global_step,
-                                                                task.num_workers) if backup
-                                         else opt.get_init_tokens_op(task.num_workers))
+                                         steps_mod.release_tokens(compat.sync_token_queue(opt), global_step,
+                                                                  task.num_workers, ahead=1 if backup else 0,
+                                                                  marked=sync_loop))
                 ops["backup_workers"] = backup
                 ops["token_queue"] = compat.sync_token_queue(opt) if cfg.sync_replicas else None
                 ops["sync_fetch"] = sync_fetch or None
