@@ -43,14 +43,19 @@ def progress(proc: Proc, since: int = 0) -> list[int]:
 
 def test_ps_then_chief_killed_the_story_tells_both(procs, tmp_path, webhook_server):
     model_dir = tmp_path / "model"
+    # The chief's steps are paced (0.02 s; a sync step waits for it): the job outlasts both
+    # kills and restarts, however fast an unpaced step is.
     tasks, ports = start_cluster(procs, model_dir, "--restarts", 2, "--sync_replicas", "--checkpoint_steps", 100,
-                                 "--sync_timeout", 300, steps=700,
-                                 env={"worker0": {"APPRISE_URLS": webhook_server.url()}})
+                                 "--sync_timeout", 300, "--model", PACED_MODEL, steps=700,
+                                 env={"worker0": {"APPRISE_URLS": webhook_server.url(), "TFPS_TEST_STEP_SECS": "0.02"}})
     chief, ps = tasks["worker0"], tasks["ps0"]
     everyone = list(tasks.values())
 
     # 1. The ps, once a checkpoint exists: the chief repopulates the restarted ps from it.
-    poll(lambda: (model_dir / "model.ckpt-100.index").exists(), 300, "the first checkpoint", *everyone)
+    # (A run is several steps: the checkpoint of --checkpoint_steps 100 is that of the first
+    # run to end at step 100 or after.)
+    poll(lambda: [p for p in model_dir.glob("model.ckpt-*.index") if int(p.name.split("-")[1].split(".")[0]) >= 100],
+         300, "the first checkpoint", *everyone)
     kill_task(ps)
     lost = poll(lambda: chief.lines(r"chief: ps0 lost its variables; training resumed from step (\d+)"), 300,
                       "the chief's recovery from the lost ps", *everyone)

@@ -15,8 +15,16 @@ at the last step itself, not K steps later. Like any async job, workers that sta
 at the same moment may each finish it, so the job can end a step or two (fewer than the
 number of workers) past ``--train_steps``.
 
-Sync training (SyncReplicasOptimizer, whose token queue and hook work per step) keeps one
-step per run.
+Sync training runs K steps per run the same way (``sync_step_loop``). SyncReplicasOptimizer
+builds its graph once, outside the loop (its accumulators, the chief's update, the token
+queue); each iteration gives the step's gradients to the accumulators with the step they
+belong to (the token of the iteration before) and takes a token, as SyncReplicasOptimizer's
+own worker step does. The chief's queue runner applies each step as before. The loop also
+ends at a token that the chief gives out to release waiting workers (at its end, or, with
+backup workers, a restarted chief's start), so that the hooks see the stop or the end. A model
+with a sparse gradient (an embedding) keeps one step per run: a sparse accumulator cannot
+be used inside a loop. In a 1 ps, 2 worker job the loop cut a sync step's time by about
+X% (CNN) and Y% (MLP), measured side by side.
 
 Each step also moves as few tensors between the worker and the ps as the algorithm
 allows. A transfer costs both processes CPU time (a gRPC call and several thread
