@@ -52,9 +52,21 @@ unit: install collections
 # Exit status 5 (no test collected) is a failure here, never a silent pass; so is a test
 # that skips for any reason but a missing GPU (--fail-on-skip, tests/conftest.py), and the
 # end of the output counts the passed and skipped tests.
+# The system tests (Docker engines, sshd hosts, Ansible plays: mostly waiting on them) run
+# in a pytest of their own alongside the unit and integration tests (TensorFlow clusters on
+# this machine), whose output comes as it goes; theirs is in $(SYSTEM_LOG), printed whole
+# at the end. Both must pass.
+SYSTEM_LOG ?= .test-system.log
 test: install image collections lint
-	$(VENV)/bin/pytest -q -rs --durations=15 --fail-on-skip tests $(PYTEST_ARGS); rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
+	@$(VENV)/bin/pytest -q -rs --durations=15 --fail-on-skip -p no:cacheprovider tests/system $(PYTEST_ARGS) \
+	  > $(SYSTEM_LOG) 2>&1 & system=$$!; \
+	echo "tests/system run alongside, in $(SYSTEM_LOG)"; \
+	$(VENV)/bin/pytest -q -rs --durations=15 --fail-on-skip tests/integration tests/unit $(PYTEST_ARGS); here=$$?; \
+	wait $$system; there=$$?; \
+	echo "================ tests/system ($(SYSTEM_LOG)) ================"; cat $(SYSTEM_LOG); \
+	echo "tests/unit and tests/integration: exit $$here; tests/system: exit $$there"; \
+	if [ $$here -eq 5 ] && [ $$there -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; \
+	for rc in $$here $$there; do if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then exit $$rc; fi; done
 
 # Benchmarks print ratios measured side by side; they are not tests (docs/benchmarks.md).
 bench: install
