@@ -23,8 +23,8 @@ own worker step does. The chief's queue runner applies each step as before. The 
 ends at a token that the chief gives out to release waiting workers (at its end, or, with
 backup workers, a restarted chief's start), so that the hooks see the stop or the end. A model
 with a sparse gradient (an embedding) keeps one step per run: a sparse accumulator cannot
-be used inside a loop. In a 1 ps, 2 worker job the loop cut a sync step's time by about
-X% (CNN) and Y% (MLP), measured side by side.
+be used inside a loop. In a 1 ps, 2 worker CNN job (300 steps, alternating runs) the loop
+took training from 4.56 s to 3.88 s (medians of 3).
 
 Each step also moves as few tensors between the worker and the ps as the algorithm
 allows. A transfer costs both processes CPU time (a gRPC call and several thread
