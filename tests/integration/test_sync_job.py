@@ -16,6 +16,7 @@ from integration_helpers import (
     launcher_ports,
     load_and_predict,
     load_csv,
+    read_results,
     run_flags,
     task_exit,
 )
@@ -71,3 +72,18 @@ def test_sync_ps_exits_by_itself(job):
     assert task_exit(job.proc, "worker1") == "0 (OK)"
     assert "ending tasks that did not exit by themselves" not in job.proc.output()
     assert_nothing_left(job.ports, job.proc)
+
+
+def test_sync_job_with_sparse_gradients_trains_one_step_per_run(procs, tmp_path):
+    """The built-in wide_deep (embeddings: sparse gradients, whose accumulators a loop cannot
+    take) trains in sync mode with SyncReplicasOptimizer's own step, one per run, and learns."""
+    model_dir = tmp_path / "model"
+    proc = procs.tfps("tfps-local-sparse-sync", "local", *run_flags(model_dir, "--sync_replicas", "--model",
+                                                                     "wide_deep", steps=STEPS))
+    assert proc.wait(300) == 0, proc.tail()
+    for worker in ("worker0", "worker1"):
+        assert proc.lines(rf"{worker}: sync: one step per run \(sparse gradients: .*embeddings"), proc.tail()
+    res = read_results(model_dir)
+    assert res["status"] == "succeeded" and res["mode"] == "sync" and res["global_step"] >= STEPS
+    assert res["export_complete"] is True
+    assert res["eval_metrics"]["auc"] > 0.55, res["eval_metrics"]   # it learned (chance is 0.5)
