@@ -60,19 +60,14 @@ class ProgressHook(v1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         out = dict(run_values.results)
         steps = int(out.pop("steps", 1))   # an async run is several steps (tfps.task.steps)
-        if "stale" in out:   # sync, several steps per run: those whose gradient surely arrived stale
+        if "stale" in out:
+            # Sync: how many of this run's gradients surely arrived stale (the global step, read
+            # before a gradient reached its accumulator, was already past the step it carried:
+            # SyncReplicasOptimizer's accumulator dropped it). A lower bound: the step may also
+            # move on between that read and the gradient's arrival.
             stale = int(out.pop("stale"))
             if stale:
                 self.dropped += stale
-                self.job.dropped_gradients = self.dropped
-        if "sent_step" in out:
-            # Sync: this run's gradient carried step ``sent_step``; when the global step, read
-            # before the gradient reached the accumulators, is already past it, the accumulator
-            # dropped it as stale (as SyncReplicasOptimizer does): a lower bound, since the step
-            # may also move on between that read and the gradient's arrival.
-            sent, arrived = int(out.pop("sent_step")), int(out.pop("arrived_at"))
-            if sent < arrived:
-                self.dropped += 1
                 self.job.dropped_gradients = self.dropped
         if steps == 0:
             return

@@ -205,7 +205,7 @@ class Worker:
                                 opt, spec.loss, global_step, worker_device + "/cpu:0", after=step_read,
                                 fresh_from=step_read if backup else None, last_step=cfg.train_steps)
                             train = sync.train
-                            sync_fetch.update(sent_step=sync.sent_step, arrived_at=sync.arrived_at)
+                            sync_fetch["stale"] = tf.cast(sync.sent_step < sync.arrived_at, tf.int32)
                         else:
                             train = steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0")
                     if running:
