@@ -104,11 +104,14 @@ def assert_loss_fell(model_dir: Path, classes: int) -> None:
 
     Not "below the first logged loss": in a 2-worker async job the chief's first progress
     line can come after the other worker's first dozens of steps have already taught
-    the model most of what it learns.
+    the model most of what it learns. Nor "at least 5 records": the chief writes one per
+    run that crosses a ``--log_steps`` boundary, and a chief starved of CPU on a loaded
+    machine can run only a few times while the other worker takes most of the steps.
+    So: at least 3 records, and the median of the last ones (up to 5, never the first).
     """
     history = read_history(model_dir)
-    assert len(history) >= 5, history
-    last = float(np.median([r["loss"] for r in history[-5:]]))
+    assert len(history) >= 3, history
+    last = float(np.median([r["loss"] for r in history[1:][-5:]]))
     assert last < 0.5 * np.log(classes), f"loss {last} at the end, untrained {np.log(classes):.3f}; {history[:3]}"
 
 
