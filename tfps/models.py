@@ -222,6 +222,16 @@ class NamedColumns:
 
 
 BUILTIN: dict[str, ModelFn] = {"linear": linear, "mlp": mlp, "cnn": cnn, "wide_deep": wide_deep}
+
+
+def may_use_keras(name: str) -> bool:
+    """Whether the model ``--model name`` may build tf_keras layers: any but a built-in one.
+
+    The built-in models are plain ops and ``get_variable``; their jobs never import tf_keras
+    (about 0.3-0.7 s of every launch here). A user's model may use it, even a model_fn
+    (``tf.compat.v1.layers`` is tf_keras), so theirs get it imported and patched
+    (``tfps.task.placement.partitioned``)."""
+    return name not in BUILTIN
 #: Built-in models that read named columns, text included (the others take a matrix of numbers).
 NAMED_COLUMNS = ("wide_deep",)
 

@@ -226,7 +226,7 @@ def _single_threaded() -> bool:
 _LAUNCHER_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
-def _import_tensorflow_once(verbose: bool) -> bool:
+def _import_tensorflow_once(verbose: bool, keras: bool = True) -> bool:
     """Import TensorFlow in the launcher so that forked tasks start with it imported.
 
     TensorFlow's C++ side prints a banner on stderr whatever TF_CPP_MIN_LOG_LEVEL says; the
@@ -235,7 +235,8 @@ def _import_tensorflow_once(verbose: bool) -> bool:
     fails here (the task then reports the failure itself), or when this process is no longer
     a clean single-threaded one that may fork.
 
-    tf_keras too, when it is installed: every worker imports it to build its graph
+    tf_keras too, when it is installed and the model may use it (``models.may_use_keras``:
+    not a built-in model): every worker then imports it to build its graph
     (``placement.partitioned``), and so does the memory estimate (``_estimate_isolated``),
     forked from here before them; imported once, it is shared by all of them. Its import
     starts no thread either."""
@@ -252,7 +253,7 @@ def _import_tensorflow_once(verbose: bool) -> bool:
     try:
         import_tensorflow()
         from tfps import compat
-        if compat.keras_installed():
+        if keras and compat.keras_installed():
             import tf_keras  # noqa: F401
         return _single_threaded()
     except Exception:   # noqa: BLE001 - each task imports it again and says what is wrong
@@ -551,11 +552,11 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
     # unless --replace; the chief records them when it claims model_dir.
     from tfps.cluster import settings
     settings.check(cfg.model_dir, settings.job_settings(cfg, num_ps, num_workers), replace)
-    from tfps import keras_model
+    from tfps import keras_model, models
     from tfps.task import placement
     from tfps.task.setup import JobSetup, host_total_memory
     setup = JobSetup(cfg, bind=False)   # the data and the model's name; no weight exists yet
-    forkable = may_fork and _import_tensorflow_once(verbose)
+    forkable = may_fork and _import_tensorflow_once(verbose, keras=models.may_use_keras(cfg.model))
     memory = _estimate_isolated(setup, num_ps, num_workers, verbose, isolate=forkable)
     total = host_total_memory()
     if isinstance(memory, placement.MemoryEstimate):

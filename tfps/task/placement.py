@@ -125,8 +125,11 @@ def device_setter(task, cluster_spec, balancer: ByteBalancer):
 
 
 @contextlib.contextmanager
-def partitioned(num_ps: int, partition_mb: float):
-    """Build a model inside this: ``get_variable`` and tf_keras ``add_weight`` split big variables."""
+def partitioned(num_ps: int, partition_mb: float, keras: bool = True):
+    """Build a model inside this: ``get_variable`` and tf_keras ``add_weight`` split big variables.
+
+    ``keras=False`` (a built-in model: plain ops and ``get_variable``) leaves tf_keras alone:
+    not even imported, which a task's start-up would pay for nothing."""
     import tensorflow as tf
     v1 = tf.compat.v1
     split = row_partitioner(num_ps, int(partition_mb * 2**20))
@@ -139,7 +142,7 @@ def partitioned(num_ps: int, partition_mb: float):
         return getter(name, shape=shape, dtype=dtype, partitioner=partitioner, **kwargs)
 
     with v1.variable_scope(v1.get_variable_scope(), custom_getter=split_big), \
-            partitioned_keras_weights(split):
+            (partitioned_keras_weights(split) if keras else contextlib.nullcontext()):
         yield
 
 

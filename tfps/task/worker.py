@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-from tfps import compat, modelspec, timeouts
+from tfps import compat, models, modelspec, timeouts
 from tfps import data as data_mod
 from tfps.config import RunConfig, replicas_per_step
 from tfps.errors import ConfigError
@@ -176,7 +176,7 @@ class Worker:
                     (the global step read before its variables)."""
                     with v1.device(worker_device + "/cpu:0"):
                         features, labels = batches.get_next()
-                    with placement.partitioned(task.num_ps, cfg.partition_mb), \
+                    with placement.partitioned(task.num_ps, cfg.partition_mb, keras=models.may_use_keras(cfg.model)), \
                             modelspec.on_worker(worker_device + "/cpu:0"):
                         spec = setup.model_fn(features, labels, "train", setup.params)
                     if spec.loss is None:
