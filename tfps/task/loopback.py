@@ -90,35 +90,53 @@ def _library_mapping() -> tuple[str, int] | None:
     return None
 
 
+#: ELF64 records, little-endian: a ``.dynsym`` symbol and a ``SHT_RELA`` relocation.
+_SYM = [("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"), ("size", "<u8")]
+_RELA = [("offset", "<u8"), ("info", "<u8"), ("addend", "<i8")]
+#: JUMP_SLOT / GLOB_DAT on x86-64 (7, 6) and aarch64 (1026, 1025).
+_GOT_TYPES = (6, 7, 1025, 1026)
+
+
 def _got_offsets(path: str, symbol: str) -> list[int]:
-    """Offsets (from the load base) of the GOT slots through which ``path`` calls ``symbol``."""
+    """Offsets (from the load base) of the GOT slots through which ``path`` calls ``symbol``.
+
+    TensorFlow's library has about 900 000 relocations and 450 000 symbols: they are read
+    as arrays (about 0.07 s in all), not one by one in Python (about 0.3 s, which every task
+    paid at its start)."""
+    import numpy as np
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as elf:
         if elf[:4] != b"\x7fELF" or elf[4] != 2 or elf[5] != 1:
             return []   # only 64-bit little-endian ELF (x86-64, aarch64)
         shoff, = struct.unpack_from("<Q", elf, 0x28)
         shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
         sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]
-        dynsym = next((s for s in sections if s[1] == 11), None)   # SHT_DYNSYM
-        if dynsym is None:
+        dynsym_index = next((i for i, s in enumerate(sections) if s[1] == 11), None)   # SHT_DYNSYM
+        if dynsym_index is None:
             return []
-        strtab = sections[dynsym[6]]
+
+        def body(s) -> bytes:   # a section's bytes (copied: no view may outlive the mapping)
+            return elf[s[4]:s[4] + s[5]]
+
+        dynsym, names = sections[dynsym_index], sections[sections[dynsym_index][6]]
         wanted = symbol.encode() + b"\0"
-
-        def name_of(sym_index: int) -> bytes:
-            st_name, = struct.unpack_from("<I", elf, dynsym[4] + sym_index * 24)
-            start = strtab[4] + st_name
-            return elf[start:start + len(wanted)]
-
-        found = []
+        # Where the name can start in the string table (a name may be the tail of a longer
+        # one), found in the mapping itself: the table is tens of MB, not worth a copy.
+        starts, end = [], names[4] + names[5]
+        at = elf.find(wanted, names[4], end)
+        while at >= 0:
+            starts.append(at - names[4])
+            at = elf.find(wanted, at + 1, end)
+        if not starts:
+            return []
+        indexes = np.flatnonzero(np.isin(np.frombuffer(body(dynsym), dtype=_SYM)["name"], starts))
+        found: list[int] = []
         for s in sections:
-            if s[1] != 4 or s[6] != sections.index(dynsym):   # SHT_RELA against .dynsym
+            if s[1] != 4 or s[6] != dynsym_index:   # SHT_RELA against .dynsym
                 continue
-            for off in range(s[4], s[4] + s[5], 24):
-                r_offset, r_info, _ = struct.unpack_from("<QQq", elf, off)
-                rtype = r_info & 0xFFFFFFFF
-                # JUMP_SLOT / GLOB_DAT on x86-64 (7, 6) and aarch64 (1026, 1025)
-                if rtype in (6, 7, 1025, 1026) and name_of(r_info >> 32) == wanted:
-                    found.append(r_offset)
+            rela = np.frombuffer(body(s), dtype=_RELA)
+            info = rela["info"]
+            hit = np.isin(info & 0xFFFFFFFF, _GOT_TYPES) & np.isin(info >> np.uint64(32), indexes)
+            found.extend(int(o) for o in rela["offset"][hit])
         return found
 
 
