@@ -303,7 +303,8 @@ def load_idx(path: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _tfrecord_schema(path: str, label_column: str, field: str):
-    import tensorflow as tf  # protobuf parsing of one record
+    from tfps.task import import_tensorflow
+    tf = import_tensorflow()  # protobuf parsing of one record
 
     try:
         first = next(iter(tf.data.TFRecordDataset([path]).take(1)), None)

@@ -25,9 +25,11 @@ side everything (``TF_CPP_MIN_LOG_LEVEL=0``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+import tempfile
 
 #: The logger of tfps's own lines; modules use it or a child (``tfps.notify``).
 LOGGER = "tfps"
@@ -38,6 +40,43 @@ TF_CPP_VERBOSE = "0"
 DEPRECATION_MARKERS = ("is deprecated", "Instructions for updating")
 #: TensorFlow warnings that say nothing wrong about a parameter-server job (see above).
 NOISE_MARKERS = ("It seems that global step (tf.train.get_global_step) has not been increased",)
+
+
+
+def is_tf_noise(line: str) -> bool:
+    """TensorFlow's C++ lines printed at its import whatever TF_CPP_MIN_LOG_LEVEL says, on
+    CPUs where oneDNN is on: the oneDNN banner, and absl's notice that it logs to stderr
+    before being initialised (twice per process)."""
+    return ((line.startswith("I0000 ") and "port.cc" in line)
+            or line.startswith("WARNING: All log messages before absl::InitializeLog()"))
+
+
+@contextlib.contextmanager
+def tf_import_banner_dropped():
+    """While inside (TensorFlow's import, a user's module that imports it): file descriptor 2
+    goes to a temporary file; afterwards its lines go to stderr, TensorFlow's banner
+    (:func:`is_tf_noise`) left out. Nothing is dropped when ``TF_CPP_MIN_LOG_LEVEL`` asks
+    for TensorFlow's INFO lines (``-v``, or the user's own ``0``)."""
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") in ("", "0"):
+        yield
+        return
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().decode(errors="replace").splitlines(keepends=True)
+                    if not is_tf_noise(line)]
+            if kept:
+                os.write(2, "".join(kept).encode())
+
 
 FORMAT = "%(asctime)s %(levelname).1s %(message)s"
 DATEFMT = "%H:%M:%S"

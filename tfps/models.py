@@ -29,6 +29,7 @@ import inspect
 
 from tfps import keras_model
 from tfps.errors import ConfigError
+from tfps.logs import tf_import_banner_dropped
 from tfps.modelspec import ModelFn, ModelParams, ModelSpec, local_state  # noqa: F401 - the interface, imported from here by users
 
 
@@ -260,7 +261,8 @@ def resolve(name: str) -> ModelFn:
                           "model")
     module_name, _, attr = name.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        with tf_import_banner_dropped():   # a model's module imports TensorFlow, or tf_keras
+            module = importlib.import_module(module_name)
     except Exception as e:  # ImportError, or any error raised while importing user code
         hint = (" tf_keras is not installed: pip install --no-deps 'tf_keras==2.21.*'"
                 if isinstance(e, ImportError) and getattr(e, "name", "") == "tf_keras" else "")

@@ -91,3 +91,42 @@ def test_a_tf_cpp_level_set_by_the_user_wins(monkeypatch):
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")
     logs.setup(False, stream=io.StringIO())
     assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"
+
+
+BANNER = ["WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+          "I0000 00:00:1796519428.142621    3792 port.cc:153] oneDNN custom operations are on. You may see "
+          "slightly different numerical results due to floating-point round-off errors from different "
+          "computation orders. To turn them off, set the environment variable `TF_ENABLE_ONEDNN_OPTS=0`."]
+
+
+@pytest.mark.parametrize("level, dropped", [("2", True), ("1", True), ("0", False)])
+def test_tensorflows_import_banner_is_dropped_unless_its_info_lines_are_asked_for(level, dropped):
+    """TensorFlow 2.21 prints its oneDNN banner on stderr at import on CPUs where oneDNN is
+    on, whatever TF_CPP_MIN_LOG_LEVEL says: ``tfps run``'s one-line errors would come after
+    four lines of it. In a fresh process (file descriptor 2 itself): the banner's lines,
+    written while a module imports, are dropped; every other line is kept, in order."""
+    import subprocess
+    import sys
+    code = ("import os, sys\n"
+            "from tfps.logs import tf_import_banner_dropped\n"
+            "with tf_import_banner_dropped():\n"
+            "    os.write(2, (sys.argv[1] + '\\nkept 1\\n' + sys.argv[2] + '\\n').encode())\n"
+            "    print('kept 2', file=sys.stderr)\n"
+            "print('after', file=sys.stderr)\n")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": level}
+    p = subprocess.run([sys.executable, "-c", code, *BANNER], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    expected = ["kept 1", "kept 2", "after"] if dropped else [BANNER[0], "kept 1", BANNER[1], "kept 2", "after"]
+    assert p.stderr.splitlines() == expected
+
+
+def test_tfps_imports_tensorflow_without_a_word_on_stderr():
+    """Whatever the CPU: ``import_tensorflow`` in a fresh process, quiet as ``tfps.logs`` sets it."""
+    pytest.importorskip("tensorflow")
+    import subprocess
+    import sys
+    code = "from tfps.task import import_tensorflow\nimport_tensorflow()\nprint('imported')\n"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert p.returncode == 0 and p.stdout.strip() == "imported", p.stderr
+    assert p.stderr == ""

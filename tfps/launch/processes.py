@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-from tfps import timeouts
+from tfps import logs, timeouts
 from tfps.cluster import gpu, local_plan
 from tfps.config import RunConfig
 from tfps.errors import ConfigError
@@ -44,13 +44,6 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass
-
-
-def _tf_noise(line: str) -> bool:
-    """TensorFlow's C++ lines printed whatever TF_CPP_MIN_LOG_LEVEL says: the oneDNN banner,
-    and absl's notice that it logs to stderr before being initialised (twice per process)."""
-    return ((line.startswith("I0000 ") and "port.cc" in line)
-            or line.startswith("WARNING: All log messages before absl::InitializeLog()"))
 
 
 class TaskProcess:
@@ -81,7 +74,7 @@ class TaskProcess:
     def _copy(self) -> None:
         assert self._stream is not None
         for line in self._stream:
-            if not self.verbose and _tf_noise(line):
+            if not self.verbose and logs.is_tf_noise(line):
                 continue
             self.out.write(f"[{self.name}] {line}" if line.endswith("\n") else f"[{self.name}] {line}\n")
             self.out.flush()
@@ -230,7 +223,7 @@ def _import_tensorflow_once(verbose: bool, keras: bool = True) -> bool:
     """Import TensorFlow in the launcher so that forked tasks start with it imported.
 
     TensorFlow's C++ side prints a banner on stderr whatever TF_CPP_MIN_LOG_LEVEL says; the
-    tasks' copies are filtered (``_tf_noise``), the launcher's own goes nowhere unless
+    tasks' copies are filtered (``logs.is_tf_noise``), the launcher's own goes nowhere unless
     ``-v``. Returns False (and the tasks are spawned as new interpreters) when the import
     fails here (the task then reports the failure itself), or when this process is no longer
     a clean single-threaded one that may fork.

@@ -19,6 +19,7 @@ import os
 import sys
 
 from tfps.compat import TF_EAGER_KERAS_MODULES
+from tfps.logs import tf_import_banner_dropped
 
 #: What ``import tensorflow`` imports eagerly only to register Keras's optimizers for
 #: SavedModels of Keras objects (tensorflow/__init__.py): it loads all of Keras, about half
@@ -43,7 +44,8 @@ def import_tensorflow():
     for name in blocked:
         sys.modules[name] = None   # import_module raises ImportError, which TensorFlow ignores there
     try:
-        import tensorflow
+        with tf_import_banner_dropped():
+            import tensorflow
     finally:
         for name in blocked:
             if name in sys.modules and sys.modules[name] is None:
