@@ -303,8 +303,9 @@ def load_idx(path: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _tfrecord_schema(path: str, label_column: str, field: str):
-    from tfps.task import import_tensorflow
-    tf = import_tensorflow()  # protobuf parsing of one record
+    from tfps.logs import tf_import_banner_dropped
+    with tf_import_banner_dropped():   # the launcher's first import of TensorFlow, maybe
+        import tensorflow as tf  # protobuf parsing of one record
 
     try:
         first = next(iter(tf.data.TFRecordDataset([path]).take(1)), None)
