@@ -299,10 +299,12 @@ def _once_more_if_failed(run, failed: list) -> float:
         try:
             return run()["examples_s"]
         except RuntimeError as e:
-            failed.append(str(e)[-1500:])
+            # The first line says which side failed and how; the output's tail follows.
+            head, _, tail = str(e).partition("\n")
+            failed.append(f"{head[:500]}\n{tail[-1000:]}" if tail else head[:1500])
             if attempt == RUN_RETRIES:
                 raise
-            print(f"a run failed, running it again: {str(e)[-500:]}", file=sys.stderr, flush=True)
+            print(f"a run failed, running it again: {head[:500]}", file=sys.stderr, flush=True)
     raise AssertionError("unreachable")
 
 
