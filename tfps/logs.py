@@ -42,7 +42,6 @@ DEPRECATION_MARKERS = ("is deprecated", "Instructions for updating")
 NOISE_MARKERS = ("It seems that global step (tf.train.get_global_step) has not been increased",)
 
 
-
 def is_tf_noise(line: str) -> bool:
     """TensorFlow's C++ lines printed at its import whatever TF_CPP_MIN_LOG_LEVEL says, on
     CPUs where oneDNN is on: the oneDNN banner, and absl's notice that it logs to stderr

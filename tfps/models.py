@@ -233,6 +233,8 @@ def may_use_keras(name: str) -> bool:
     (``tf.compat.v1.layers`` is tf_keras), so theirs get it imported and patched
     (``tfps.task.placement.partitioned``)."""
     return name not in BUILTIN
+
+
 #: Built-in models that read named columns, text included (the others take a matrix of numbers).
 NAMED_COLUMNS = ("wide_deep",)
 
