@@ -99,19 +99,21 @@ def run_job(procs: Processes, name: str, model_dir: Path, *flags, steps: int, ti
     return FinishedJob(proc, model_dir, ports, proc.wait(timeout))
 
 
-def assert_loss_fell(model_dir: Path, classes: int) -> None:
-    """The last losses are far below an untrained classifier's (uniform guess: ln(classes)).
+def assert_loss_fell(model_dir: Path, classes: int, steps: int) -> None:
+    """The losses of the job's second half are far below an untrained classifier's (ln(classes)).
 
     Not "below the first logged loss": in a 2-worker async job the chief's first progress
     line can come after the other worker's first dozens of steps have already taught
-    the model most of what it learns. Nor "at least 5 records": the chief writes one per
-    run that crosses a ``--log_steps`` boundary, and a chief starved of CPU on a loaded
-    machine can run only a few times while the other worker takes most of the steps.
-    So: at least 3 records, and the median of the last ones (up to 5, never the first).
+    the model most of what it learns. Nor a count of records: the chief writes one per
+    run that crosses a ``--log_steps`` boundary of the global step, and a chief starved of
+    CPU on a loaded machine can run only twice while the other worker takes the rest
+    (one CI run: records at steps 103 and 193 of 200). So: the records of the second half
+    (the chief writes one on its last run), and the median of the last five of them.
     """
     history = read_history(model_dir)
-    assert len(history) >= 3, history
-    last = float(np.median([r["loss"] for r in history[1:][-5:]]))
+    late = [r["loss"] for r in history if r["step"] >= steps // 2]
+    assert late, history
+    last = float(np.median(late[-5:]))
     assert last < 0.5 * np.log(classes), f"loss {last} at the end, untrained {np.log(classes):.3f}; {history[:3]}"
 
 
@@ -162,7 +164,7 @@ def async_job(module_procs, blob_data, tmp_path_factory) -> FinishedJob:
 def test_async_keras_job_succeeds_and_loss_falls(async_job):
     res = assert_succeeded(async_job, ASYNC_STEPS)
     assert res["mode"] == "async"
-    assert_loss_fell(async_job.model_dir, 3)
+    assert_loss_fell(async_job.model_dir, 3, ASYNC_STEPS)
     # The compiled optimizer and rate were used, and said so.
     assert async_job.proc.lines(r"worker0: optimizer adam \(the model's compile\(\)\), "
                                 r"learning_rate 0\.01 \(the model's compile\(\)\)"), async_job.proc.tail()
@@ -218,7 +220,7 @@ def test_sync_keras_job_with_explicit_optimizer(procs, blob_data, tmp_path):
     res = assert_succeeded(job, 200)
     assert res["mode"] == "sync"
     assert job.proc.lines(r"worker0: optimizer sgd \(--optimizer\), learning_rate 0\.1 \(--learning_rate\)")
-    assert_loss_fell(job.model_dir, 3)
+    assert_loss_fell(job.model_dir, 3, 200)
     assert_moving_statistics_trained(res["export_dir"])
     assert_held_back_accuracy(job, blob_data, 0.7)
 
@@ -248,7 +250,7 @@ def test_conv2d_keras_model_trains_on_npz_images(procs, tmp_path):
     res = assert_succeeded(job, 200)
     assert job.proc.lines(r"worker0: optimizer adam \(the model's compile\(\)\), learning_rate 0\.01 "
                           r"\(--learning_rate\)"), job.proc.tail()
-    assert_loss_fell(job.model_dir, 2)
+    assert_loss_fell(job.model_dir, 2, 200)
     assert "acc" in res["metrics"]    # the compiled SparseCategoricalAccuracy(name="acc")
     hx, hy = bars(400, 4)
     out = predict_in_fresh_process(res["export_dir"], {"image": hx})
@@ -273,7 +275,7 @@ def test_functional_model_with_named_inputs_trains_from_csv_columns(procs, tmp_p
     job = run_job(procs, "keras-named", tmp_path / "model", "--model", f"{FIX}:named_inputs",
                   "--train_data", train, "--batch_size", 32, steps=ASYNC_STEPS)
     res = assert_succeeded(job, ASYNC_STEPS)
-    assert_loss_fell(job.model_dir, 2)
+    assert_loss_fell(job.model_dir, 2, ASYNC_STEPS)
     # Not compiled: tfps's defaults and a cross-entropy on the logits.
     assert job.proc.lines(r"worker0: optimizer adam \(tfps default\), learning_rate 0\.01 \(tfps default\)")
     hx, hy = people(500, 6)
@@ -381,7 +383,7 @@ def test_tf_keras_models_as_tutorials_write_them_train_unchanged(builder, optimi
                   steps=steps)
     res = assert_succeeded(job, steps)
     assert job.proc.lines(rf"worker0: optimizer {optimizer} \(the model's compile\(\)\)"), job.proc.tail()
-    assert_loss_fell(job.model_dir, 3)
+    assert_loss_fell(job.model_dir, 3, steps)
     assert_moving_statistics_trained(res["export_dir"])
     assert_held_back_accuracy(job, blob_data, 0.8)
 
