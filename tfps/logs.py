@@ -29,7 +29,6 @@ import contextlib
 import logging
 import os
 import sys
-import tempfile
 
 #: The logger of tfps's own lines; modules use it or a child (``tfps.notify``).
 LOGGER = "tfps"
@@ -50,31 +49,63 @@ def is_tf_noise(line: str) -> bool:
             or line.startswith("WARNING: All log messages before absl::InitializeLog()"))
 
 
+#: How long a ``tf_import_banner_dropped`` waits, at its end, for its filter to pass on the
+#: last lines. Longer only if a process started inside still holds the filter's pipe.
+BANNER_FILTER_DRAIN_SECS = 5.0
+
+
 @contextlib.contextmanager
 def tf_import_banner_dropped():
     """While inside (TensorFlow's import, a user's module that imports it): file descriptor 2
-    goes to a temporary file; afterwards its lines go to stderr, TensorFlow's banner
-    (:func:`is_tf_noise`) left out. Nothing is dropped when ``TF_CPP_MIN_LOG_LEVEL`` asks
-    for TensorFlow's INFO lines (``-v``, or the user's own ``0``)."""
+    goes through a filter process to stderr, TensorFlow's banner (:func:`is_tf_noise`) left
+    out. Nothing is dropped when ``TF_CPP_MIN_LOG_LEVEL`` asks for TensorFlow's INFO lines
+    (``-v``, or the user's own ``0``).
+
+    A process, not a thread (the launcher stays single-threaded until it forks its tasks),
+    and a pipe, not a file held until the end: if the import aborts the process from C++ (a
+    failed check, a protobuf mismatch), the filter still passes on its last words. It is
+    in a session of its own, so that Ctrl-C reaches only the process that imports.
+    """
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") in ("", "0"):
         yield
         return
+    import subprocess
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = f"import sys; sys.path.insert(0, {root!r}); from tfps.logs import pass_on_all_but_the_banner; " \
+           "pass_on_all_but_the_banner()"
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            held.seek(0)
-            kept = [line for line in held.read().decode(errors="replace").splitlines(keepends=True)
-                    if not is_tf_noise(line)]
-            if kept:
-                os.write(2, "".join(kept).encode())
+    read_end, write_end = os.pipe()
+    try:
+        filt = subprocess.Popen([sys.executable, "-I", "-S", "-c", code], stdin=read_end, stdout=saved,
+                                stderr=saved, start_new_session=True)
+    except OSError:   # no process to spare: nothing is filtered
+        filt = None
+    os.close(read_end)
+    if filt is not None:
+        os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        if filt is not None:
+            # Its lines come before whatever is written next.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                filt.wait(BANNER_FILTER_DRAIN_SECS)
+
+
+def pass_on_all_but_the_banner() -> None:
+    """The filter process of :func:`tf_import_banner_dropped`: stdin's lines to stdout as
+    they come, TensorFlow's banner left out."""
+    out = sys.stdout.buffer
+    for line in sys.stdin.buffer:
+        if not is_tf_noise(line.decode(errors="replace")):
+            out.write(line)
+            out.flush()
 
 
 FORMAT = "%(asctime)s %(levelname).1s %(message)s"

@@ -120,6 +120,25 @@ def test_tensorflows_import_banner_is_dropped_unless_its_info_lines_are_asked_fo
     assert p.stderr.splitlines() == expected
 
 
+def test_the_last_words_of_an_import_that_aborts_the_process_reach_stderr():
+    """TensorFlow's import can end the process from C++ (a failed check: abort()), with its
+    reason as the last line on stderr. Inside ``tf_import_banner_dropped`` that line still
+    reaches stderr (the banner before it does not), and the process dies of SIGABRT."""
+    import signal
+    import subprocess
+    import sys
+    code = ("import os, sys\n"
+            "from tfps.logs import tf_import_banner_dropped\n"
+            "with tf_import_banner_dropped():\n"
+            "    os.write(2, (sys.argv[1] + '\\n' + sys.argv[2] + '\\n').encode())\n"
+            "    os.write(2, b'F0000 op_registry.cc:42] Check failed: duplicate op Foo\\n')\n"
+            "    os.abort()\n")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    p = subprocess.run([sys.executable, "-c", code, *BANNER], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == -signal.SIGABRT, (p.returncode, p.stderr)
+    assert p.stderr.splitlines() == ["F0000 op_registry.cc:42] Check failed: duplicate op Foo"]
+
+
 def test_tfps_imports_tensorflow_without_a_word_on_stderr():
     """Whatever the CPU: ``import_tensorflow`` in a fresh process, quiet as ``tfps.logs`` sets it."""
     pytest.importorskip("tensorflow")
