@@ -85,6 +85,9 @@ END_RPC_TIMEOUT_MS = 10_000
 #: The whole end RPC, session creation included: TensorFlow waits for a ps that has gone
 #: without a bound ("CreateSession still waiting"), so the call is abandoned after this.
 END_RPC_BOUND_SECS = 20.0
+#: How long a non-chief waits, at its end, for its watch for the job's end to leave TensorFlow
+#: (tfps.task.lifecycle.left_in_tensorflow); a watch still in a call then is abandoned.
+END_WATCH_JOIN_SECS = 1.0
 #: Bound on a worker's board write outside a step (at session start and end, tfps.task.board).
 BOARD_WRITE_TIMEOUT_MS = 5_000
 #: After its done token the chief waits at most this long for the ps tasks to exit (well

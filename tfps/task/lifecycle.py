@@ -37,6 +37,24 @@ def abandon_rpc() -> None:
     _abandoned_rpc = True
 
 
+def left_in_tensorflow(thread: threading.Thread, bound: float) -> bool:
+    """Wait up to ``bound`` seconds for a helper thread that calls TensorFlow (a non-chief's
+    watch for the job's end) to end; if it has not, it is abandoned (:func:`abandon_rpc`)
+    and the process ends without the interpreter's shutdown.
+
+    A daemon thread whose TensorFlow call returns while the interpreter shuts down is
+    ended by it from inside TensorFlow's C++ frames, which abort the process ("terminate
+    called ... FATAL: exception not rethrown", exit -6) after a job that succeeded.
+    Returns True when the thread was abandoned."""
+    thread.join(bound)
+    if not thread.is_alive():
+        return False
+    log.debug("%s is still in TensorFlow after %.1f s: the process ends without waiting for it",
+              thread.name, bound)
+    abandon_rpc()
+    return True
+
+
 def rpc_abandoned() -> bool:
     """True when the process must end without the interpreter's shutdown, which could wait
     on (or tear TensorFlow down under) the abandoned thread."""

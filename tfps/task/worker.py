@@ -35,6 +35,7 @@ from tfps.task.lifecycle import (
     abandon_rpc,
     cluster_spec,
     done_queue,
+    left_in_tensorflow,
     rpc_abandoned,
     session_config,
     start_server,
@@ -94,6 +95,7 @@ class Worker:
         self.setup: JobSetup | None = None
         self.claimed = False   # this chief owns model_dir (results.json may be written there)
         self.watchdog = StartupWatchdog(self)
+        self.end_watch: threading.Thread | None = None   # non-chief: the watch for the job's end
 
     # ------------------------------------------------------------ what the chief overrides
     def report_untrained_failure(self, error: Exception, code: ExitCode, write_results: bool,
@@ -276,6 +278,10 @@ class Worker:
             return self._run(server)
         finally:
             self.watchdog.disarm()
+            # After the end RPCs: a watch left in TensorFlow makes the process end without
+            # the interpreter's shutdown (tfps.task.entry), which it could abort.
+            if self.end_watch is not None:
+                left_in_tensorflow(self.end_watch, timeouts.END_WATCH_JOIN_SECS)
 
     def _run(self, server) -> ExitCode:
         task, cfg = self.task, self.cfg
@@ -325,8 +331,9 @@ class Worker:
         from tfps.task.hooks import JobOver
         ended = threading.Event()
         if not self.task.is_chief:
-            threading.Thread(target=self._watch_for_the_jobs_end, args=(server, graph, ended),
-                             name="tfps-job-end", daemon=True).start()
+            self.end_watch = threading.Thread(target=self._watch_for_the_jobs_end, args=(server, graph, ended),
+                                              name="tfps-job-end", daemon=True)
+            self.end_watch.start()
         progress = None
         try:
             with graph.as_default():
