@@ -273,13 +273,38 @@ def _compiled_optimizer(model, name: str) -> tuple:
     cls = type(opt).__name__
     known = _keras_optimizer_classes().get(type(opt))
     try:
-        cfg = dict(opt.get_config())
+        cfg = _optimizer_config(opt)
     except Exception:  # noqa: BLE001 - a custom optimizer: nothing to map
         cfg = {}
     try:
         return (*_map_optimizer(opt, cfg, known, name), cls, None)
     except ConfigError as refusal:   # raised unless --optimizer replaces the model's optimizer
         return None, None, "", {}, cls, refusal
+
+
+def _optimizer_config(opt) -> dict:
+    """``opt.get_config()``, also in a graph: the launcher's memory estimate binds the model in
+    a throwaway graph (weights as shapes), where tf_keras's optimizers cannot read their
+    learning-rate variable (``numpy()`` needs eager execution). There a variable
+    hyperparameter is read from its initial value instead, the value it was compiled with."""
+    try:
+        return dict(opt.get_config())
+    except NotImplementedError:
+        import tensorflow as tf
+        serialize = opt._serialize_hyperparameter
+
+        def from_initial_value(value):
+            if isinstance(value, tf.Variable):
+                initial = tf.get_static_value(value.initial_value)
+                if initial is not None:
+                    return initial.item()
+            return serialize(value)
+
+        opt._serialize_hyperparameter = from_initial_value
+        try:
+            return dict(opt.get_config())
+        finally:
+            del opt._serialize_hyperparameter
 
 
 def _map_optimizer(opt, cfg: dict, known, name: str) -> tuple:
@@ -292,7 +317,7 @@ def _map_optimizer(opt, cfg: dict, known, name: str) -> tuple:
                           "(tf_keras.optimizers or tf_keras.optimizers.legacy, no subclass or wrapper). Compile "
                           "with one of those, or give --optimizer", "model")
     mapped, legacy = known
-    defaults = dict(type(opt)().get_config())
+    defaults = _optimizer_config(type(opt)())
 
     def refuse(key, value, why=None) -> NoReturn:
         why = why or WHY_NOT.get(key) or "tfps has no counterpart of it"

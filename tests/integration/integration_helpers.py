@@ -251,8 +251,12 @@ def read_history(model_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def launcher_ports(proc: Proc, timeout: float = 60) -> list[int]:
-    """The ports of the tasks ``tfps local`` started, from its first log line."""
+def launcher_ports(proc: Proc, timeout: float = 240) -> list[int]:
+    """The ports of the tasks ``tfps local`` started, from its first log line.
+
+    A wait, not a bound on start-up: before that line the launcher imports TensorFlow and
+    the user's model, checks the data and builds the model's graph for the memory estimate.
+    On 2 cores shared with the system tests, a Keras model's launcher has taken over 60 s."""
     m = proc.wait_for(r"tfps local: \d+ ps \+ \d+ worker\(s\) on (.*); model_dir", timeout)
     return [int(t.rpartition(":")[2]) for t in m.group(1).split(", ")]
 

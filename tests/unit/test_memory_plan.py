@@ -251,3 +251,30 @@ def test_a_built_in_models_graph_never_imports_tf_keras(tmp_path, model, keras):
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["mb"] > 0, out                 # the graph was built
     assert out["keras"] is keras, out
+
+
+@pytest.mark.parametrize("builder, optimizer, note", [
+    ("sequential", "adam", "optimizer adam (the model's compile()), learning_rate 0.01 (the model's compile())"),
+    ("functional", "rmsprop", "optimizer rmsprop (the model's compile()), learning_rate 0.005 (the model's compile())")])
+def test_a_compiled_tf_keras_model_is_estimated_with_its_compiled_optimizer(tmp_path, builder, optimizer, note):
+    """The estimate binds a Keras model in a throwaway graph, where tf_keras's optimizers cannot
+    read their learning-rate variable (numpy() needs eager execution): the estimate used to be
+    skipped ("NotImplementedError: numpy() is only available when eager execution is enabled")
+    for every model compiled with a tf_keras optimizer. It is made, with the compiled
+    optimizer's slots, and the graph's binding reads the same optimizer as the eager one."""
+    tf = pytest.importorskip("tensorflow")
+    pytest.importorskip("tf_keras")
+    import numpy as np
+    rng = np.random.default_rng(3)
+    rows = ["f0,f1,f2,f3,f4,f5,f6,f7,label"] + [
+        ",".join(f"{v:.3f}" for v in rng.normal(size=8)) + f",{i % 3}" for i in range(64)]
+    (tmp_path / "train.csv").write_text("\n".join(rows) + "\n")
+    cfg = RunConfig(model=f"tests.fixtures.tf_keras_models:{builder}", train_data=str(tmp_path / "train.csv"),
+                    model_dir=str(tmp_path / "model")).validate()
+    est = processes.try_estimate(JobSetup(cfg, bind=False), 1, 2)
+    assert isinstance(est, MemoryEstimate), est
+    assert est.optimizer == optimizer and est.shares_mb["ps0"] > 0, est
+    with tf.Graph().as_default():
+        in_a_graph = JobSetup(cfg, bind=False).bind()
+    eager = JobSetup(cfg, bind=False).bind()
+    assert in_a_graph.optimizer_note.startswith(note) and eager.optimizer_note == in_a_graph.optimizer_note
