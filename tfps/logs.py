@@ -72,13 +72,10 @@ def tf_import_banner_dropped():
     import subprocess
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    code = f"import sys; sys.path.insert(0, {root!r}); from tfps.logs import pass_on_all_but_the_banner; " \
-           "pass_on_all_but_the_banner()"
     saved = os.dup(2)
     read_end, write_end = os.pipe()
     try:
-        filt = subprocess.Popen([sys.executable, "-I", "-S", "-c", code], stdin=read_end, stdout=saved,
+        filt = subprocess.Popen(banner_filter_command(), stdin=read_end, stdout=saved,
                                 stderr=saved, start_new_session=True)
     except OSError:   # no process to spare: nothing is filtered
         filt = None
@@ -96,6 +93,19 @@ def tf_import_banner_dropped():
             # Its lines come before whatever is written next.
             with contextlib.suppress(subprocess.TimeoutExpired):
                 filt.wait(BANNER_FILTER_DRAIN_SECS)
+
+
+def banner_filter_command(root: str | None = None) -> list[str]:
+    """The filter process of :func:`tf_import_banner_dropped`: this interpreter, isolated and
+    without site-packages, importing tfps from ``root`` (where this tfps is). A filter that
+    cannot import it passes everything on, so the pipe never goes unread."""
+    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = (f"import os, sys\nsys.path.insert(0, {root!r})\n"
+            "try:\n    from tfps.logs import pass_on_all_but_the_banner\n"
+            "except Exception:\n"
+            "    while (chunk := os.read(0, 65536)):\n        os.write(1, chunk)\n"
+            "else:\n    pass_on_all_but_the_banner()\n")
+    return [sys.executable, "-I", "-S", "-c", code]
 
 
 def pass_on_all_but_the_banner() -> None:

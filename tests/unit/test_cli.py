@@ -139,6 +139,18 @@ def test_the_last_words_of_an_import_that_aborts_the_process_reach_stderr():
     assert p.stderr.splitlines() == ["F0000 op_registry.cc:42] Check failed: duplicate op Foo"]
 
 
+@pytest.mark.parametrize("root, dropped", [(None, True), ("/nonexistent", False)])
+def test_the_banner_filter_passes_every_other_line_and_everything_when_it_cannot_import_tfps(root, dropped):
+    """The filter process itself: the banner out, every other line through, in order. One that
+    cannot import tfps (a tfps it cannot find) still reads the pipe and passes it all on:
+    an importing process is never left writing to a pipe nobody reads."""
+    import subprocess
+    given = "\n".join([BANNER[0], "kept 1", BANNER[1], "kept 2"]) + "\n"
+    p = subprocess.run(logs.banner_filter_command(root), input=given, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stderr == ""
+    assert p.stdout.splitlines() == (["kept 1", "kept 2"] if dropped else given.splitlines())
+
+
 def test_tfps_imports_tensorflow_without_a_word_on_stderr():
     """Whatever the CPU: ``import_tensorflow`` in a fresh process, quiet as ``tfps.logs`` sets it."""
     pytest.importorskip("tensorflow")
