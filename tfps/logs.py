@@ -30,6 +30,8 @@ import logging
 import os
 import sys
 
+from tfps import timeouts
+
 #: The logger of tfps's own lines; modules use it or a child (``tfps.notify``).
 LOGGER = "tfps"
 #: ``TF_CPP_MIN_LOG_LEVEL`` when not verbose: 2 hides INFO and WARNING of absl and oneDNN.
@@ -49,11 +51,6 @@ def is_tf_noise(line: str) -> bool:
             or line.startswith("WARNING: All log messages before absl::InitializeLog()"))
 
 
-#: How long a ``tf_import_banner_dropped`` waits, at its end, for its filter to pass on the
-#: last lines. Longer only if a process started inside still holds the filter's pipe.
-BANNER_FILTER_DRAIN_SECS = 5.0
-
-
 @contextlib.contextmanager
 def tf_import_banner_dropped():
     """While inside (TensorFlow's import, a user's module that imports it): file descriptor 2
@@ -66,7 +63,7 @@ def tf_import_banner_dropped():
     failed check, a protobuf mismatch), the filter still passes on its last words. It is
     in a session of its own, so that Ctrl-C reaches only the process that imports.
     """
-    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") in ("", "0"):
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") in ("", "0") or _goes_nowhere(2):
         yield
         return
     import subprocess
@@ -92,7 +89,16 @@ def tf_import_banner_dropped():
         if filt is not None:
             # Its lines come before whatever is written next.
             with contextlib.suppress(subprocess.TimeoutExpired):
-                filt.wait(BANNER_FILTER_DRAIN_SECS)
+                filt.wait(timeouts.BANNER_FILTER_DRAIN_SECS)
+
+
+def _goes_nowhere(fd: int) -> bool:
+    """``fd`` is /dev/null (the launcher's own import, unless ``-v``): nothing to filter."""
+    try:
+        st, null = os.fstat(fd), os.stat(os.devnull)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (null.st_dev, null.st_ino)
 
 
 def banner_filter_command(root: str | None = None) -> list[str]:

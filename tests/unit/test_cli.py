@@ -151,6 +151,24 @@ def test_the_banner_filter_passes_every_other_line_and_everything_when_it_cannot
     assert p.stdout.splitlines() == (["kept 1", "kept 2"] if dropped else given.splitlines())
 
 
+@pytest.mark.parametrize("to_devnull", [True, False])
+def test_no_banner_filter_is_started_when_stderr_goes_nowhere(to_devnull):
+    """The launcher imports TensorFlow with stderr on /dev/null (unless -v): there is nothing
+    to filter, so no filter process is started; with stderr on a pipe, one is."""
+    import subprocess
+    import sys
+    code = ("import os\n"
+            "from tfps.logs import tf_import_banner_dropped\n"
+            "with tf_import_banner_dropped():\n"
+            "    print(open(f'/proc/self/task/{os.getpid()}/children').read().split())\n")
+    p = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, timeout=60,
+                       stderr=subprocess.DEVNULL if to_devnull else subprocess.PIPE,
+                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert p.returncode == 0
+    children = p.stdout.strip()
+    assert (children == "[]") if to_devnull else (children != "[]"), children
+
+
 def test_tfps_imports_tensorflow_without_a_word_on_stderr():
     """Whatever the CPU: ``import_tensorflow`` in a fresh process, quiet as ``tfps.logs`` sets it."""
     pytest.importorskip("tensorflow")
