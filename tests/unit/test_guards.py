@@ -28,8 +28,10 @@ def test_an_empty_or_new_or_own_export_dir_is_accepted(tmp_path):
     results.check_export_dir(str(tmp_path / "empty"), str(tmp_path / "model"))
     own = tmp_path / "own"
     own.mkdir()
-    (own / results.EXPORT_MARKER).write_text("{}")
+    (own / results.EXPORT_MARKER).write_text('{"global_step": 5, "checkpoint": "m/model.ckpt-5", '
+                                             '"completed_at": "2026-01-01T00:00:00+0000"}')
     (own / "saved_model.pb").write_bytes(b"x")
+    (own / "notes.txt").write_text("a user's file in a tfps export: carried into the next export")
     results.check_export_dir(str(own), str(tmp_path / "model"))
 
 

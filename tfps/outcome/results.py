@@ -149,8 +149,9 @@ def check_writable_dir(path: str, field: str) -> None:
 def check_export_dir(export_dir: str, model_dir: str) -> None:
     """Refuse an export directory that holds anything but a tfps export, before the job starts.
 
-    The chief replaces its export directory as a whole, so a directory with a user's files
-    in it would lose them; a file at that path likewise, and model_dir or a directory above it.
+    The chief switches a new export into the directory's place, carrying over what a user
+    added to a tfps export; a directory that is not a tfps export (no marker tfps wrote) but
+    holds files is refused, and so is a file at that path, and model_dir or a directory above it.
     """
     exp, md = os.path.realpath(export_dir), os.path.realpath(model_dir)
     if md == exp or md.startswith(exp.rstrip(os.sep) + os.sep):
@@ -158,12 +159,14 @@ def check_export_dir(export_dir: str, model_dir: str) -> None:
                           "directory as a whole; give --export_dir a directory of its own (default "
                           "MODEL_DIR/export)", "export_dir")
     check_writable_dir(export_dir, "export_dir")
-    if os.path.isdir(export_dir) and not os.path.isfile(os.path.join(export_dir, EXPORT_MARKER)):
+    # A tfps export's other files are carried into the next one (tfps.task.export.switch_into_place);
+    # a directory without a marker tfps wrote is not an export, and a user's files in it are refused.
+    if os.path.isdir(export_dir) and read_export_marker(export_dir) is None:
         foreign = _foreign(export_dir)
         if foreign:
-            raise ConfigError(f"{export_dir} holds files that tfps did not write ({_shown(foreign)}); the export "
-                              "replaces this directory as a whole, so give --export_dir a new or empty directory, "
-                              "or move those files away", "export_dir")
+            raise ConfigError(f"{export_dir} holds files that tfps did not write ({_shown(foreign)}) and is not a "
+                              "tfps export; give --export_dir a new or empty directory, or move those files away",
+                              "export_dir")
 
 
 def check_model_dir(model_dir: str, identity: dict) -> bool | None:
@@ -214,7 +217,25 @@ def claim_model_dir(model_dir: str, identity: dict) -> bool:
 EXPORT_MARKER = "tfps_export.json"
 
 
+#: What tfps writes into an export directory; anything else there is a user's and is kept.
+EXPORT_OWN = frozenset({EXPORT_MARKER, "saved_model.pb", "saved_model.pbtxt", "variables", "assets",
+                        "fingerprint.pb"})
+
+
+def read_export_marker(export_dir: str) -> dict | None:
+    """The marker of a tfps export in ``export_dir``; None when there is none, or it is not one
+    tfps wrote (a ``{}``, another program's file of the same name)."""
+    marker = read_json(os.path.join(export_dir, EXPORT_MARKER))
+    if not isinstance(marker, dict):
+        return None
+    step, checkpoint = marker.get("global_step"), marker.get("checkpoint")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0 or not isinstance(checkpoint, str) \
+            or not isinstance(marker.get("completed_at"), str):
+        return None
+    return marker
+
+
 def export_complete(export_dir: str) -> bool:
     """Whether ``export_dir`` holds a whole SavedModel (the chief's export writes the marker last)."""
-    return os.path.isfile(os.path.join(export_dir, EXPORT_MARKER)) and \
+    return read_export_marker(export_dir) is not None and \
         os.path.isfile(os.path.join(export_dir, "saved_model.pb"))

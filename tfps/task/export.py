@@ -13,18 +13,25 @@ the previous complete export or the new one, at any instant. Where the filesyste
 cannot swap directories (NFS, some FUSE filesystems), it falls back to two renames
 (old out, new in): a reader between them finds no ``export_dir`` for that instant, never
 a partial one. ``export_dir`` stays a plain directory either way (not a symlink), so
-``docker cp`` and a copy of the model directory take the SavedModel itself.
+``docker cp`` and a copy of the model directory take the SavedModel itself. What a user
+added to the previous export (anything but tfps's own files: ``saved_model.pb``,
+``variables/``, ``assets/``, ``fingerprint.pb``, the marker) is carried into the new one
+before the switch (hard links where possible), so it is never lost. A failed export
+removes its temporary directory and leaves the previous export as it was.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import os
 import shutil
 import time
 
-from tfps.outcome.results import EXPORT_MARKER, export_complete  # noqa: F401 - what a finished export leaves
+from tfps.outcome.results import EXPORT_MARKER, EXPORT_OWN, export_complete  # noqa: F401 - what a finished export leaves
+
+log = logging.getLogger("tfps")
 
 
 def nonfinite_variables(checkpoint: str) -> list[str]:
@@ -48,12 +55,22 @@ def _restore(sess, checkpoint: str):
 
 def export_saved_model(model_fn, params, checkpoint: str, export_dir: str, global_step: int) -> str:
     import tensorflow as tf
-    v1 = tf.compat.v1
     export_dir = os.path.abspath(export_dir)
     parent = os.path.dirname(export_dir)
     os.makedirs(parent, exist_ok=True)
     tmp = f"{export_dir}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _write_export(tf, model_fn, params, checkpoint, tmp, global_step)
+        switch_into_place(tmp, export_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)   # a half-written export (a full disk, a stop) is not left behind
+        raise
+    return export_dir
+
+
+def _write_export(tf, model_fn, params, checkpoint: str, tmp: str, global_step: int) -> None:
+    v1 = tf.compat.v1
     graph = tf.Graph()
     with graph.as_default(), tf.compat.v1.device("/cpu:0"):
         # A Keras model serves under its own input names (keras_model.KerasModelFn.serving_inputs).
@@ -78,8 +95,6 @@ def export_saved_model(model_fn, params, checkpoint: str, export_dir: str, globa
                    "completed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "inputs": {n: [None, *t.shape.as_list()[1:]] for n, t in inputs.items()},
                    "outputs": sorted(spec.predictions)}, fh, indent=2)
-    switch_into_place(tmp, export_dir)
-    return export_dir
 
 
 #: renameat2(2): ``AT_FDCWD`` and the flag that swaps two existing paths.
@@ -98,8 +113,44 @@ def _exchange(a: str, b: str) -> bool:
     return renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
 
 
+def _link_or_copy(src: str, dst: str) -> None:
+    """A hard link where the filesystem allows one (no space, no time), else a copy."""
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
+def carry_over(old: str, new: str) -> list[str]:
+    """Put into ``new`` what a user added to the export in ``old`` (all but tfps's own files,
+    :data:`tfps.outcome.results.EXPORT_OWN`); ``old`` keeps them too until it is removed.
+    Returns the names carried."""
+    try:
+        names = sorted(os.listdir(old))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    carried = []
+    for name in names:
+        src, dst = os.path.join(old, name), os.path.join(new, name)
+        if name in EXPORT_OWN or os.path.lexists(dst):
+            continue
+        if os.path.isdir(src) and not os.path.islink(src):
+            shutil.copytree(src, dst, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(src, dst)
+        carried.append(name)
+    return carried
+
+
 def switch_into_place(new: str, export_dir: str) -> None:
-    """Make the complete export in ``new`` the ``export_dir`` (see the module docstring)."""
+    """Make the complete export in ``new`` the ``export_dir`` (see the module docstring).
+
+    What a user put into the previous export (``notes.txt``, ``assets.extra/``: anything but
+    tfps's own files) is carried into ``new`` first, so it survives the switch.
+    """
+    carried = carry_over(export_dir, new)
+    if carried:
+        log.info("export: kept %s from the previous export in %s", ", ".join(carried), export_dir)
     if not os.path.lexists(export_dir):
         os.replace(new, export_dir)
     elif _exchange(new, export_dir):
