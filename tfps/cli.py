@@ -27,7 +27,7 @@ import time
 import warnings
 
 from tfps import __version__, logs
-from tfps.config import add_replace_option, add_run_options, from_args, normalize_argv
+from tfps.config import ArgumentParser, add_replace_option, add_run_options, from_args, normalize_argv
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.task import entry
@@ -35,7 +35,7 @@ from tfps.task.entry import require_tensorflow
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tfps", description="TensorFlow parameter-server training that ends cleanly.")
+    p = ArgumentParser(prog="tfps", description="TensorFlow parameter-server training that ends cleanly.")
     p.add_argument("--version", action="version", version=f"tfps {__version__}")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="debug logging, and TensorFlow's own log lines (hidden otherwise)")
@@ -256,7 +256,17 @@ def cmd_compose(ns) -> ExitCode:
 
 def cmd_demo_data(ns) -> ExitCode:
     from tfps.demo import ensure_demo_data
-    for k, v in ensure_demo_data(ns.directory).items():
+    path = ns.directory
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"{path} is a file, not a directory; give a new or existing directory for the demo data",
+                          "directory")
+    try:
+        paths = ensure_demo_data(path)
+    except OSError as e:
+        where = e.filename or path
+        raise ConfigError(f"cannot write the demo data to {where}: {e.strerror or e}; give a directory this user "
+                          "may write, on a disk with room", "directory") from None
+    for k, v in paths.items():
         print(f"{k}: {v}")
     return ExitCode.OK
 
@@ -264,7 +274,10 @@ def cmd_demo_data(ns) -> ExitCode:
 def main(argv: list[str] | None = None) -> int:
     argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
-    ns = parser.parse_args(argv)
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit as e:   # --help, --version, or the one line of tfps.config.ArgumentParser.error
+        return int(ExitCode.OK) if e.code in (None, 0) else int(ExitCode.BAD_CONFIG)
     if getattr(ns, "func", None) is None:
         parser.print_help()
         return int(ExitCode.BAD_CONFIG)

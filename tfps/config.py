@@ -39,6 +39,25 @@ DEFAULT_LEARNING_RATE = 0.01
 #: The largest step count or size a flag may hold: the global step is an int64, and an async
 #: worker's loop adds up to a run's steps to it (tfps.task.steps), so keep headroom.
 MAX_INT64_FLAG = 2**62
+#: The longest timeout or interval in seconds (about 31 years, i.e. never): threading's waits
+#: (threading.TIMEOUT_MAX) and TensorFlow's int64 milliseconds hold it, 1e308 holds in neither.
+MAX_SECONDS = 10**9
+#: The largest --partition_mb: its bytes (MB * 2**20) must be a 64-bit integer.
+MAX_PARTITION_MB = 2**42
+#: The largest --learning_rate: TensorFlow trains in 32-bit floats, whose largest finite value this is.
+MAX_LEARNING_RATE = 3.4028234663852886e38
+#: The largest --tf_threads: TensorFlow's ConfigProto holds thread counts in 32-bit integers.
+MAX_TF_THREADS = 2**31 - 1
+
+#: Upper bounds of the numeric options, (largest value, why): checked before anything starts,
+#: since a value past them fails every task only after the start (an OverflowError).
+NUMERIC_LIMITS = {
+    "learning_rate": (MAX_LEARNING_RATE, "TensorFlow trains in 32-bit floats"),
+    "partition_mb": (MAX_PARTITION_MB, "its size in bytes must be a 64-bit integer"),
+    "tf_threads": (MAX_TF_THREADS, "TensorFlow counts threads in 32-bit integers"),
+    **{f: (MAX_SECONDS, "a longer wait is never (about 31 years)")
+       for f in ("sync_timeout", "startup_timeout", "final_save_timeout", "notify_every", "stall_timeout")},
+}
 
 
 def check_replicas(cfg: RunConfig, num_workers: int) -> None:
@@ -207,6 +226,11 @@ class RunConfig:
                 f"{self.final_save_timeout!r} s is too short to write a final checkpoint and export; "
                 f"use at least {MIN_FINAL_SAVE_TIMEOUT} (default {DEFAULT_FINAL_SAVE_TIMEOUT})",
                 "final_save_timeout")
+        for field, (most, why) in NUMERIC_LIMITS.items():
+            value = getattr(self, field)
+            if value is not None and value > most:
+                most = most if isinstance(most, int) else f"{most:g}"
+                raise ConfigError(f"{value!r} is too large: {why}; use at most {most}", field)
         if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"unknown optimizer {self.optimizer!r}; use one of {', '.join(OPTIMIZERS)}", "optimizer")
         try:
@@ -249,6 +273,24 @@ class RunConfig:
         if self.notify_config:
             out.append(f"--notify_config={self.notify_config}")
         return out
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line, as every other refusal of bad input.
+
+    argparse prints its whole usage (20 lines and more for ``tfps local``) before a type error
+    such as ``--train_steps 1e20``; here it is ``tfps: error: train_steps: invalid int value:
+    '1e20' (see tfps local --help)`` and exit 2. ``tfps`` builds its subcommands' parsers with
+    this class too (argparse makes subparsers of the parent parser's class).
+    """
+
+    def error(self, message: str):   # noqa: D102 - argparse's hook
+        field, sep, rest = message.partition(": ")
+        if sep and field.startswith("argument "):   # "argument --train_steps: invalid int value: '1e20'"
+            names = field.removeprefix("argument ").split("/")   # "-n/--lines": the long name
+            name = next((n for n in names if n.startswith("--")), names[0]).lstrip("-")
+            message = f"{name}: {rest}"
+        self.exit(2, f"tfps: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:

@@ -74,6 +74,10 @@ SECRET = "notify_urls"
 #: json-file log rotation of every task: at most LOG_MAX_FILE files of LOG_MAX_SIZE each.
 DEFAULT_LOG_MAX_SIZE = "50m"
 DEFAULT_LOG_MAX_FILE = 5
+#: The largest --ps_cpus/--worker_cpus: Docker takes CPUs as 64-bit nano-CPUs (inf and 1e308 are no count).
+MAX_CPUS = 1_000_000
+#: The largest --pids_limit: Linux never has more processes than its largest pid_max.
+MAX_PIDS_LIMIT = 2**22
 #: Environment keys of the plan's entries that do not go into the compose file (the
 #: service name already says which task and host it is).
 _PLAN_ONLY_ENV = ("TFPS_HOST", "TFPS_TASK")
@@ -223,6 +227,8 @@ def _check(ns: argparse.Namespace, cfg: RunConfig) -> None:
     if not _RESTART.fullmatch(ns.restart_policy):
         raise ConfigError(f"{ns.restart_policy!r} is not a restart policy; use no, always, unless-stopped or "
                           "on-failure[:N]", "restart_policy")
+    if ns.pids_limit > MAX_PIDS_LIMIT:
+        raise ConfigError(f"is {ns.pids_limit}; use at most {MAX_PIDS_LIMIT} (Linux's largest pid_max)", "pids_limit")
     if ns.pids_limit < 32:
         raise ConfigError(f"is {ns.pids_limit}; TensorFlow needs a few hundred threads, use at least 256 "
                           f"(default {DEFAULT_PIDS_LIMIT})", "pids_limit")
@@ -232,8 +238,9 @@ def _check(ns: argparse.Namespace, cfg: RunConfig) -> None:
             raise ConfigError(f"{value!r} is not a size; use a number with b, k, m or g, e.g. 8g", field)
     for field in ("ps_cpus", "worker_cpus"):
         value = getattr(ns, field)
-        if value is not None and not value > 0:
-            raise ConfigError(f"is {value}; use a positive number of CPUs, e.g. 2 or 0.5", field)
+        if value is not None and not 0 < value <= MAX_CPUS:
+            raise ConfigError(f"is {value}; use a positive number of CPUs, e.g. 2 or 0.5 (at most {MAX_CPUS})",
+                              field)
     if ns.log_max_file < 1:
         raise ConfigError(f"is {ns.log_max_file}; keep at least 1 log file", "log_max_file")
     for field in ("model_dir", "export_dir"):

@@ -18,7 +18,7 @@ import sys
 import time
 
 from tfps import logs
-from tfps.config import add_replace_option, add_run_options, from_args, normalize_argv
+from tfps.config import ArgumentParser, add_replace_option, add_run_options, from_args, normalize_argv
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 
@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tfps run", description="Run one task of a cluster.")
+    p = ArgumentParser(prog="tfps run", description="Run one task of a cluster.")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="debug logging, and TensorFlow's own log lines (hidden otherwise)")
     add_arguments(p)
