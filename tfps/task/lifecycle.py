@@ -152,9 +152,9 @@ def start_server(task, cfg):
     import tensorflow as tf
 
     from tfps.cluster.spec import split_target
-    from tfps.task.loopback import ensure_loopback_bind, is_loopback_host
+    from tfps.task.loopback import bind_address, ensure_loopback_bind, is_loopback_host
     host = split_target(task.target)[0]
-    if is_loopback_host(host) and not ensure_loopback_bind():
+    if is_loopback_host(host) and not ensure_loopback_bind(bind_address(host)):
         raise ConfigError(f"{task.name} would listen on every interface although its address {task.target} is "
                           "loopback, and this TensorFlow build cannot be kept on loopback; give the task the "
                           "address of an interface that the hosts' firewall protects", "ps_hosts")
@@ -195,10 +195,10 @@ def _tf_chatter_hidden():
 def _port_taken(host: str, port: int) -> bool:
     import socket
 
-    from tfps.task.loopback import is_loopback_host
+    from tfps.task.loopback import bind_address, is_loopback_host
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
-            s.bind(("127.0.0.1" if is_loopback_host(host) else "0.0.0.0", port))
+            s.bind((bind_address(host) if is_loopback_host(host) else "0.0.0.0", port))
         except OSError:
             return True
     return False

@@ -12,7 +12,9 @@ that one GOT entry of ``libtensorflow_cc`` at a function that:
 
 * fails a wildcard IPv6 bind (``[::]``) with EADDRNOTAVAIL, so that gRPC falls back to
   IPv4 (its documented behaviour on a host without IPv6);
-* rewrites a wildcard IPv4 bind (``0.0.0.0``) to ``127.0.0.1``;
+* rewrites a wildcard IPv4 bind (``0.0.0.0``) to the task's own loopback address
+  (:func:`bind_address`: ``127.0.0.2`` for a task at ``127.0.0.2:PORT``, ``127.0.0.1`` for
+  ``localhost``), where its peers connect;
 * passes every other bind through unchanged.
 
 Tasks on other hosts keep the wildcard bind, and the firewall rules that the Ansible role
@@ -63,6 +65,24 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+def bind_address(host: str) -> str:
+    """The IPv4 address a task whose cluster address has the loopback host ``host`` listens on.
+
+    Its own address when that is an IPv4 loopback one (all of 127.0.0.0/8 is this machine's
+    loopback, and a peer that connects to 127.0.0.2 finds no server on 127.0.0.1), else
+    127.0.0.1 (``localhost``, and ``[::1]``, whose wildcard IPv6 bind gRPC cannot make here).
+    """
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return "127.0.0.1"
+    return str(address) if address.version == 4 and address.is_loopback else "127.0.0.1"
+
+
+#: The address a wildcard IPv4 bind of TensorFlow is rewritten to (set by ensure_loopback_bind).
+_bind_to = [socket.inet_aton("127.0.0.1")]
+
+
 def _loopback_bind(fd: int, addr: int, length: int) -> int:
     family = ctypes.c_ushort.from_address(addr).value if addr and length >= 2 else -1
     if family == _AF_INET6 and length >= 24 and ctypes.string_at(addr + 8, 16) == bytes(16):
@@ -70,7 +90,7 @@ def _loopback_bind(fd: int, addr: int, length: int) -> int:
         return -1
     if family == _AF_INET and length >= 16 and ctypes.string_at(addr + 4, 4) == bytes(4):
         buf = ctypes.create_string_buffer(ctypes.string_at(addr, length), length)
-        ctypes.memmove(ctypes.addressof(buf) + 4, socket.inet_aton("127.0.0.1"), 4)
+        ctypes.memmove(ctypes.addressof(buf) + 4, _bind_to[0], 4)
         rc = _real_bind(fd, ctypes.addressof(buf), length)
         ctypes.set_errno(ctypes.get_errno())
         return rc
@@ -150,13 +170,17 @@ def _write_pointer(address: int, value: int) -> None:
     ctypes.c_void_p.from_address(address).value = value
 
 
-def ensure_loopback_bind() -> bool:
-    """Make TensorFlow's gRPC servers of this process listen on 127.0.0.1 only.
+def ensure_loopback_bind(address: str = "127.0.0.1") -> bool:
+    """Make TensorFlow's gRPC servers of this process listen on the loopback ``address`` only
+    (:func:`bind_address` of the task's host).
 
     Call after TensorFlow is imported and before a server starts; idempotent. Returns
     whether the bind is now on loopback.
     """
+    if not ipaddress.ip_address(address).is_loopback:
+        raise ValueError(f"{address} is not a loopback address")
     with _lock:
+        _bind_to[0] = socket.inet_aton(address)
         if "ok" in _installed:
             return _installed["ok"]
         ok = False
