@@ -530,6 +530,24 @@ def estimate_main() -> int:
     return 0
 
 
+#: Seconds of a launcher's check (a user's model builder, run by the memory estimate and the
+#: checks against the data) before it says what it is doing: a slow builder is not a hang.
+SLOW_CHECK_NOTICE_SECS = 5.0
+
+
+@contextlib.contextmanager
+def _said_when_slow(message: str, after: float | None = None):
+    """Log ``message`` (one line) if the block takes longer than ``after`` seconds."""
+    timer = threading.Timer(SLOW_CHECK_NOTICE_SECS if after is None else after, log.info, (message,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        timer.join()   # no thread of ours left behind: the tasks may be forked from this process
+
+
 def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps: int = 1,
                may_fork: bool = False, verbose: bool = False, replace: bool = False) -> bool:
     """Refuse bad input before any process starts: data, model, model_dir, URLs, and variables
@@ -550,14 +568,16 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
     from tfps.task.setup import JobSetup, host_total_memory
     setup = JobSetup(cfg, bind=False)   # the data and the model's name; no weight exists yet
     forkable = may_fork and _import_tensorflow_once(verbose, keras=models.may_use_keras(cfg.model))
-    memory = _estimate_isolated(setup, num_ps, num_workers, verbose, isolate=forkable)
+    with _said_when_slow(f"tfps local: building the model {cfg.model} to check it before start…"):
+        memory = _estimate_isolated(setup, num_ps, num_workers, verbose, isolate=forkable)
     total = host_total_memory()
     if isinstance(memory, placement.MemoryEstimate):
         placement.check_fits_host(memory, total)
     # A Keras model is built here, eagerly (after its variables were found to fit): TensorFlow's
     # runtime then runs in this process, and the tasks are spawned, not forked.
     eager = isinstance(setup.model_fn, keras_model.KerasBuilder)
-    setup.bind()
+    with _said_when_slow(f"tfps local: building the model {cfg.model} once more, to check it against the data…"):
+        setup.bind()
     setup.check_batch_fits(num_workers)
     results.check_model_dir(cfg.model_dir, setup.identity())   # the chief claims it later
     results.check_export_dir(cfg.export_path, cfg.model_dir)
