@@ -147,5 +147,11 @@ LOCAL_KILL_WAIT_SECS = 5.0
 #: --sync_timeout; the launcher stops the chief itself this long after that, should it not.
 LOST_TASK_GRACE_SECS = 30.0
 
+#: Signals that come within this many seconds of the first are the same stop: ``timeout``, CI
+#: runners and process managers signal a process and then its group, and a terminal's Ctrl-C
+#: reaches the whole foreground group, milliseconds apart. Only a signal after this window is
+#: a deliberate second one, which stops at once (tfps.task.lifecycle.StopWindow).
+STOP_WINDOW_SECS = 2.0
+
 #: ``tfps run --restarts``: pause before a killed task process is started again.
 RESTART_DELAY_SECS = 1.0

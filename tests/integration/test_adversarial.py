@@ -131,7 +131,7 @@ def test_every_tf_port_of_a_local_job_listens_on_loopback_only(procs, tmp_path):
     assert all(table[p] for p in ports), table              # every task listens...
     assert all(addrs == {"127.0.0.1"} for addrs in table.values()), table   # ...on loopback only
     launcher.signal(signal.SIGTERM)
-    assert launcher.wait(120) == 130, launcher.tail()
+    assert launcher.wait(120) == 143, launcher.tail()     # ExitCode.STOPPED_TERM
     assert read_results(model_dir)["status"] == "stopped"
     assert_nothing_left(ports, launcher)
 

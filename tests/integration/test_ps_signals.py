@@ -47,9 +47,9 @@ def test_ps_keeps_serving_after_sigterm_and_exits_on_the_second(procs):
     assert proc.returncode is None, "the ps left during the final-save grace:\n" + proc.tail()
     proc.signal(signal.SIGTERM)
     t0 = time.monotonic()
-    assert proc.wait(15) == 130, proc.tail()          # ExitCode.STOPPED
+    assert proc.wait(15) == 137, proc.tail()          # ExitCode.KILLED: a deliberate second signal
     assert time.monotonic() - t0 < 5
-    assert "second stop signal" in proc.output()
+    assert "exiting now, without the final save" in proc.output()
     assert_nothing_left(ports, proc)
 
 

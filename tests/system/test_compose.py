@@ -38,7 +38,7 @@ UID = 10001
 MODEL_DIR = "/data/model"
 #: What the generated files and the README say to run (``-p`` is added per test).
 UP = ["up", "--exit-code-from", CHIEF, "--attach", CHIEF]
-STOPPED = 130  # tfps.exitcodes.ExitCode.STOPPED
+STOPPED = 143  # tfps.exitcodes.ExitCode.STOPPED_TERM: `docker compose stop` sends SIGTERM
 
 
 class ComposeJob:

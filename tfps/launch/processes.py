@@ -3,8 +3,11 @@
 Like an orchestrator, and unlike a shell loop: ps first, then workers, all on free ports;
 each task's output prefixed (``[ps0]``, ``[worker1]``); the chief's outcome is the exit
 code; nothing is left behind (children die with the launcher through PR_SET_PDEATHSIG, and
-every exit path terminates what is still running). Ctrl-C stops the chief first so that it
-writes its final checkpoint and export; a second Ctrl-C ends everything at once.
+every exit path terminates what is still running). A stop (Ctrl-C, SIGTERM, SIGHUP) stops the
+chief first so that it writes its final checkpoint and export; the signals of one stop that
+arrive within ``timeouts.STOP_WINDOW_SECS`` of each other (``timeout`` and CI runners signal
+the launcher and then its group) are one stop, and only a deliberate second signal after
+that window ends everything at once.
 
 With ``--script`` the tasks run a user's classic program (``--ps_hosts ... --task_index``).
 Its ps never exits, so once the chief has exited the launcher ends the remaining tasks, the
@@ -27,10 +30,11 @@ from tfps import logs, timeouts
 from tfps.cluster import gpu, local_plan
 from tfps.config import RunConfig
 from tfps.errors import ConfigError
-from tfps.exitcodes import ExitCode
+from tfps.exitcodes import STOPPED_CODES, ExitCode, stopped_code
 from tfps.outcome import results
 from tfps.outcome.contract import JobResult, ResultsError
 from tfps.task import entry as task_entry
+from tfps.task.lifecycle import STOP_SIGNALS, StopWindow
 
 log = logging.getLogger("tfps")
 
@@ -73,11 +77,15 @@ class TaskProcess:
 
     def _copy(self) -> None:
         assert self._stream is not None
+        gone = False
         for line in self._stream:
-            if not self.verbose and logs.is_tf_noise(line):
-                continue
-            self.out.write(f"[{self.name}] {line}" if line.endswith("\n") else f"[{self.name}] {line}\n")
-            self.out.flush()
+            if gone or (not self.verbose and logs.is_tf_noise(line)):
+                continue   # the task's pipe is still read to its end: a task never blocks on its output
+            try:
+                self.out.write(f"[{self.name}] {line}" if line.endswith("\n") else f"[{self.name}] {line}\n")
+                self.out.flush()
+            except (OSError, ValueError):
+                gone = True   # the terminal has closed (SIGHUP) or the reader has gone
 
     def _exit_code(self) -> int | None:
         return self.proc.poll()
@@ -216,7 +224,7 @@ def _single_threaded() -> bool:
 
 
 #: Signals the launcher handles itself; blocked while it forks, default again in a child.
-_LAUNCHER_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+_LAUNCHER_SIGNALS = set(STOP_SIGNALS)
 
 
 def _import_tensorflow_once(verbose: bool, keras: bool = True) -> bool:
@@ -258,7 +266,7 @@ def _import_tensorflow_once(verbose: bool, keras: bool = True) -> bool:
 
 
 def _watch_until_chief_exits(chief: TaskProcess, others: list[TaskProcess], cfg: RunConfig,
-                             interrupted) -> list[TaskProcess]:
+                             interrupted, stop_script=None) -> list[TaskProcess]:
     """Watch every task until the chief exits; return the tasks that died before it.
 
     A task that dies mid-job is said at once. The chief's own watchdog ends the job within
@@ -271,6 +279,8 @@ def _watch_until_chief_exits(chief: TaskProcess, others: list[TaskProcess], cfg:
     lost_at: float | None = None
     stopped_chief = 0
     while chief.poll() is None:
+        if stop_script is not None and interrupted():
+            stop_script()
         for t in (chief, *others):
             t.sample_rss()
         for t in others:
@@ -358,18 +368,50 @@ def estimate_shares(job, num_ps: int) -> dict[str, float]:
     return estimate_memory(job, num_ps).shares_mb
 
 
+class ModelRefused(str):
+    """Why the estimate could not be made when the job itself is at fault: the user's model
+    raised while its training graph was built (or tfps refused what it built). Every task
+    would fail the same way, so ``tfps local`` refuses the job before start (``_preflight``);
+    elsewhere (``tfps plan -i``) it is a reason like any other."""
+
+
+def _raised_in_user_code(error: BaseException) -> bool:
+    """Whether a frame of ``error``'s traceback is the user's code: not tfps, not an installed
+    package (TensorFlow, tf_keras), not Python's standard library."""
+    import sysconfig
+    import traceback
+    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the tfps package
+    std = {os.path.abspath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib")}
+    for frame in traceback.extract_tb(error.__traceback__):
+        path = os.path.abspath(frame.filename)
+        if (path.startswith(own + os.sep) or "site-packages" in path or "dist-packages" in path
+                or any(path.startswith(d + os.sep) for d in std) or frame.filename.startswith("<")):
+            continue
+        return True
+    return False
+
+
 def try_estimate(job, num_ps: int, num_workers: int = 1):
-    """:func:`estimate_memory`, or why it could not be made (one line): never raises for that."""
+    """:func:`estimate_memory`, or why it could not be made (one line): never raises for that.
+
+    A ``ModelRefused`` reason when the model is at fault (tfps refused it, or the user's code
+    raised): not when TensorFlow is missing, or something in tfps or TensorFlow failed."""
     import importlib.util
     if importlib.util.find_spec("tensorflow") is None:
         return "TensorFlow is not installed here"
     try:
         return estimate_memory(job, num_ps, num_workers)
     except ConfigError as e:
-        return str(e)
-    except (Exception, SystemExit) as e:  # noqa: BLE001 - a user's model: the estimate is only advice
+        return ModelRefused(str(e))
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a user's model: refused, or the estimate is advice
         first = (str(e).strip().splitlines() or [""])[0]
-        return f"{type(e).__name__}: {first}" if first else type(e).__name__
+        line = f"{type(e).__name__}: {first}" if first else type(e).__name__
+        if _raised_in_user_code(e):
+            cfg = getattr(job, "cfg", job)
+            return ModelRefused(f"model: {getattr(cfg, 'model', 'the model')} raised {line} while its training "
+                                "graph was built; fix the model (call it alone in Python to see the whole "
+                                "traceback)")
+        return line
 
 
 @contextlib.contextmanager
@@ -390,11 +432,15 @@ def _quiet():
 
 def _answer(result) -> dict:
     from tfps.task.placement import MemoryEstimate
+    if isinstance(result, ModelRefused):
+        return {"refused": str(result)}
     return {"estimate": result.to_json()} if isinstance(result, MemoryEstimate) else {"skipped": result}
 
 
 def _from_answer(answer: dict):
     from tfps.task.placement import MemoryEstimate
+    if "refused" in answer:
+        return ModelRefused(answer["refused"])
     return MemoryEstimate.from_json(answer["estimate"]) if "estimate" in answer else str(answer["skipped"])
 
 
@@ -570,6 +616,8 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
     forkable = may_fork and _import_tensorflow_once(verbose, keras=models.may_use_keras(cfg.model))
     with _said_when_slow(f"tfps local: building the model {cfg.model} to check it before start…"):
         memory = _estimate_isolated(setup, num_ps, num_workers, verbose, isolate=forkable)
+    if isinstance(memory, ModelRefused):   # the model failed to build: every task would fail the same way
+        raise ConfigError(str(memory))
     total = host_total_memory()
     if isinstance(memory, placement.MemoryEstimate):
         placement.check_fits_host(memory, total)
@@ -648,20 +696,28 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
                      else TaskProcess(t.name, argv, task_env, out, verbose))
     chief = next(t for t, p in zip(tasks, plan.tasks) if p.is_chief)
     launched = time.time()
-    interrupted = 0
+    stops = StopWindow()
+    killed: list[str] = []   # why every task was stopped at once (a deliberate second signal)
 
     def on_signal(signum, _frame):
-        nonlocal interrupted
-        interrupted += 1
-        if interrupted == 1:
-            log.warning("stopping: the chief writes its final checkpoint and export first "
-                        "(again to stop everything now)")
-            chief.signal(signal.SIGTERM)
+        name = signal.Signals(signum).name
+        seen = stops.note(signum)
+        if seen == "first":
+            log.warning("stopping (%s): the chief writes its final checkpoint and export first; a second "
+                        "signal more than %.0f s from now stops everything at once", name, stops.window)
+            # The chief gets the launcher's own signal: its exit code and results say what stopped it.
+            chief.signal(signum)
+        elif seen == "same":
+            log.debug("%s within %.0f s of the %s: the same stop", name, stops.window, stops.signame)
         else:
+            if not killed:
+                killed.append(f"a second stop signal ({name}) came {stops.since_first():.1f} s after the "
+                              f"first ({stops.signame})")
+                log.warning("%s: every task is stopped now, before the final save", killed[0])
             for t in tasks:
                 t.signal(signal.SIGKILL)
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, on_signal) for s in _LAUNCHER_SIGNALS}
     try:
         # ps first: workers then find their ps listening. Every task exists before the first
         # output thread starts, so no fork copies a thread's held lock; a signal that comes
@@ -675,7 +731,8 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
         for t in tasks:
             t.pump()
         others = [t for t in tasks if t is not chief]
-        lost = _watch_until_chief_exits(chief, others, cfg, lambda: interrupted)
+        lost = _watch_until_chief_exits(chief, others, cfg, lambda: stops.count,
+                                        stop_script=(lambda: _stop_script_chief(chief, stops)) if script else None)
         code = chief.code
         if script:
             for t in others:
@@ -705,15 +762,57 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
         for s, h in old.items():
             signal.signal(s, h)
     for t in tasks:
-        log.info("%s exited with %s", t.name, t.describe_exit())
+        _say(log.info, "%s exited with %s", t.name, t.describe_exit())
+    reported = True
     if not script:
-        _summary(cfg, code, launched, urls, {t.name: t.describe_exit() for t in lost})
+        why = f"killed before the final save: {killed[0]}" if killed else None
+        reported = _summary(cfg, code, launched, urls, {t.name: t.describe_exit() for t in lost}, why=why)
+    return _launcher_code(code, stops, bool(killed), reported, script is not None)
+
+
+def _launcher_code(code: int | None, stops: StopWindow, killed: bool, reported: bool, script: bool) -> ExitCode:
+    """``tfps local``'s exit code: the chief's, except where only the launcher knows better.
+
+    A deliberate second signal killed everything: ``KILLED``, never a stop's code (which
+    promises the final save). A stop's code is the launcher's first signal's (130 for
+    SIGINT, 143 for SIGTERM, 129 for SIGHUP). A tfps chief that exited 0 without writing its
+    results (a user's model that ended the process) did not succeed."""
+    if killed:
+        return ExitCode.KILLED
+    if code is not None and code in STOPPED_CODES and stops.first_signum:
+        return stopped_code(stops.first_signum)
     if code is None or code < 0:
-        return ExitCode.TASK_LOST if not interrupted else ExitCode.STOPPED
+        if stops.first_signum:
+            return stopped_code(stops.first_signum) if script else ExitCode.KILLED
+        return ExitCode.TASK_LOST
+    if code == 0 and not reported:
+        return ExitCode.TRAINING_FAILED
     try:
         return ExitCode(code)
     except ValueError:
         return ExitCode.TRAINING_FAILED
+
+
+def _stop_script_chief(chief: TaskProcess, stops: StopWindow) -> None:
+    """A classic script knows nothing of tfps's stop: its chief got the launcher's signal
+    (a SIGINT it may never act on while it blocks inside TensorFlow), so after
+    ``LOCAL_STOP_WAIT_SECS`` it gets SIGTERM, and SIGKILL after as long again."""
+    waited = stops.since_first()
+    if waited > 2 * timeouts.LOCAL_STOP_WAIT_SECS and signal.SIGKILL not in chief.signalled:
+        _say(log.warning, "%s did not exit on SIGTERM: killing it", chief.name)
+        chief.signal(signal.SIGKILL)
+    elif waited > timeouts.LOCAL_STOP_WAIT_SECS and signal.SIGTERM not in chief.signalled:
+        _say(log.warning, "%s (your script) did not exit on %s within %.0f s: sending SIGTERM", chief.name,
+             stops.signame, timeouts.LOCAL_STOP_WAIT_SECS)
+        chief.signal(signal.SIGTERM)
+
+
+def _say(fn, *args) -> None:
+    """A log line that may find its terminal gone (SIGHUP): never an exception for that."""
+    try:
+        fn(*args)
+    except (OSError, ValueError):
+        pass
 
 
 def _host_memory() -> int:
@@ -734,11 +833,13 @@ def _describe(code: int | None) -> str:
         return str(code)
 
 
-def _summary(cfg: RunConfig, code, launched: float, urls: list[str], lost: dict[str, str]) -> None:
+def _summary(cfg: RunConfig, code, launched: float, urls: list[str], lost: dict[str, str],
+             why: str | None = None) -> bool:
     """Read the chief's results.json, add what only the launcher saw, print the summary.
 
     Results count only if the chief of this launch wrote them (``JobResult.written_since``);
-    otherwise the chief died without reporting, and the launcher sends the failure message."""
+    otherwise the chief died without reporting, and the launcher sends the failure message
+    (``why`` says what ended it, when the launcher knows). Returns whether the chief reported."""
     path = os.path.join(cfg.model_dir, results.RESULTS)
     res = None
     try:
@@ -748,16 +849,21 @@ def _summary(cfg: RunConfig, code, launched: float, urls: list[str], lost: dict[
     except (OSError, ResultsError) as e:
         log.error("%s", e)
     if res is None or not res.written_since(launched):
-        log.error("the chief exited with %s without writing results", _describe(code))
+        _say(log.error, "the chief exited with %s without writing results%s", _describe(code),
+             f" ({why})" if why else "")
         from tfps.outcome.report import orphan_failure
-        orphan_failure(cfg, urls, f"the chief process exited with {_describe(code)} before reporting",
+        orphan_failure(cfg, urls, why or f"the chief process exited with {_describe(code)} before reporting",
                        sorted(lost))
-        return
+        return False
     if lost:
         # What only the launcher saw: tasks that died while the job ran (a worker whose
         # loss the job survived, in async mode), next to what the chief recorded.
         res.add_lost_tasks(lost).save(path)
-    print("\n".join(res.summary_lines(results_path=os.path.abspath(path))), flush=True)
+    try:
+        print("\n".join(res.summary_lines(results_path=os.path.abspath(path))), flush=True)
+    except (OSError, ValueError):
+        pass   # the terminal has closed (SIGHUP): results.json and the message have it all
+    return True
 
 
 if __name__ == "__main__":   # the controller's estimate (plan_estimate)

@@ -20,7 +20,7 @@ import time
 
 from tfps import timeouts
 from tfps.errors import ConfigError
-from tfps.exitcodes import ExitCode
+from tfps.exitcodes import ExitCode, stopped_code
 
 log = logging.getLogger("tfps")
 
@@ -61,28 +61,100 @@ def rpc_abandoned() -> bool:
     return _abandoned_rpc
 
 
+#: The signals that stop a job: SIGTERM (``docker stop``, ``timeout``, Slurm), SIGINT (Ctrl-C)
+#: and SIGHUP (a closed terminal or SSH session; ``nohup`` for a job that must outlive it).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class StopWindow:
+    """One stop however it is sent: which of the stop signals that reach a process are new.
+
+    ``timeout`` and CI runners signal a process and then its whole group, and Ctrl-C reaches
+    every process of the terminal's foreground group, milliseconds apart: a launcher and
+    its tasks see two signals for one stop. Every signal within ``window`` seconds of the
+    first is that same stop; one after it is a deliberate second signal ("now, please"),
+    which ends everything at once. Pure, so the launcher and every task judge alike.
+    """
+
+    def __init__(self, window: float = timeouts.STOP_WINDOW_SECS, clock=time.monotonic):
+        self.window, self.clock = window, clock
+        self.first_signum: int | None = None
+        self.first_at: float | None = None
+        self.count = 0
+
+    def note(self, signum: int) -> str:
+        """``"first"``, ``"same"`` (within the window: the same stop) or ``"second"``."""
+        now = self.clock()
+        self.count += 1
+        if self.first_at is None:
+            self.first_signum, self.first_at = int(signum), now
+            return "first"
+        return "same" if now - self.first_at <= self.window else "second"
+
+    @property
+    def signame(self) -> str:
+        return signal.Signals(self.first_signum).name if self.first_signum else ""
+
+    def since_first(self) -> float:
+        return self.clock() - self.first_at if self.first_at is not None else 0.0
+
+
 class StopSignal:
-    """SIGTERM/SIGINT become a stop request instead of killing the process mid-save."""
+    """SIGTERM, SIGINT and SIGHUP become a stop request instead of killing the process mid-save.
+
+    Signals within the stop window of the first are the same stop (:class:`StopWindow`); a
+    deliberate second one after it ends the task at once, without its final save, with
+    ``ExitCode.KILLED``. The exit code of a task that stopped is the first signal's
+    (:meth:`exit_code`: 130, 143 or 129)."""
 
     def __init__(self) -> None:
-        self.count = 0
-        self.first_at: float | None = None
-        self.signame = ""
+        self.window = StopWindow()
         self._event = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum, _frame) -> None:
-        self.count += 1
-        self.signame = signal.Signals(signum).name
-        if self.first_at is None:
-            self.first_at = time.monotonic()
+        name = signal.Signals(signum).name
+        seen = self.window.note(signum)
+        if seen == "second":
+            log.warning("received %s %.1f s after %s: exiting now, without the final save", name,
+                        self.window.since_first(), self.window.signame)
+            _exit_now(ExitCode.KILLED)
         self._event.set()
-        log.warning("received %s (%d): finishing the current step, then the final save", self.signame, self.count)
+        if seen == "first":
+            log.warning("received %s: finishing the current step, then the final save", name)
+        else:
+            log.info("received %s again within %.0f s: the same stop", name, self.window.window)
 
     @property
     def requested(self) -> bool:
         return self._event.is_set()
+
+    @property
+    def count(self) -> int:
+        return self.window.count
+
+    @property
+    def first_at(self) -> float | None:
+        return self.window.first_at
+
+    @property
+    def signame(self) -> str:
+        return self.window.signame
+
+    def exit_code(self) -> ExitCode:
+        """The code of a task stopped by this request: 128 + the first signal's number."""
+        return stopped_code(self.window.first_signum)
+
+
+def _exit_now(code: int) -> None:
+    """End the process at once (a deliberate second stop signal): logs flushed, nothing else."""
+    try:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(int(code))
 
 
 def usable_cpus() -> int:

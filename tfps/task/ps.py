@@ -60,12 +60,9 @@ def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
         sess.run(size)
         bound.disarm()
         while len(seen) < task.num_workers:
-            if stop.count >= 2:
-                log.warning("second stop signal: ps%d exits now", task.index)
-                return ExitCode.STOPPED
             if stop.requested and time.monotonic() - stop.first_at > grace:
                 log.warning("ps%d stopped: %d s grace for the final save is over", task.index, grace)
-                return ExitCode.STOPPED
+                return stop.exit_code()
             if stop.requested and chief_done_at is not None:
                 # The job's outcome is the chief's, and it is on disk: as when the wait below
                 # runs out, a worker that never reported cannot make the ps's end a failure.

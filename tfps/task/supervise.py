@@ -20,6 +20,7 @@ import time
 from tfps import timeouts
 from tfps.exitcodes import ExitCode
 from tfps.outcome.journal import RESTART_CAUSE_ENV, RESTART_SIGNAL_ENV, signal_cause
+from tfps.task.lifecycle import STOP_SIGNALS
 
 log = logging.getLogger("tfps")
 
@@ -45,8 +46,9 @@ def supervise(argv: list[str], restarts: int, name: str) -> ExitCode | int:
 
     Only deaths by a signal nobody sent through this process count (SIGKILL from the OOM
     killer, SIGSEGV, ...): an exit code is the task's own verdict (1 failed, 2 bad input,
-    130 stopped) and is returned as it is. SIGTERM and SIGINT are passed on to the task,
-    which then saves and exits as usual; nothing is restarted after them.
+    130/143/129 stopped) and is returned as it is. SIGTERM, SIGINT and SIGHUP are passed on
+    to the task, which then saves and exits as usual (the same signal reaching it through
+    the process group too is the same stop); nothing is restarted after them.
     """
     state_dir = tempfile.mkdtemp(prefix=f"tfps-{name}-")
     try:
@@ -64,8 +66,8 @@ def _supervise(argv: list[str], restarts: int, name: str, env: dict[str, str]) -
         if state["child"] is not None and state["child"].poll() is None:
             state["child"].send_signal(signum)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, forward)
     attempt = 0
     while True:
         state["child"] = subprocess.Popen(cmd, env=env)

@@ -1,0 +1,167 @@
+"""One stop however it is sent: real ``tfps local`` jobs stopped the way tools stop them.
+
+* ``timeout``, CI runners and process managers signal the launcher and then its whole
+  process group milliseconds apart: one stop (final checkpoint, export, results.json
+  ``stopped``, one message, exit 130);
+* a closed terminal (a real tmux pane killed under the job) sends SIGHUP: a stop like
+  SIGTERM, exit 129, while the launcher's terminal is gone;
+* a deliberate second signal after the stop window ends everything at once: its own exit
+  code (137, not 130) and a message that says the final save was not made.
+
+Times are only ever upper bounds that a hang would break.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from integration_helpers import (
+    REPO,
+    assert_nothing_left,
+    base_env,
+    launcher_ports,
+    poll,
+    read_results,
+    run_flags,
+)
+
+from tfps.exitcodes import ExitCode
+from tfps.timeouts import STOP_WINDOW_SECS
+
+pytestmark = pytest.mark.integration
+
+
+def _training(launcher) -> bool:
+    return bool(launcher.lines(r"\[worker0\] .*worker0: step (\d+)/"))
+
+
+def _one_message(smtp_server, word: str):
+    mails = smtp_server.wait_for(1, timeout=60)
+    time.sleep(2)   # a second message would have come by now
+    subjects = [m["Subject"] for m in smtp_server.received()]
+    assert len(subjects) == 1, subjects
+    assert word in subjects[0].lower(), subjects
+    return mails[0]
+
+
+def _assert_stopped_with_final_save(model_dir: Path, code: int) -> None:
+    res = read_results(model_dir)
+    assert res["status"] == "stopped", res.get("error")
+    assert res["exit_code"] == code
+    assert 0 < res["global_step"] < 10_000_000
+    assert res["export_complete"] is True
+    assert (model_dir / f"model.ckpt-{res['global_step']}.index").is_file(), sorted(os.listdir(model_dir))
+    assert (Path(res["export_dir"]) / "saved_model.pb").is_file()
+
+
+def test_a_signal_to_the_launcher_then_its_group_is_one_stop(procs, tmp_path, smtp_server):
+    """The issue's reproduction: ``kill -INT $L; sleep 0.02; kill -INT -- -$L`` once it trains,
+    as ``timeout -s INT`` does it."""
+    model_dir = tmp_path / "model"
+    launcher = procs.tfps("tfps-local-group-stop", "local", *run_flags(model_dir, steps=10_000_000),
+                          env=base_env(APPRISE_URLS=smtp_server.url()))
+    ports = launcher_ports(launcher)
+    poll(lambda: _training(launcher), 180, "the chief training", launcher)
+    os.kill(launcher.pid, signal.SIGINT)
+    time.sleep(0.02)
+    os.killpg(launcher.pid, signal.SIGINT)      # the launcher leads its own group (start_new_session)
+    assert launcher.wait(300) == ExitCode.STOPPED == 130, launcher.tail()
+    out = launcher.output()
+    assert "SIGKILL" not in out, launcher.tail()
+    _assert_stopped_with_final_save(model_dir, 130)
+    assert "stopped" in _one_message(smtp_server, "stopped")["Subject"].lower()
+    assert_nothing_left(ports, launcher)
+
+
+def test_a_deliberate_second_signal_stops_at_once_and_says_so(procs, tmp_path, smtp_server):
+    model_dir = tmp_path / "model"
+    # A slow export keeps the chief in its final save when the second signal comes.
+    launcher = procs.tfps("tfps-local-second-signal", "local",
+                          *run_flags(model_dir, "--model", "tests.fixtures.slow_model:model_fn", steps=10_000_000),
+                          env=base_env(APPRISE_URLS=smtp_server.url()))
+    ports = launcher_ports(launcher)
+    poll(lambda: _training(launcher), 180, "the chief training", launcher)
+    launcher.signal(signal.SIGINT)
+    launcher.wait_for(r"received SIGINT: finishing the current step", 60)
+    time.sleep(STOP_WINDOW_SECS + 1.0)
+    launcher.signal(signal.SIGINT)
+    t0 = time.monotonic()
+    rc = launcher.wait(60)
+    assert rc == ExitCode.KILLED == 137, launcher.tail()
+    assert time.monotonic() - t0 < 20
+    mail = _one_message(smtp_server, "failed")
+    body = mail.get_body(("plain",)).get_content()
+    assert "killed before the final save" in body, body
+    assert "killed before the final save" in launcher.output()
+    assert not (model_dir / "export").exists(), "the export was said to be cut, yet it exists"
+    assert_nothing_left(ports, launcher)
+
+
+def test_a_closed_terminal_is_a_stop_with_the_final_save(procs, tmp_path, smtp_server):
+    """A real terminal (tmux): the job runs in the foreground of an interactive bash in a
+    pane, and the pane's session is killed. Its pty hangs up, bash gets SIGHUP and passes it
+    on to its jobs before it exits, as it does when an SSH session or a terminal window
+    closes; the launcher writes on a terminal that is gone from then on."""
+    model_dir = tmp_path / "model"
+    rc_file = tmp_path / "rc"
+    env = base_env(APPRISE_URLS=smtp_server.url())
+    session = f"tfps-hup-{uuid.uuid4().hex[:8]}"
+    argv = [sys.executable, "-m", "tfps", "local", *map(str, run_flags(model_dir, steps=10_000_000))]
+    # The job is `sh -c` around the launcher only to record its exit code afterwards: that sh
+    # ignores SIGHUP, and the launcher installs its own handler whatever it inherits.
+    inner = f"trap '' HUP; {shlex.join(argv)}; echo $? > {shlex.quote(str(rc_file))}"
+    env_args = [x for k, v in env.items() if k in ("APPRISE_URLS", "TFPS_DEMO_DIR", "PYTHONPATH")
+                for x in ("-e", f"{k}={v}")]
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "50", "-c", str(REPO),
+                    *env_args, "bash", "--norc", "--noprofile", "-i"], check=True, env=env)
+    try:
+        def pane() -> str:
+            return subprocess.run(["tmux", "capture-pane", "-p", "-t", session, "-S", "-200"],
+                                  capture_output=True, text=True).stdout
+        subprocess.run(["tmux", "send-keys", "-t", session, f"sh -c {shlex.quote(inner)}", "Enter"], check=True)
+        poll(lambda: "worker0: step" in pane(), 180, "training in the tmux pane")
+        subprocess.run(["tmux", "kill-session", "-t", session], check=True)
+        poll(lambda: rc_file.exists() and rc_file.read_text().strip(), 300, "the launcher's exit")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    assert rc_file.read_text().strip() == str(int(ExitCode.STOPPED_HUP)) == "129"
+    _assert_stopped_with_final_save(model_dir, 129)
+    _one_message(smtp_server, "stopped")
+
+
+def test_a_task_process_takes_a_group_signal_as_one_stop_and_a_late_one_as_kill(tmp_path):
+    """A real process with tfps's StopSignal: two SIGTERMs 20 ms apart are one stop; a third
+    after the window ends it at once with KILLED."""
+    code = textwrap.dedent("""
+        import sys, time
+        from tfps.task.lifecycle import StopSignal
+        stop = StopSignal()
+        print("ready", flush=True)
+        while stop.count < 2:
+            time.sleep(0.01)
+        print("requested", stop.requested, stop.count, stop.exit_code().value, flush=True)
+        time.sleep(30)
+        sys.exit(5)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        os.kill(proc.pid, signal.SIGTERM)
+        time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.stdout.readline().split() == ["requested", "True", "2", "143"]
+        time.sleep(2.3)
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(10) == ExitCode.KILLED
+        assert "exiting now, without the final save" in proc.stderr.read()
+    finally:
+        proc.kill()
