@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
+import time
 
 import pytest
-from integration_helpers import REPO, assert_nothing_left, launcher_ports, task_exit
+from integration_helpers import REPO, assert_nothing_left, cluster_pids, launcher_ports, poll, task_exit
 
 pytestmark = pytest.mark.integration
 
@@ -25,4 +27,24 @@ def test_classic_script_runs_and_its_ps_is_ended(procs, tmp_path):
     # The classic ps never returns from server.join(): the launcher had to end it.
     assert task_exit(launcher, "worker0") == "0 (OK)"
     assert task_exit(launcher, "ps0").startswith("signal SIG"), task_exit(launcher, "ps0")
+    assert_nothing_left(ports, launcher)
+
+
+def test_a_classic_script_that_never_ends_stops_on_one_ctrl_c(procs, tmp_path):
+    """The script's processes are signalled: its chief takes the SIGINT (KeyboardInterrupt in
+    its training loop), then its ps are ended; no escalation to SIGTERM or SIGKILL is needed."""
+    launcher = procs.tfps("tfps-local-script-stop", "local", "--script", REPO / "tests/fixtures/classic_replica.py",
+                          "--model_dir", tmp_path / "model",
+                          "--", "--train_steps", 100_000_000, "--marker", tmp_path / "never.json")
+    ports = launcher_ports(launcher)
+    # Training: the chief holds a connection to the ps (its session) for some seconds.
+    poll(lambda: len(cluster_pids(ports)) == 3, 60, "the script's three processes", launcher)
+    time.sleep(8)
+    assert launcher.returncode is None, launcher.tail()
+    launcher.signal(signal.SIGINT)
+    t0 = time.monotonic()
+    assert launcher.wait(60) == 130, launcher.tail()
+    assert time.monotonic() - t0 < 15, launcher.tail()
+    assert "did not exit on" not in launcher.output(), launcher.tail()
+    assert task_exit(launcher, "worker0") == "signal SIGINT", launcher.tail()
     assert_nothing_left(ports, launcher)

@@ -50,6 +50,14 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
+def _task_preexec() -> None:  # a spawned task, between fork and exec
+    """Die with the launcher, and take stop signals again: the launcher blocks them while it
+    starts the tasks, and a blocked mask is inherited across exec (a classic script's tasks,
+    or ``TFPS_LOCAL_FORK=0``'s, would never see a stop)."""
+    _die_with_parent()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _LAUNCHER_SIGNALS)
+
+
 class TaskProcess:
     """One task of the plan running as a child process, its output prefixed with its name.
 
@@ -68,7 +76,7 @@ class TaskProcess:
     def spawn(self) -> None:
         self.proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True,
-                                     preexec_fn=_die_with_parent, bufsize=1, text=True, errors="replace")
+                                     preexec_fn=_task_preexec, bufsize=1, text=True, errors="replace")
         self.pid, self._stream = self.proc.pid, self.proc.stdout
 
     def pump(self) -> None:
