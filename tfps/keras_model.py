@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from tfps import compat
-from tfps.errors import ConfigError
+from tfps.errors import ConfigError, user_code
 from tfps.modelspec import ModelSpec, local_state
 
 log = logging.getLogger("tfps")
@@ -113,7 +113,8 @@ class KerasBuilder:
         args = dict(getattr(params, "model_args", None) or {})
         self.check_args(args)
         try:
-            model = self.fn(params=params, **args) if self.takes_params else self.fn(**args)
+            with user_code(f"the model builder {self.name}"):
+                model = self.fn(params=params, **args) if self.takes_params else self.fn(**args)
         except ConfigError:
             raise
         except Exception as e:  # noqa: BLE001 - a user's builder: one line, not its traceback

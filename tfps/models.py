@@ -24,11 +24,12 @@ See ``examples/custom_model.py``.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 
 from tfps import keras_model
-from tfps.errors import ConfigError
+from tfps.errors import ConfigError, UserCodeExit, user_code
 from tfps.logs import tf_import_banner_dropped
 from tfps.modelspec import ModelFn, ModelParams, ModelSpec, local_state  # noqa: F401 - the interface, imported from here by users
 
@@ -263,8 +264,10 @@ def resolve(name: str) -> ModelFn:
                           "model")
     module_name, _, attr = name.partition(":")
     try:
-        with tf_import_banner_dropped():   # a model's module imports TensorFlow, or tf_keras
+        with user_code(f"importing {module_name}"), tf_import_banner_dropped():   # it may import TensorFlow
             module = importlib.import_module(module_name)
+    except UserCodeExit:
+        raise
     except Exception as e:  # ImportError, or any error raised while importing user code
         hint = (" tf_keras is not installed: pip install --no-deps 'tf_keras==2.21.*'"
                 if isinstance(e, ImportError) and getattr(e, "name", "") == "tf_keras" else "")
@@ -282,4 +285,13 @@ def resolve(name: str) -> ModelFn:
         raise ConfigError(f"{name} must accept (features, labels, mode, params) (a model_fn), or take no "
                           f"required arguments and return a tf_keras Model; its signature is "
                           f"{inspect.signature(fn)}", "model") from None
-    return fn
+    return _guarded(fn, name)
+
+
+def _guarded(fn: ModelFn, name: str) -> ModelFn:
+    """A user's model_fn that cannot end the process (``errors.user_code``)."""
+    @functools.wraps(fn)
+    def model_fn(features, labels, mode, params):
+        with user_code(f"the model function {name}"):
+            return fn(features, labels, mode, params)
+    return model_fn

@@ -124,6 +124,12 @@ HEALTHCHECK_CONNECT_SECS = 3.0
 #: One attempt to deliver a notification (apprise's per-request timeout, tfps.notify.notifier).
 NOTIFY_ATTEMPT_SECS = 15.0
 
+#: Signals that come within this many seconds of the first are the same stop: ``timeout``, CI
+#: runners and process managers signal a process and then its group, and a terminal's Ctrl-C
+#: reaches the whole foreground group, milliseconds apart. Only a signal after this window is
+#: a deliberate second one, which stops at once (tfps.task.lifecycle.StopWindow).
+STOP_WINDOW_SECS = 2.0
+
 #: After the chief exits 0, how long the other tasks get to exit on their own before they
 #: are stopped: ``tfps local``, and the Ansible role's default ``tfps_settle_timeout``
 #: (ansible/roles/tfps/defaults/main.yml; a unit test keeps the two equal). They normally
@@ -136,8 +142,9 @@ LOCAL_STOP_WAIT_SECS = 10.0
 #: it waits for tasks to exit.
 LOCAL_WATCH_POLL_SECS = 0.2
 LOCAL_EXIT_POLL_SECS = 0.1
-#: ``tfps local``: pause between the two SIGTERMs that end a ps (the second means "exit now").
-LOCAL_SECOND_SIGNAL_SECS = 0.5
+#: ``tfps local``: pause between the two SIGTERMs that end a ps (the second means "exit now"):
+#: past the stop window, or the ps would take the second for the same stop.
+LOCAL_SECOND_SIGNAL_SECS = STOP_WINDOW_SECS + 0.5
 #: ``tfps local``: how long a task's output is still copied after it exited, and how long the
 #: launcher waits for tasks after SIGKILL.
 LOCAL_OUTPUT_DRAIN_SECS = 5.0
@@ -147,11 +154,6 @@ LOCAL_KILL_WAIT_SECS = 5.0
 #: --sync_timeout; the launcher stops the chief itself this long after that, should it not.
 LOST_TASK_GRACE_SECS = 30.0
 
-#: Signals that come within this many seconds of the first are the same stop: ``timeout``, CI
-#: runners and process managers signal a process and then its group, and a terminal's Ctrl-C
-#: reaches the whole foreground group, milliseconds apart. Only a signal after this window is
-#: a deliberate second one, which stops at once (tfps.task.lifecycle.StopWindow).
-STOP_WINDOW_SECS = 2.0
 
 #: ``tfps run --restarts``: pause before a killed task process is started again.
 RESTART_DELAY_SECS = 1.0

@@ -29,7 +29,7 @@ import time
 from tfps import logs, timeouts
 from tfps.cluster import gpu, local_plan
 from tfps.config import RunConfig
-from tfps.errors import ConfigError
+from tfps.errors import ConfigError, real_os_exit
 from tfps.exitcodes import STOPPED_CODES, ExitCode, stopped_code
 from tfps.outcome import results
 from tfps.outcome.contract import JobResult, ResultsError
@@ -211,7 +211,7 @@ def _run_forked(run_args: list[str], env: dict[str, str], out_fd: int, title: st
                 stream.flush()
             except Exception:   # noqa: BLE001
                 pass
-        os._exit(code)
+        real_os_exit(code)
 
 
 def _set_title(title: str) -> None:
@@ -483,7 +483,7 @@ def _estimate_isolated(setup, num_ps: int, num_workers: int, verbose: bool, isol
         except BaseException:   # noqa: BLE001 - the child must never return into the launcher
             code = 1
         finally:
-            os._exit(code)
+            real_os_exit(code)
     os.close(write_end)
     chunks: list[bytes] = []
     deadline = time.monotonic() + ESTIMATE_TIMEOUT_SECS
@@ -754,7 +754,10 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
                 _wait([t for t in others if t.name.startswith("worker")], timeouts.SETTLE_SECS)
                 for t in others:
                     t.signal(signal.SIGTERM)
-            if not _wait(others, timeouts.SETTLE_SECS if code == 0 else timeouts.LOCAL_STOP_WAIT_SECS):
+            settle = timeouts.SETTLE_SECS if code == 0 else timeouts.LOCAL_STOP_WAIT_SECS
+            if code == 0 and not _chief_reported(cfg, launched):
+                settle = 0   # a chief that exited 0 without its results (user code ended it): release the ps now
+            if not _wait(others, settle):
                 log.warning("ending tasks that did not exit by themselves: %s",
                             ", ".join(t.name for t in others if t.poll() is None))
                 for t in others:      # a ps takes a second signal as "exit now"
@@ -839,6 +842,14 @@ def _describe(code: int | None) -> str:
         return f"{code} ({ExitCode(code).name})"
     except ValueError:
         return str(code)
+
+
+def _chief_reported(cfg: RunConfig, launched: float) -> bool:
+    """Whether the chief of this launch wrote its results.json (``JobResult.written_since``)."""
+    try:
+        return JobResult.load(os.path.join(cfg.model_dir, results.RESULTS)).written_since(launched)
+    except (OSError, ResultsError):
+        return False
 
 
 def _summary(cfg: RunConfig, code, launched: float, urls: list[str], lost: dict[str, str],

@@ -19,7 +19,7 @@ import time
 
 from tfps import logs
 from tfps.config import ArgumentParser, add_replace_option, add_run_options, from_args, normalize_argv
-from tfps.errors import ConfigError
+from tfps.errors import ConfigError, real_os_exit
 from tfps.exitcodes import ExitCode
 
 #: When this process began (for a forked task: when the launcher imported tfps), the start of
@@ -112,5 +112,5 @@ def _run(ns: argparse.Namespace, argv: list[str]) -> ExitCode | int:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(int(code))
+        real_os_exit(int(code))
     return code

@@ -19,7 +19,7 @@ import threading
 import time
 
 from tfps import timeouts
-from tfps.errors import ConfigError
+from tfps.errors import ConfigError, real_os_exit
 from tfps.exitcodes import ExitCode, stopped_code
 
 log = logging.getLogger("tfps")
@@ -154,7 +154,7 @@ def _exit_now(code: int) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
-        os._exit(int(code))
+        real_os_exit(int(code))
 
 
 def usable_cpus() -> int:
