@@ -451,7 +451,7 @@ def inspect_model(builder: KerasBuilder, schema, params) -> KerasInfo:
         out = None
     else:
         if schema.string_columns:
-            raise ConfigError(f"the data has text columns ({', '.join(schema.string_columns)}), which cannot join "
+            raise ConfigError(f"the data has text columns {schema.describe_text()}, which cannot join "
                               f"the numbers in the one input of {name}; give the model one keras.Input per "
                               "column, named after it (dtype='string' for a text column: hash it with "
                               "keras.layers.Hashing into an Embedding)", "model")

@@ -106,11 +106,13 @@ def test_multi_input_model_needs_named_columns(tmp_path):
     assert "has 2 inputs (age, height)" in msg and "npz data has none" in msg
 
 
-def test_named_inputs_need_the_same_columns_in_eval_data(named_csv, tmp_path):
+def test_named_inputs_take_eval_columns_by_name(named_csv, tmp_path):
     ev = tmp_path / "eval.csv"
-    ev.write_text("income,age,noise,score,label\n1,2,3,4,0\n")
-    with pytest.raises(ConfigError, match=r"eval_data: eval examples have columns \['income', 'age', 'noise', "
-                                          r"'score'\], training examples \['age', 'income', 'noise', 'score'\]"):
+    ev.write_text("income,age,noise,score,label\n1,2,3,4,0\n")   # the training columns, reordered
+    setup = JobSetup(RunConfig(model=f"{FIX}:named_inputs", train_data=named_csv, eval_data=str(ev)).validate())
+    assert setup.eval_schema.feature_keys == setup.schema.feature_keys == ("age", "income", "noise", "score")
+    ev.write_text("income,age,score,label\n1,2,4,0\n")
+    with pytest.raises(ConfigError, match=r"eval_data: .*eval.csv lacks the training data's columns 'noise'"):
         JobSetup(RunConfig(model=f"{FIX}:named_inputs", train_data=named_csv, eval_data=str(ev)).validate())
 
 

@@ -36,7 +36,10 @@ class JobSetup:
         self.schema = data_mod.infer_schema(train, cfg.label_column, cfg.num_classes, "train_data", shard)
         self.eval_schema = None
         if evalg and evaluates:
-            self.eval_schema = data_mod.infer_schema(evalg, cfg.label_column, self.schema.num_classes, "eval_data")
+            # read with the training data's decision of which columns are text, matched by name
+            self.eval_schema = data_mod.match_eval(self.schema, data_mod.infer_schema(
+                evalg, cfg.label_column, self.schema.num_classes, "eval_data",
+                text_columns=self.schema.string_columns, decided_by="the training data"))
             if self.eval_schema.feature_shape != self.schema.feature_shape:
                 raise ConfigError(f"eval examples have shape {list(self.eval_schema.feature_shape)}, training "
                                   f"examples {list(self.schema.feature_shape)}", "eval_data")
@@ -52,7 +55,7 @@ class JobSetup:
                                   f"({', '.join(cfg.model_args)}); its options are flags (--hidden_units, "
                                   "--hash_buckets, --embedding_dim)", "model_args")
             if self.schema.string_columns and cfg.model not in models.NAMED_COLUMNS:
-                raise ConfigError(f"the data has text columns ({', '.join(self.schema.string_columns)}), and the "
+                raise ConfigError(f"the data has text columns {self.schema.describe_text()}, and the "
                                   f"built-in model {cfg.model} takes numbers only; use a Keras model with one "
                                   "Input per column (keras.layers.Hashing into an Embedding for text)", "model")
             models.check_shape(cfg.model, self.schema.feature_shape, columns)
