@@ -28,21 +28,20 @@ def test_nan_loss_fails_the_job_and_stops_every_task(procs, tmp_path):
     assert_nothing_left(ports, launcher)
 
 
-def test_model_raising_in_train_mode_is_reported_as_failed(procs, tmp_path):
+def test_model_raising_in_train_mode_is_refused_before_start(procs, tmp_path):
+    """The launcher's memory estimate builds the training graph: a model that raises there
+    would fail every task the same way, so the job is refused in one line (issue 35, item 20)."""
     model_dir = tmp_path / "model"
     launcher = procs.tfps("tfps-local-raises", "local",
-                          *run_flags(model_dir, "--model", "tests.fixtures.bad_models:raises_in_train", steps=200))
-    ports = launcher_ports(launcher)
-    assert launcher.wait(300) == 1, launcher.tail()
-    res = read_results(model_dir)
-    assert res["status"] == "failed"
-    assert res["exit_code"] == 1
-    assert "refuses to build its training graph" in res["error"]["message"]
-    assert res["export_complete"] is False
-    # Every task reported "done", so the ps left by itself instead of being killed.
-    assert task_exit(launcher, "ps0") == "0 (OK)"
-    assert "ending tasks that did not exit by themselves" not in launcher.output()
-    assert_nothing_left(ports, launcher)
+                          *run_flags(model_dir, "--model", "tests.fixtures.bad_models:raises_in_train", steps=200),
+                          separate_stderr=True)
+    assert launcher.wait(300) == 2, launcher.tail()          # ExitCode.BAD_CONFIG
+    err = [line for line in launcher.stderr().strip().splitlines() if "error" in line]
+    assert len(err) == 1, err
+    assert err[0].startswith("tfps: error: model: tests.fixtures.bad_models:raises_in_train raised RuntimeError"), err
+    assert "refuses to build its training graph" in err[0]
+    assert "[ps0]" not in launcher.output() and "ps + " not in launcher.output()   # no task started
+    assert not (model_dir / "results.json").exists()
 
 
 def test_model_import_error_starts_nothing(procs, tmp_path):

@@ -416,9 +416,9 @@ def try_estimate(job, num_ps: int, num_workers: int = 1):
         line = f"{type(e).__name__}: {first}" if first else type(e).__name__
         if _raised_in_user_code(e):
             cfg = getattr(job, "cfg", job)
-            return ModelRefused(f"model: {getattr(cfg, 'model', 'the model')} raised {line} while its training "
-                                "graph was built; fix the model (call it alone in Python to see the whole "
-                                "traceback)")
+            return ModelRefused(f"model: {getattr(cfg, 'model', 'the model')} raised {line} (checked before start, "
+                                "building its training graph); fix the model (call it alone in Python to see the "
+                                "whole traceback)")
         return line
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import socket
 import time
 import traceback
@@ -36,9 +37,52 @@ def format_error(error: BaseException | None) -> ErrorInfo | None:
     if error is None:
         return None
     tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    message = getattr(error, "message", None) or str(error)
-    return ErrorInfo(type=type(error).__name__, message=message.strip().splitlines()[0] if message else "",
+    return ErrorInfo(type=type(error).__name__, message=error_line(error),
                      traceback_tail="\n".join(tb.strip().splitlines()[-15:]))
+
+
+#: TensorFlow's lines around the real message of an error raised while a graph runs.
+_TF_NOISE = re.compile(r"^(Graph execution error:|Detected at node |Detected unsupported operations|File \"|"
+                       r"\[\[|Original stack trace|Node: |\d+ root error\(s\) found|\d+ successful operations|"
+                       r"\d+ derived errors ignored)")
+_TF_ERROR_PREFIX = re.compile(r"^\(\d+\) [A-Z_]+: ")
+_TF_NODE_SUFFIX = re.compile(r"\s*\[\[\{\{node [^}]*\}\}\]\]\s*$")
+
+
+def error_line(error: BaseException) -> str:
+    """The first meaningful line of an exception, for results.json, the summary and the message.
+
+    An error raised while a graph runs (a TensorFlow ``OpError`` from ``session.run``) begins
+    with "Graph execution error:", then the Python frames where the failing op was defined;
+    the real message comes after the ``Node: '...'`` line. That line is kept, with the op
+    that raised it and the op's inputs named: ``Field 1 in record 0 is not a valid float:
+    abc (op 'DecodeCSV' of type DecodeCSV, input 'Const')``.
+    """
+    message = (getattr(error, "message", None) or str(error) or "").strip()
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    if not lines[0].startswith("Graph execution error"):
+        return lines[0]
+    node = None
+    for ln in lines:
+        m = re.match(r"^(?:Node: |Detected at node )'([^']+)'", ln)
+        if m:
+            node = node or m.group(1)
+    text = next((_TF_NODE_SUFFIX.sub("", _TF_ERROR_PREFIX.sub("", ln)) for ln in lines
+                 if not _TF_NOISE.match(ln) and not ln.startswith("in ")), "")
+    node_def = getattr(error, "node_def", None)
+    name = getattr(node_def, "name", "") or node
+    where = ""
+    if name:
+        op_type = getattr(node_def, "op", "")
+        inputs = [i for i in getattr(node_def, "input", []) if not str(i).startswith("^")]
+        where = (f"op '{name}'" + (f" of type {op_type}" if op_type and op_type != name else "")
+                 + (f", input{'s' if len(inputs) > 1 else ''} {', '.join(repr(str(i)) for i in inputs[:3])}"
+                    + (" ..." if len(inputs) > 3 else "") if inputs else ""))
+    if not text:
+        return f"TensorFlow raised at {where}" if where else lines[0]
+    return f"{text} ({where})" if where else text
 
 
 def _notifier(cfg):

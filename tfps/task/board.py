@@ -12,6 +12,9 @@ The chief reads every board from a thread of its own (tfps.task.watch): stalls, 
 of workers, per-worker figures. The variables are in no collection: never checkpointed,
 never initialised by anyone but their writer (assigning initialises them), so a worker that
 joins never resets another's board; a board nobody wrote yet cannot be read.
+
+Next to the boards, one string per worker: why it failed (a worker that fails writes it
+before it exits; the chief's watch reads it, and the job fails with that reason).
 """
 
 from __future__ import annotations
@@ -45,6 +48,16 @@ class Board:
             value = tf.concat([self.value[:1], tf.maximum(self.value[1:2], tf.reshape(step, [1])), self.value[2:]], 0)
             self.publish = self.vars[index].assign(value).op
         self.read = [v.read_value() if hasattr(v, "read_value") else v.value() for v in self.vars]
+        # Why a worker failed ("" until it does): written once by the worker as it fails,
+        # read by the chief's watch, so the job fails with it whatever runs the tasks.
+        with v1.device("/job:ps/task:0"):
+            self.error_vars = [v1.get_variable(f"tfps_error_worker{i}", shape=[], dtype=tf.string,
+                                               initializer=v1.constant_initializer(""), trainable=False,
+                                               collections=[])
+                               for i in range(num_workers)]
+            self.error_value = v1.placeholder(tf.string, shape=[], name="tfps_error_value")
+            self.publish_error = self.error_vars[index].assign(self.error_value).op
+        self.read_errors = [v.read_value() if hasattr(v, "read_value") else v.value() for v in self.error_vars]
 
 
 def restart_signal() -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 
 from tfps import data as data_mod
@@ -29,7 +30,7 @@ from tfps.task.checkpoint import checkpoint_step
 from tfps.task.lifecycle import session_config
 from tfps.task.setup import JobSetup
 from tfps.task.watch import JobWatch
-from tfps.task.worker import Worker
+from tfps.task.worker import Worker, WorkerFailed
 
 log = logging.getLogger("tfps")
 
@@ -43,26 +44,58 @@ class Chief(Worker):
     session_step: int | None = None       # the step the newest session started from
     replace = False                       # --replace: go on with settings other than model_dir records
 
+    watch: JobWatch | None = None         # the watch of the workers' progress, while the job trains
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._report_guard = threading.Lock()
+        self.reported = False   # the job's one report (results.json and the end message) is made
+
+    def claim_report(self) -> bool:
+        """True for the first caller only: the job has one report, whoever sees its end first
+        (the training loop's error, or the watchdog that finds a task lost at the same moment)."""
+        with self._report_guard:
+            if self.reported:
+                return False
+            self.reported = True
+            return True
+
+    def highest_step(self, *steps: int) -> int:
+        """The highest global step this chief saw (a lost ps takes the job back to its checkpoint)."""
+        return max([int(s or 0) for s in steps] + [self.last_seen_step]
+                   + ([self.watch.job_step] if self.watch is not None else []))
+
     def report_untrained_failure(self, error: Exception, code: ExitCode, write_results: bool,
-                                 lost_tasks: list[str] | None = None) -> None:
+                                 lost_tasks: list[str] | None = None) -> bool:
         """The chief's "failed" report for a job that cannot go on training (bad input, a task
         that never started or died for good): results.json from the newest checkpoint, naming
         the ``lost_tasks``, and the message; or, when model_dir may not be written (another
-        job's, or not claimed yet), the message only."""
+        job's, or not claimed yet), the message only. Nothing (and False) when the job was
+        reported already."""
         import tensorflow as tf
+        if not self.claim_report():
+            log.info("chief: the job was reported already; not reporting %s: %s", type(error).__name__, error)
+            return False
         reporter = report.Reporter(self.cfg, self.task, self.setup, self.started_iso, self.started_wall,
                                    story=self.story)
         if not write_results:
             reporter.notify_only("failed", int(code), error)
-            return
+            return True
         ckpt = tf.train.latest_checkpoint(self.cfg.model_dir)
+        watched = {}
+        if self.watch is not None:
+            try:   # the workers' figures as the watch last read them (it is not stopped: it may hang on a lost ps)
+                watched = self.watch.summary()
+            except Exception as e:  # noqa: BLE001 - the report goes out without them
+                log.warning("chief: no per-worker figures: %s", e)
         reporter.finished(
-            status="failed", exit_code=int(code), step=checkpoint_step(ckpt),
+            status="failed", exit_code=int(code), step=self.highest_step(checkpoint_step(ckpt)),
             checkpoint=ckpt, export_dir=None, train_summary={}, eval_metrics={}, error=error,
             times={"startup_s": round((self.first_step_at or time.time()) - self.started_wall, 3),
                    "training_s": round(time.time() - self.first_step_at, 3) if self.first_step_at else 0.0,
                    "final_save_s": 0.0},
-            lost_tasks=list(lost_tasks or ()))
+            lost_tasks=list(lost_tasks or ()), **watched)
+        return True
 
     def _prepare(self, setup: JobSetup) -> None:
         """Claim model_dir before building anything: a directory of another job is refused,
@@ -157,25 +190,30 @@ class Chief(Worker):
         error = None
         progress = None
         t_train = time.time()
-        watch = JobWatch(self, server, graph, ops["board"], ops["global_step"], reporter)
+        watch = self.watch = JobWatch(self, server, graph, ops["board"], ops["global_step"], reporter)
         try:
             watch.start()
             progress = self._train(server, graph)
             status = "stopped" if self.stop.requested else "succeeded"
         except Exception as e:  # noqa: BLE001 - every failure must be reported
-            error = e
+            error = self.failure(e)
             status = "failed"
-            log.error("chief: training failed: %s: %s", type(e).__name__, e)
+            log.error("chief: training failed: %s: %s", type(error).__name__, report.error_line(error))
             self._end_rpc(server, graph, ops["raise_flag"], "ask the other workers to stop")
         # No progress or stall message may follow the final one.
         watch.stop(reporter.send_budget())
+        if watch.failures and error is None:
+            # A job succeeds only when every worker ended cleanly: a worker that failed (on its
+            # shard of the data, say) fails the job, in its own words.
+            error, status = WorkerFailed("; ".join(f"{name} failed: {why}" for name, why in
+                                                   sorted(watch.failures.items()))), "failed"
         t_save = time.time()
         # The final save starts when the last step ends: it holds the final checkpoint
         # (written as the session closes) and the export.
         t_trained = min(self.trained_at or t_save, t_save)
         ckpt = tf.train.latest_checkpoint(cfg.model_dir)
         ckpt_step = checkpoint_step(ckpt)
-        step = max(ckpt_step, self.last_seen_step)
+        step = self.highest_step(ckpt_step)
         export_dir = None
         eval_metrics = {}
         if ckpt and error is None:
@@ -208,12 +246,15 @@ class Chief(Worker):
             error, status = RuntimeError(f"no checkpoint was written to {cfg.model_dir}"), "failed"
         t_end = time.time()
         code = {"succeeded": ExitCode.OK, "stopped": ExitCode.STOPPED}.get(status, ExitCode.TRAINING_FAILED)
-        reporter.finished(status=status, exit_code=int(code), step=step, checkpoint=ckpt, export_dir=export_dir,
-                          train_summary=progress.summary() if progress else {}, eval_metrics=eval_metrics,
-                          error=error, **watch.summary(), ps_shares_mb=shares, times={
-                              "startup_s": round((self.first_step_at or t_train) - self.started_wall, 3),
-                              "training_s": round(t_trained - (self.first_step_at or t_train), 3),
-                              "final_save_s": round(t_end - t_trained, 3)})
+        if not self.claim_report():   # the watchdog reported the job (and ends this process)
+            log.info("chief: the job was reported already; not reporting it %s again", status)
+        else:
+            reporter.finished(status=status, exit_code=int(code), step=step, checkpoint=ckpt,
+                              export_dir=export_dir, train_summary=progress.summary() if progress else {},
+                              eval_metrics=eval_metrics, error=error, **watch.summary(), ps_shares_mb=shares,
+                              times={"startup_s": round((self.first_step_at or t_train) - self.started_wall, 3),
+                                     "training_s": round(t_trained - (self.first_step_at or t_train), 3),
+                                     "final_save_s": round(t_end - t_trained, 3)})
         self._send_done(server, graph)
         self._wait_for_ps_exit()
         return code

@@ -78,6 +78,7 @@ class JobWatch:
         self.pending: list[str] = []      # "resumed" lines for the next message
         self.last_progress = time.monotonic()
         self.samples: list[tuple[float, int]] = []   # (time, global step) of the last RATE_WINDOW_SECS
+        self.failures: dict[str, str] = {}   # worker -> why it failed (its own words, from the board)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tfps-watch", daemon=True)
 
@@ -103,8 +104,11 @@ class JobWatch:
                 while not self._stop.wait(POLL_SECS):
                     self.observe(self._read(sess, options), time.monotonic(), time.time(),
                                  self._read_step(sess, options))
+                    if self._read_failures(sess, options):
+                        self._stop_the_job(sess, options)
                 # The final figures: the boards as the workers' last steps left them.
                 self._update_all(self._read(sess, options), time.monotonic(), time.time())
+                self._read_failures(sess, options)
         except Exception as e:  # noqa: BLE001 - the watch never ends the job
             log.warning("chief: the job watch stopped: %s: %s", type(e).__name__, e)
 
@@ -117,6 +121,35 @@ class JobWatch:
             except tf.errors.OpError:
                 boards.append(None)   # not written yet, or ps 0 away
         return boards
+
+    def _read_failures(self, sess, options) -> bool:
+        """Read why workers failed (tfps.task.board); True when one failed since the last look."""
+        import tensorflow as tf
+        new = False
+        for w, read in zip(self.workers, getattr(self.board, "read_errors", [])):
+            if w.name == self.chief.task.name or w.name in self.failures:
+                continue
+            try:
+                text = sess.run(read, options=options)
+            except tf.errors.OpError:
+                continue   # not written: the worker has not failed (or ps 0 is away)
+            text = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+            if text:
+                self.failures[w.name] = text
+                log.error("chief: %s failed: %s; the job fails", w.name, text)
+                new = True
+        return new
+
+    def _stop_the_job(self, sess, options) -> None:
+        """A worker failed: every worker stops (the chief's stop flag), the chief saves and reports."""
+        import tensorflow as tf
+        raise_flag = (getattr(self.chief, "ops", None) or {}).get("raise_flag")
+        if raise_flag is None:
+            return
+        try:
+            sess.run(raise_flag, options=options)
+        except tf.errors.OpError as e:
+            log.warning("chief: could not ask the workers to stop: %s", e.message.splitlines()[0] if e.message else e)
 
     def _read_step(self, sess, options) -> int:
         import tensorflow as tf

@@ -87,6 +87,8 @@ class StartupWatchdog:
         if probes is None:
             return
         job, task = self.job, self.job.task
+        if self.done.is_set():   # disarmed while probing: the training loop ended, and reports the job itself
+            return
         if any(name.startswith("ps") for name, _, _ in probes):
             # A lost ps is the cause; workers that already gave up on it are not.
             probes = [p for p in probes if p[0].startswith("ps")]
@@ -97,7 +99,9 @@ class StartupWatchdog:
         if self.training:
             error = RuntimeError(
                 f"{task.name} trained no step for {job.cfg.sync_timeout:.0f} s (--sync_timeout) at global step "
-                f"{job.last_seen_step}: {where}. A task of the cluster died and did not come back; the newest "
+                f"{job.last_seen_step}: {where}. A task of the cluster "
+                f"{'stopped answering' if probes and all('unresponsive' in p[2] for p in probes) else 'died'} "
+                "and did not come back; the newest "
                 "checkpoint is kept, so the job resumes from it when started again with the same model_dir.")
         else:
             error = RuntimeError(
@@ -107,15 +111,20 @@ class StartupWatchdog:
                 "that the hosts reach each other; raise --startup_timeout if restoring the model takes longer.")
         print(f"tfps: error: {error}", file=sys.stderr, flush=True)
         code = ExitCode.TRAINING_FAILED
+        reported_elsewhere = False
         try:
             if task.is_chief:
-                job.report_untrained_failure(error, code, write_results=job.claimed, lost_tasks=lost)
+                # False: the training loop reported the job a moment before (one report per
+                # job); it goes on to its end (the done tokens), so this thread leaves it alone.
+                reported_elsewhere = job.report_untrained_failure(
+                    error, code, write_results=job.claimed, lost_tasks=lost) is False
         except Exception as e:  # noqa: BLE001 - the process ends whatever happens
             log.error("%s: could not report the failure: %s", task.name, e)
         finally:
-            logging.shutdown()
-            sys.stdout.flush()
-            os._exit(int(code))
+            if not reported_elsewhere:
+                logging.shutdown()
+                sys.stdout.flush()
+                os._exit(int(code))
 
 
 class StartupBound:
@@ -171,12 +180,51 @@ def probe_task(target: str, timeout: float = timeouts.PROBE_TIMEOUT_SECS) -> str
     except ConnectionRefusedError:
         return "refuses connections (not running?)"
     except TimeoutError:
-        return "accepts connections but is not a TensorFlow server (another program holds its port?)"
+        # The port is held but nothing answers within the timeout: a task that is frozen
+        # (SIGSTOP, a debugger) or too busy to answer; a program that is not a TensorFlow
+        # server closes the connection or answers something else (below).
+        stopped = _stopped_listener(host, port)
+        if stopped is not None:
+            return f"is unresponsive: its process {stopped} is stopped (SIGSTOP or a debugger; SIGCONT resumes it)"
+        return ("accepts connections but is not a TensorFlow server (another program holds its port?) or is "
+                f"unresponsive (no answer within {timeout:g} s: frozen or overloaded)")
     except OSError as e:
         return f"does not answer ({e.strerror or type(e).__name__})"
     if len(head) == 9 and head[3] == 0x04:
         return "answers"
     return "accepts connections but is not a TensorFlow server (another program holds its port?)"
+
+
+def _stopped_listener(host: str, port: int) -> int | None:
+    """The pid of this host's stopped process (state T or t in /proc/PID/stat) that listens on
+    ``port`` of a loopback ``host``; None when there is none, or it cannot be known here."""
+    from tfps.task.loopback import is_loopback_host
+    if not is_loopback_host(host):
+        return None
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                next(fh, None)
+                for line in fh:
+                    f = line.split()
+                    # local address "0100007F:1F90", state 0A (LISTEN), inode at field 9
+                    if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(f"socket:[{f[9]}]")
+        except (OSError, ValueError):
+            continue
+    if not inodes:
+        return None
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            if not any(os.readlink(f"/proc/{pid}/fd/{fd}") in inodes for fd in os.listdir(f"/proc/{pid}/fd")):
+                continue
+            with open(f"/proc/{pid}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        return int(pid) if state in ("T", "t") else None
+    return None
 
 
 def probe_tasks(task, timeout: float = timeouts.PROBE_TIMEOUT_SECS) -> list[tuple[str, str, str]]:

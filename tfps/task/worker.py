@@ -76,6 +76,10 @@ def _running_metrics(spec, graph, task_index: int, model: str) -> dict:
     return out
 
 
+class WorkerFailed(RuntimeError):
+    """A worker other than the chief failed (its reason, from the board on ps 0): the job fails."""
+
+
 class ChiefGaveUp(Exception):
     """A non-chief stopped waiting for the chief: the chief gave up, or a stop was asked for."""
 
@@ -114,6 +118,34 @@ class Worker:
 
     def _run_trained(self, setup: JobSetup, server, graph, ops) -> ExitCode:
         return self._run_worker(server, graph, ops)
+
+    def failure(self, error: Exception) -> Exception:
+        """The error a training failure is reported with: a non-finite value in the data the
+        pre-check did not reach becomes a ``DataFault`` naming the file, the line and the
+        column (tfps.task.datafault); anything else stays as it is."""
+        from tfps.task import datafault
+        if self.setup is None or not datafault.is_nonfinite_data_error(error):
+            return error
+        try:
+            where = datafault.locate_nonfinite(self.setup.schema, self.task.num_workers, self.task.index)
+        except Exception as e:  # noqa: BLE001 - the report goes out with TensorFlow's words then
+            log.warning("%s: could not find the non-finite value: %s", self.task.name, e)
+            where = None
+        if where is None:
+            return error
+        fault = datafault.DataFault(where)
+        fault.__cause__ = error
+        return fault
+
+    def _publish_failure(self, server, graph, error: Exception) -> None:
+        """Tell the chief why this worker failed (tfps.task.board): the job fails with it."""
+        from tfps.outcome.report import error_line
+        board = (getattr(self, "ops", None) or {}).get("board")
+        if board is None or not hasattr(board, "publish_error"):
+            return
+        text = f"{type(error).__name__}: {error_line(error)}"
+        self._end_rpc(server, graph, board.publish_error, "tell the chief why it failed",
+                      feed_dict={board.error_value: text})
 
     # ------------------------------------------------------------------ graph
     def build(self, setup: JobSetup):
@@ -404,7 +436,7 @@ class Worker:
             if session is not None:
                 session.close()
 
-    def _end_rpc(self, server, graph, fetches, what: str) -> bool:
+    def _end_rpc(self, server, graph, fetches, what: str, feed_dict: dict | None = None) -> bool:
         """One last RPC to the ps (a done token, the stop flag), bounded as a whole.
 
         The ps may be gone already. The run has its own timeout, but TensorFlow waits for
@@ -422,7 +454,8 @@ class Worker:
         def call():
             try:
                 with v1.Session(server.target, graph=graph, config=session_config(self.task, self.cfg)) as s:
-                    s.run(fetches, options=v1.RunOptions(timeout_in_ms=timeouts.END_RPC_TIMEOUT_MS))
+                    s.run(fetches, feed_dict=feed_dict,
+                          options=v1.RunOptions(timeout_in_ms=timeouts.END_RPC_TIMEOUT_MS))
                 outcome.append(None)
             except tf.errors.OpError as e:
                 outcome.append(e.message.splitlines()[0] if e.message else type(e).__name__)
@@ -507,8 +540,11 @@ class Worker:
             self._send_done(server, graph)
             return ExitCode.TRAINING_FAILED
         except Exception as e:
-            log.error("%s: training failed: %s: %s", self.task.name, type(e).__name__, e)
+            from tfps.outcome.report import error_line
+            error = self.failure(e)
+            log.error("%s: training failed: %s: %s", self.task.name, type(error).__name__, error_line(error))
             code = ExitCode.TRAINING_FAILED
+            self._publish_failure(server, graph, error)
         if self.stop.requested:
             # Stopped by its own signal, not by the chief: this task is expected back (a
             # restart policy, an engine restart) or the ps is being stopped as well. A "done"
