@@ -120,6 +120,9 @@ def _tensorflow_missing(tf) -> list[tuple[str, str]]:
     step_read_key = getattr(importlib.import_module(_TRAINING_UTIL), "GLOBAL_STEP_READ_KEY", None)
     if step_read_key != GLOBAL_STEP_READ_KEY:
         missing.append((f"GLOBAL_STEP_READ_KEY {GLOBAL_STEP_READ_KEY!r}", _TRAINING_UTIL))
+    checkpoints = importlib.import_module(_CHECKPOINT_MANAGEMENT)
+    if not callable(getattr(getattr(checkpoints, "file_io", None), "get_matching_files", None)):
+        missing.append(("file_io.get_matching_files", _CHECKPOINT_MANAGEMENT))
     if not glob.glob(os.path.join(os.path.dirname(tf.__file__), TF_CC_LIBRARY + "*")):
         missing.append((TF_CC_LIBRARY, "package directory"))
     return missing
@@ -167,6 +170,52 @@ def share_global_step_read(graph, tensor) -> None:
     """
     if not graph.get_collection(GLOBAL_STEP_READ_KEY):
         graph.add_to_collection(GLOBAL_STEP_READ_KEY, tensor)
+
+
+# --------------------------------------------------------------- checkpoint paths taken literally
+_CHECKPOINT_MANAGEMENT = "tensorflow.python.checkpoint.checkpoint_management"
+#: What a TensorFlow file pattern (fnmatch) reads as other than itself; a backslash quotes one.
+GLOB_SPECIAL = "*?[]\\"
+
+
+def escape_glob_directory(pattern: str) -> str:
+    """``pattern`` with its directory taken literally (``exp[lr=0.01]/model.ckpt-1.data-?????`` ->
+    ``exp\\[lr=0.01\\]/model.ckpt-1.data-?????``): its last part keeps TensorFlow's own wildcards."""
+    head, tail = os.path.split(pattern)
+    return os.path.join("".join("\\" + c if c in GLOB_SPECIAL else c for c in head), tail) if head else pattern
+
+
+class _LiteralDirectories:
+    """TensorFlow's ``file_io`` as its checkpoint bookkeeping sees it: every pattern's directory
+    is a path, not a glob (what it globs is the checkpoint's own name: ``.data-?????-of-?????``)."""
+
+    def __init__(self, file_io):
+        self.file_io = file_io
+
+    def __getattr__(self, name: str):
+        return getattr(self.file_io, name)
+
+    def get_matching_files(self, filename):
+        if isinstance(filename, str):
+            filename = escape_glob_directory(filename)
+        elif isinstance(filename, (list, tuple)):
+            filename = [escape_glob_directory(f) if isinstance(f, str) else f for f in filename]
+        return self.file_io.get_matching_files(filename)
+
+
+def literal_checkpoint_directories() -> None:
+    """Make TensorFlow find, restore and delete checkpoints in a directory whose name holds
+    ``[``, ``]``, ``*``, ``?`` or ``\\`` (``runs/exp[lr=0.01]-...``).
+
+    ``tf.train.latest_checkpoint``, ``Saver.restore`` (via ``checkpoint_exists_internal``) and
+    the Saver's removal of old checkpoints glob the checkpoint's path: ``exp[lr=0.01]`` is then
+    a character class, the newest checkpoint is "not found" and old ones are never removed.
+    Their module's ``file_io`` is given patterns whose directory is quoted. Idempotent; run at
+    the start of every task (``tfps.task.run_task``).
+    """
+    module = importlib.import_module(_CHECKPOINT_MANAGEMENT)
+    if not isinstance(module.file_io, _LiteralDirectories):
+        module.file_io = _LiteralDirectories(module.file_io)
 
 
 # --------------------------------------------------------------- SyncReplicasOptimizer

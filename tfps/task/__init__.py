@@ -61,8 +61,9 @@ def run_task(task, cfg, stop, started_wall: float | None = None, replace: bool =
     (``tfps.compat.check_tensorflow``: ConfigError, one line).
     """
     import_tensorflow()
-    from tfps.compat import check_tensorflow
+    from tfps.compat import check_tensorflow, literal_checkpoint_directories
     check_tensorflow()
+    literal_checkpoint_directories()   # a model_dir named exp[lr=0.01] finds its checkpoints
     if task.job == "ps":
         from tfps.task.ps import serve
         return serve(task, cfg, stop)

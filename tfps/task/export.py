@@ -43,14 +43,17 @@ def nonfinite_variables(checkpoint: str) -> list[str]:
     """
     import numpy as np
     import tensorflow as tf
-    reader = tf.train.load_checkpoint(checkpoint)
+    from tfps.task.checkpoint import glob_free_checkpoint
+    reader = tf.train.load_checkpoint(glob_free_checkpoint(checkpoint))   # it globs too
     return sorted(name for name, dtype in reader.get_variable_to_dtype_map().items()
                   if dtype.is_floating and not np.isfinite(reader.get_tensor(name)).all())
 
 
 def _restore(sess, checkpoint: str):
     import tensorflow as tf
-    tf.compat.v1.train.Saver(sharded=False).restore(sess, checkpoint)
+
+    from tfps.task.checkpoint import glob_free_checkpoint
+    tf.compat.v1.train.Saver(sharded=False).restore(sess, glob_free_checkpoint(checkpoint))
 
 
 def export_saved_model(model_fn, params, checkpoint: str, export_dir: str, global_step: int) -> str:

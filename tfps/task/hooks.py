@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from tfps import compat, timeouts
 from tfps.outcome import results
-from tfps.task.checkpoint import checkpoint_step
+from tfps.task.checkpoint import checkpoint_step, glob_free_dir
 from tfps.task.lifecycle import StopSignal
 
 v1 = tf.compat.v1
@@ -296,8 +296,14 @@ class RestoreLoggingChiefSessionCreator(v1.train.ChiefSessionCreator):
     is INFO chatter that tfps keeps out of the console.
     """
 
+    def __init__(self, *args, checkpoint_dir=None, **kw):
+        # TensorFlow's restore globs the checkpoint's path: a model_dir named exp[lr=0.01] is
+        # given to it under a plain name (tfps.task.checkpoint.glob_free_dir).
+        super().__init__(*args, checkpoint_dir=glob_free_dir(checkpoint_dir) if checkpoint_dir else None, **kw)
+        self.tfps_checkpoint_dir = checkpoint_dir
+
     def create_session(self):
-        checkpoint_dir = compat.session_creator_checkpoint_dir(self)
+        checkpoint_dir = self.tfps_checkpoint_dir
         checkpoint = tf.train.latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
         session = super().create_session()
         if checkpoint:
