@@ -76,24 +76,51 @@ def test_a_job_resumed_with_more_ps_tasks_splits_the_table_from_the_checkpoint(p
     assert max(shares.values()) / min(shares.values()) < 1.3, shares
 
 
+def hex_ids(src, dst, hex_of: dict, order=None, bom: bool = False) -> list[dict]:
+    """``src`` with its user ids as bare hex digits (``u0a3f1`` -> ``0a3f1``; the ids of
+    ``hex_of`` as given), its columns in ``order``, after a UTF-8 byte order mark if ``bom``."""
+    with open(src, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        r["user"] = hex_of.get(r["user"], r["user"][1:])
+    with open(dst, "w", newline="", encoding="utf-8-sig" if bom else "utf-8") as fh:
+        w = csv.DictWriter(fh, order or list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return rows
+
+
 def test_wide_deep_learns_the_ids_of_a_csv_without_a_model(procs, tmp_path, demo_dir):
-    """``--model wide_deep`` on the demo CTR data (its default data): a user with a CSV and no
-    model gets one whose clicks rank well above what the price alone says."""
+    """``--model wide_deep`` on the demo CTR data: a user with a CSV and no model gets one
+    whose clicks rank well above what the price alone says. The user ids are Criteo-style
+    bare hex (one reads as a float, infinite: ``4e992287``): still a text column,
+    hashed and served as strings. The evaluation file has its columns in another order and a
+    byte order mark: matched to the training columns by name, its AUC is the export's."""
     import tensorflow as tf
-    model_dir = tmp_path / "model"
+    model_dir, data = tmp_path / "model", tmp_path / "data"
+    data.mkdir()
+    with open(demo_dir / "ctr" / "eval.csv", newline="") as fh:   # its most frequent user: in training too
+        users = [r["user"] for r in csv.DictReader(fh)]
+    hex_of = {max(set(users), key=users.count): "4e992287"}
+    for f in sorted((demo_dir / "ctr").glob("train-*.csv")):
+        hex_ids(f, data / f.name, hex_of)
+    rows = hex_ids(demo_dir / "ctr" / "eval.csv", data / "eval.csv", hex_of,
+                   order=["label", "price", "site", "ad", "user"], bom=True)
     launcher = procs.tfps("tfps-local-wide-deep", "local", "--ps", 2, "--workers", 2,
                           *run_flags(model_dir, "--model", "wide_deep", "--hash_buckets", 65536,
-                                     "--partition_mb", 1, "--batch_size", 256, steps=1500))
+                                     "--partition_mb", 1, "--batch_size", 256,
+                                     "--train_data", data / "train-*.csv", "--eval_data", data / "eval.csv",
+                                     steps=1500))
     ports = launcher_ports(launcher)
     assert launcher.wait(600) == 0, launcher.tail()
     res = read_results(model_dir)
     assert res["status"] == "succeeded" and res["export_complete"]
     shares = res["ps_shares_mb"]
     assert max(shares.values()) / min(shares.values()) < 1.3, shares
-    with open(demo_dir / "ctr" / "eval.csv") as fh:
-        rows = list(csv.DictReader(fh))
+    assert "4e992287" in {r["user"] for r in rows}
     labels = np.array([int(r["label"]) for r in rows])
     serve = tf.saved_model.load(str(model_dir / "export")).signatures["serving_default"]
+    assert serve.structured_input_signature[1]["user"].dtype == tf.string
     out = serve(user=tf.constant([r["user"] for r in rows]), ad=tf.constant([r["ad"] for r in rows]),
                 site=tf.constant([r["site"] for r in rows]),
                 price=tf.constant([float(r["price"]) for r in rows], tf.float32))
