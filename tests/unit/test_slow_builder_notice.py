@@ -11,8 +11,9 @@ from tfps.config import RunConfig
 from tfps.launch import processes
 
 
-def test_the_notice_comes_only_when_the_block_is_slow(caplog):
+def test_the_notice_comes_only_when_the_block_is_slow(caplog, monkeypatch):
     caplog.set_level(logging.INFO, logger="tfps")
+    monkeypatch.setattr(processes, "_watched", lambda: True)
     with processes._said_when_slow("building…", after=0.05):
         time.sleep(0.3)
     with processes._said_when_slow("never said", after=5):
@@ -23,6 +24,7 @@ def test_the_notice_comes_only_when_the_block_is_slow(caplog):
 
 def test_preflight_says_it_builds_the_model_while_a_slow_estimate_runs(caplog, monkeypatch, tmp_path):
     caplog.set_level(logging.INFO, logger="tfps")
+    monkeypatch.setattr(processes, "_watched", lambda: True)
     data = tmp_path / "train.csv"
     data.write_text("f0,f1,label\n" + "".join(f"{i % 7}.5,{i % 3}.25,{i % 2}\n" for i in range(40)))
     monkeypatch.setattr(processes, "SLOW_CHECK_NOTICE_SECS", 0.05)
@@ -31,3 +33,11 @@ def test_preflight_says_it_builds_the_model_while_a_slow_estimate_runs(caplog, m
     processes._preflight(cfg, None, num_workers=2, num_ps=1)
     said = [r.getMessage() for r in caplog.records]
     assert "tfps local: building the model mlp to check it before start…" in said, said
+
+
+def test_no_notice_when_nobody_watches_so_a_refusal_stays_one_line(caplog, monkeypatch):
+    caplog.set_level(logging.INFO, logger="tfps")
+    monkeypatch.setattr(processes, "_watched", lambda: False)
+    with processes._said_when_slow("building…", after=0.01):
+        time.sleep(0.1)
+    assert caplog.records == []

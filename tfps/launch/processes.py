@@ -586,12 +586,24 @@ def estimate_main() -> int:
 
 #: Seconds of a launcher's check (a user's model builder, run by the memory estimate and the
 #: checks against the data) before it says what it is doing: a slow builder is not a hang.
-SLOW_CHECK_NOTICE_SECS = 5.0
+SLOW_CHECK_NOTICE_SECS = 10.0
+
+
+def _watched() -> bool:
+    """Whether a person watches stderr (a terminal): only then is the notice said, so that a
+    refusal read by a program (CI, a wrapper, the tests) stays the one line it promises."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 @contextlib.contextmanager
 def _said_when_slow(message: str, after: float | None = None):
-    """Log ``message`` (one line) if the block takes longer than ``after`` seconds."""
+    """Log ``message`` (one line) if the block takes longer than ``after`` seconds, on a terminal."""
+    if not _watched():
+        yield
+        return
     timer = threading.Timer(SLOW_CHECK_NOTICE_SECS if after is None else after, log.info, (message,))
     timer.daemon = True
     timer.start()
