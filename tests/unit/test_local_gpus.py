@@ -134,7 +134,7 @@ def launcher(monkeypatch, tmp_path):
     preflights = []
     monkeypatch.setattr(processes, "TaskProcess", FakeTask)
     monkeypatch.setattr(processes, "_preflight", lambda *a, **kw: preflights.append(a) or False)
-    monkeypatch.setattr(processes, "_summary", lambda *a, **kw: None)
+    monkeypatch.setattr(processes, "_summary", lambda *a, **kw: True)   # the chief reported
     for key in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_FORCE_GPU_ALLOW_GROWTH", "TF_CONFIG"):
         monkeypatch.delenv(key, raising=False)   # restored after the test: run_local sets the first
     cfg = processes.config_of([f"--model_dir={tmp_path / 'model'}"])
