@@ -245,7 +245,7 @@ class Chief(Worker):
         elif not ckpt and error is None:
             error, status = RuntimeError(f"no checkpoint was written to {cfg.model_dir}"), "failed"
         t_end = time.time()
-        code = {"succeeded": ExitCode.OK, "stopped": ExitCode.STOPPED}.get(status, ExitCode.TRAINING_FAILED)
+        code = {"succeeded": ExitCode.OK, "stopped": self.stop.exit_code()}.get(status, ExitCode.TRAINING_FAILED)
         if not self.claim_report():   # the watchdog reported the job (and ends this process)
             log.info("chief: the job was reported already; not reporting it %s again", status)
         else:

@@ -18,6 +18,7 @@ import time
 
 from tfps import timeouts
 from tfps.cluster.spec import JOBS, task_name
+from tfps.errors import real_os_exit
 from tfps.exitcodes import ExitCode
 
 log = logging.getLogger("tfps")
@@ -124,7 +125,7 @@ class StartupWatchdog:
             if not reported_elsewhere:
                 logging.shutdown()
                 sys.stdout.flush()
-                os._exit(int(code))
+                real_os_exit(int(code))
 
 
 class StartupBound:
@@ -152,7 +153,7 @@ class StartupBound:
               f"was still {self.phase}. Check that no other program holds its port and that the host is "
               "not out of memory or CPU; raise --startup_timeout on a host this slow.", file=sys.stderr, flush=True)
         logging.shutdown()
-        os._exit(int(ExitCode.TRAINING_FAILED))
+        real_os_exit(int(ExitCode.TRAINING_FAILED))
 
 
 #: What a client sends first on an HTTP/2 (gRPC) connection, and an empty SETTINGS frame.

@@ -536,7 +536,7 @@ class Worker:
             self._train(server, graph)
         except ChiefGaveUp:
             if self.stop.requested:
-                return ExitCode.STOPPED
+                return self.stop.exit_code()
             self._send_done(server, graph)
             return ExitCode.TRAINING_FAILED
         except Exception as e:
@@ -551,7 +551,7 @@ class Worker:
             # now would let the ps exit at the chief's end while this worker still trains;
             # without it the ps waits for it at most timeouts.ps_wait_after_chief after the chief.
             log.info("%s: stopped by a signal; not reporting done to the ps", self.task.name)
-            return ExitCode.STOPPED if code == ExitCode.OK else code
+            return self.stop.exit_code() if code == ExitCode.OK else code
         self._send_done(server, graph)
         return code
 
