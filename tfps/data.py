@@ -688,7 +688,6 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
         # each column is decoded as the schema's decision says (text or number), and the
         # features are given in the schema's order (the training data's), by name.
         header = _csv_header(files[0])
-        li = header.index(label_column)
         keys = list(schema.feature_keys)
         strings = set(schema.string_columns)
         # A number column's empty cell is an error, never a silent 0.0 (the scan refuses it

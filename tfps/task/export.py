@@ -43,6 +43,7 @@ def nonfinite_variables(checkpoint: str) -> list[str]:
     """
     import numpy as np
     import tensorflow as tf
+
     from tfps.task.checkpoint import glob_free_checkpoint
     reader = tf.train.load_checkpoint(glob_free_checkpoint(checkpoint))   # it globs too
     return sorted(name for name, dtype in reader.get_variable_to_dtype_map().items()
