@@ -65,6 +65,10 @@ def _render(node: ast.AST) -> str:
     return f"‹{ast.unparse(node)}›"
 
 
+#: The exceptions whose raises are refusals (``tfps.errors``).
+REFUSALS = ("ConfigError", "UserCodeExit")
+
+
 def refusals() -> list[tuple[str, str, str]]:
     """(module path, field, message) of every ``raise ConfigError(...)`` in the package."""
     rows = []
@@ -74,7 +78,8 @@ def refusals() -> list[tuple[str, str, str]]:
             if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)):
                 continue
             call = node.exc
-            if not (isinstance(call.func, ast.Name) and call.func.id == "ConfigError") or not call.args:
+            # ConfigError and its subclass UserCodeExit (model code that tried to end the process).
+            if not (isinstance(call.func, ast.Name) and call.func.id in REFUSALS) or not call.args:
                 continue
             field = call.args[1] if len(call.args) > 1 else next(
                 (k.value for k in call.keywords if k.arg == "field"), None)

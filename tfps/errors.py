@@ -60,17 +60,19 @@ def user_code(what: str):
     def refused(code=0):
         raise _OsExitCalled(code)
     os._exit = refused
-    hint = "a model's code must return (a ModelSpec, or a Keras model), not end the process"
     try:
         yield
     except SystemExit as e:
-        raise UserCodeExit(f"{what} called sys.exit({e.code!r}); {hint}", "model") from None
+        raise UserCodeExit(f"{what} called sys.exit({e.code!r}); a model's code must return (a ModelSpec, or a "
+                           "Keras model), not end the process", "model") from None
     except _OsExitCalled as e:
-        raise UserCodeExit(f"{what} called os._exit({e.code!r}); {hint}", "model") from None
+        raise UserCodeExit(f"{what} called os._exit({e.code!r}); a model's code must return (a ModelSpec, or a "
+                           "Keras model), not end the process", "model") from None
     except KeyboardInterrupt:
         if ctrl_c:
             raise
-        raise UserCodeExit(f"{what} raised KeyboardInterrupt (no Ctrl-C was pressed); {hint}", "model") from None
+        raise UserCodeExit(f"{what} raised KeyboardInterrupt (no Ctrl-C was pressed); a model's code must return "
+                           "(a ModelSpec, or a Keras model), not end the process", "model") from None
     finally:
         os._exit = real_os_exit
         if previous is not None:
