@@ -218,22 +218,26 @@ def start_server(task, cfg):
     A task whose own address is a loopback one (``tfps local``, a cluster on one box) gets a
     server on 127.0.0.1 only (``tfps.task.loopback``): TensorFlow would otherwise listen on
     every interface, and its port runs any graph sent to it. When that cannot be arranged the
-    task refuses to start rather than open the port. A port that another program holds is
-    one line, not TensorFlow's traceback.
+    task refuses to start rather than open the port; and once the server has started, the
+    kernel's own table of this process's sockets must show the port on loopback only
+    (``tfps.task.listening``: a patch that reported success may still have missed), or the
+    task refuses, and its exit closes the port. A port that another program holds is one
+    line, not TensorFlow's traceback.
     """
     import tensorflow as tf
 
     from tfps.cluster.spec import split_target
     from tfps.task.loopback import bind_address, ensure_loopback_bind, is_loopback_host
     host = split_target(task.target)[0]
-    if is_loopback_host(host) and not ensure_loopback_bind(bind_address(host)):
+    loopback = is_loopback_host(host)
+    if loopback and not ensure_loopback_bind(bind_address(host)):
         raise ConfigError(f"{task.name} would listen on every interface although its address {task.target} is "
                           "loopback, and this TensorFlow build cannot be kept on loopback; give the task the "
                           "address of an interface that the hosts' firewall protects", "ps_hosts")
     try:
         with _tf_chatter_hidden():
-            return tf.distribute.Server(cluster_spec(task), job_name=task.job, task_index=task.index,
-                                        config=session_config(task, cfg), start=True)
+            server = tf.distribute.Server(cluster_spec(task), job_name=task.job, task_index=task.index,
+                                          config=session_config(task, cfg), start=True)
     except (tf.errors.OpError, RuntimeError) as e:
         if _port_taken(host, task.port):
             raise ConfigError(f"{task.name} cannot listen on port {task.port}: another program holds it; stop "
@@ -242,6 +246,10 @@ def start_server(task, cfg):
         first = (getattr(e, "message", None) or str(e)).strip().splitlines()
         raise ConfigError(f"{task.name} could not start its TensorFlow server on {task.target}: "
                           f"{first[0] if first else type(e).__name__}") from None
+    if loopback:
+        from tfps.task.listening import require_loopback_only
+        require_loopback_only(task.name, task.target, task.port, "ps_hosts" if task.job == "ps" else "worker_hosts")
+    return server
 
 
 @contextlib.contextmanager

@@ -20,7 +20,10 @@ that one GOT entry of ``libtensorflow_cc`` at a function that:
 Tasks on other hosts keep the wildcard bind, and the firewall rules that the Ansible role
 installs (docs/security.md) limit who reaches them. ``ensure_loopback_bind`` returns False
 when the library or its GOT entry cannot be found; the caller then refuses to start a
-server on a loopback cluster rather than open it (``require_loopback_bind``).
+server on a loopback cluster rather than open it. True is not proof: were gRPC's own
+``bind`` call to move to another library, the slot patched here would be a dead one. So
+the caller checks the kernel's sockets after the server starts (``tfps.task.listening``).
+The GOT pages patched get back their protection (read-only after the loader's RELRO).
 """
 
 from __future__ import annotations
@@ -160,14 +163,43 @@ def _got_offsets(path: str, symbol: str) -> list[int]:
         return found
 
 
-def _write_pointer(address: int, value: int) -> None:
-    page = mmap.PAGESIZE
-    start = address & ~(page - 1)
-    libc = _libc
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    if libc.mprotect(ctypes.c_void_p(start), page * 2, 1 | 2) != 0:   # PROT_READ | PROT_WRITE
+_PROT = {"r": 1, "w": 2, "x": 4}   # PROT_READ, PROT_WRITE, PROT_EXEC
+
+
+def page_protection(address: int) -> int:
+    """The protection (PROT_* bits) of the mapping holding ``address``, from /proc/self/maps."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            span, perms = line.split()[:2]
+            start, end = (int(x, 16) for x in span.split("-"))
+            if start <= address < end:
+                return sum(bit for flag, bit in _PROT.items() if flag in perms[:3])
+    raise OSError(errno.EFAULT, f"address {address:#x} is not mapped")
+
+
+def _mprotect(page: int, prot: int) -> None:
+    _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    if _libc.mprotect(ctypes.c_void_p(page), mmap.PAGESIZE, prot) != 0:
         raise OSError(ctypes.get_errno(), "mprotect failed")
-    ctypes.c_void_p.from_address(address).value = value
+
+
+def _write_pointers(addresses: list[int], value: int) -> None:
+    """Write ``value`` at each address, each page made writable for the write only.
+
+    The GOT is read-only after the loader resolved it (RELRO): a page left writable would
+    let any later memory bug of the process redirect TensorFlow's calls. Each page gets back
+    the protection /proc/self/maps showed before, even when a write fails."""
+    pages: dict[int, list[int]] = {}
+    for address in addresses:   # an 8-byte slot, aligned: never across two pages
+        pages.setdefault(address & ~(mmap.PAGESIZE - 1), []).append(address)
+    for page, slots in pages.items():
+        before = page_protection(page)
+        _mprotect(page, before | _PROT["r"] | _PROT["w"])
+        try:
+            for address in slots:
+                ctypes.c_void_p.from_address(address).value = value
+        finally:
+            _mprotect(page, before)
 
 
 def ensure_loopback_bind(address: str = "127.0.0.1") -> bool:
@@ -189,8 +221,7 @@ def ensure_loopback_bind(address: str = "127.0.0.1") -> bool:
             if where is not None:
                 path, base = where
                 slots = _got_offsets(path, "bind")
-                for offset in slots:
-                    _write_pointer(base + offset, ctypes.cast(_callback, ctypes.c_void_p).value)
+                _write_pointers([base + offset for offset in slots], ctypes.cast(_callback, ctypes.c_void_p).value)
                 ok = bool(slots)
         except (OSError, ValueError, struct.error) as e:
             log.debug("could not route TensorFlow's bind to loopback: %s", e)
