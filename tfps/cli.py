@@ -209,9 +209,9 @@ def _plan_memory(data: dict, view) -> str:
     """What each ps task will hold, estimated here from the model's shapes, or why not (one line).
 
     The controller's own copies count: the data of ``tfps_data_src`` and the model module
-    of ``tfps_user_model_dir``, as the play uses them (``tfps.launch.processes.plan_estimate``).
+    of ``tfps_user_model_dir``, as the play uses them (``tfps.launch.estimate.plan_estimate``).
     """
-    from tfps.launch.processes import plan_estimate
+    from tfps.launch.estimate import plan_estimate
     from tfps.task import placement
     _, host_vars, defaults, template = view
     chief = next(t["host"] for t in data["tasks"] if t["chief"])

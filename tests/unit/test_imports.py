@@ -68,9 +68,9 @@ def test_no_module_of_tfps_imports_itself_back():
 def test_one_entry_for_a_task_the_cli_and_forked_tasks_both_call():
     graph = _graph()
     assert "tfps.task.entry" in graph["tfps.cli"]
-    assert "tfps.task.entry" in graph["tfps.launch.processes"]
-    assert "tfps.cli" not in graph["tfps.launch.processes"]
-    source = (PACKAGE / "launch" / "processes.py").read_text()
+    assert "tfps.task.entry" in graph["tfps.launch.tasks"]
+    assert "tfps.cli" not in graph["tfps.launch.tasks"]
+    source = (PACKAGE / "launch" / "tasks.py").read_text()
     assert "task_entry.main(run_args)" in source and "argv[3:]" not in source
 
 

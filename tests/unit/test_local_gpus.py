@@ -16,7 +16,7 @@ from tfps import cli
 from tfps.cluster import gpu
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
-from tfps.launch import processes
+from tfps.launch import estimate, processes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 
@@ -134,10 +134,10 @@ def launcher(monkeypatch, tmp_path):
     preflights = []
     monkeypatch.setattr(processes, "TaskProcess", FakeTask)
     monkeypatch.setattr(processes, "_preflight", lambda *a, **kw: preflights.append(a) or False)
-    monkeypatch.setattr(processes, "_summary", lambda *a, **kw: True)   # the chief reported
+    monkeypatch.setattr(processes, "summarize", lambda *a, **kw: True)   # the chief reported
     for key in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_FORCE_GPU_ALLOW_GROWTH", "TF_CONFIG"):
         monkeypatch.delenv(key, raising=False)   # restored after the test: run_local sets the first
-    cfg = processes.config_of([f"--model_dir={tmp_path / 'model'}"])
+    cfg = estimate.config_of([f"--model_dir={tmp_path / 'model'}"])
 
     def launch(**kwargs):
         code = processes.run_local(cfg, fork=False, **kwargs)

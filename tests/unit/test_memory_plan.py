@@ -1,6 +1,6 @@
 """Memory you can plan: each ps task's share of the variables, known before any task starts.
 
-``tfps.launch.processes.estimate_memory`` builds the training graph as a worker does,
+``tfps.launch.estimate.estimate_memory`` builds the training graph as a worker does,
 without a session; ``placement.check_fits_host`` is ``tfps local``'s refusal,
 ``placement.host_problems`` (through the role's ``tfps_memory_problems`` filter) the play's.
 """
@@ -17,7 +17,7 @@ from tfps.cluster.single_host import local_plan
 from tfps.cluster.variables import launch_from_vars
 from tfps.config import RunConfig
 from tfps.errors import ConfigError
-from tfps.launch import processes
+from tfps.launch import estimate
 from tfps.task import placement
 from tfps.task.placement import MemoryEstimate
 from tfps.task.setup import JobSetup, host_total_memory
@@ -53,7 +53,7 @@ def _cfg(tmp_path, **kwargs) -> RunConfig:
 @pytest.mark.parametrize("optimizer,slots", [("sgd", 0), ("adagrad", 1), ("adam", 2), ("ftrl", 2)])
 def test_a_table_above_partition_mb_gives_two_equal_shares_with_the_optimizers_slots(tmp_path, optimizer, slots):
     pytest.importorskip("tensorflow")
-    est = processes.estimate_memory(_cfg(tmp_path, partition_mb=1, optimizer=optimizer), num_ps=2)
+    est = estimate.estimate_memory(_cfg(tmp_path, partition_mb=1, optimizer=optimizer), num_ps=2)
     assert set(est.shares_mb) == {"ps0", "ps1"}
     half = TABLE_MB / 2 * (1 + slots)
     for share in est.shares_mb.values():
@@ -67,7 +67,7 @@ def test_a_table_above_partition_mb_gives_two_equal_shares_with_the_optimizers_s
 
 def test_a_small_model_goes_whole_to_one_ps(tmp_path):
     pytest.importorskip("tensorflow")
-    est = processes.estimate_memory(_cfg(tmp_path, partition_mb=1, model_args={"rows": 2**14}), num_ps=2)   # 0.5 MiB
+    est = estimate.estimate_memory(_cfg(tmp_path, partition_mb=1, model_args={"rows": 2**14}), num_ps=2)   # 0.5 MiB
     table = 2**14 * DIM * 4 * 3 / 2**20   # Adam (tfps's default): the table and its two slots
     small, big = sorted(est.shares_mb.values())
     assert small == 0 and big == pytest.approx(table, abs=0.01), est
@@ -79,12 +79,12 @@ def test_the_estimate_of_a_setup_is_that_of_its_config_and_builds_no_keras_weigh
     cfg = _cfg(tmp_path, partition_mb=1)
     setup = JobSetup(cfg, bind=False)
     assert not setup.bound
-    assert processes.estimate_memory(setup, 2) == processes.estimate_memory(cfg, 2)
+    assert estimate.estimate_memory(setup, 2) == estimate.estimate_memory(cfg, 2)
     assert not setup.bound   # bound on a copy, in a throwaway graph
 
 
 def test_a_model_that_cannot_be_built_gives_a_reason_not_an_error(tmp_path):
-    reason = processes.try_estimate(RunConfig(model="tests.fixtures.bad_import:model_fn",
+    reason = estimate.try_estimate(RunConfig(model="tests.fixtures.bad_import:model_fn",
                                               model_dir=str(tmp_path)), 2)
     assert isinstance(reason, str) and "cannot import" in reason
 
@@ -191,13 +191,13 @@ def test_container_memory_limits_read_as_docker_reads_them(text, mb):
 def test_the_controller_says_why_it_skips_the_estimate(monkeypatch):
     plan = _plan()
     _, script = launch_from_vars({"tfps_job_name": "t", "tfps_script": "train.py"})
-    assert "classic script" in processes.plan_estimate(local_plan(1, 1).to_json(script))
+    assert "classic script" in estimate.plan_estimate(local_plan(1, 1).to_json(script))
     _, on_hosts = launch_from_vars({"tfps_job_name": "t", "tfps_train_data": "/input/train-*.csv"})
-    reason = processes.plan_estimate({**plan, "job": local_plan(1, 1).to_json(on_hosts)["job"]})
+    reason = estimate.plan_estimate({**plan, "job": local_plan(1, 1).to_json(on_hosts)["job"]})
     assert reason.startswith("the training data (/input/train-*.csv) is on the hosts") and "tfps_data_src" in reason
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorflow" else real(name, *a))
-    assert processes.plan_estimate(plan).startswith("TensorFlow is not installed in the controller's Python")
+    assert estimate.plan_estimate(plan).startswith("TensorFlow is not installed in the controller's Python")
 
 
 def test_the_controllers_estimate_is_the_workers(tmp_path):
@@ -205,9 +205,9 @@ def test_the_controllers_estimate_is_the_workers(tmp_path):
     pytest.importorskip("tensorflow")
     _, launch = launch_from_vars({"tfps_job_name": "t", "tfps_model": MODEL, "tfps_extra_args": ["--partition_mb=1"]})
     plan = local_plan(2, 1).to_json(launch)
-    est = processes.plan_estimate(plan)
+    est = estimate.plan_estimate(plan)
     assert isinstance(est, MemoryEstimate), est
-    assert est == processes.estimate_memory(_cfg(tmp_path, partition_mb=1), 2)
+    assert est == estimate.estimate_memory(_cfg(tmp_path, partition_mb=1), 2)
 
 
 def test_a_ps_killed_for_memory_is_named_as_such_with_what_to_change(monkeypatch):
@@ -215,14 +215,14 @@ def test_a_ps_killed_for_memory_is_named_as_such_with_what_to_change(monkeypatch
     memory, is the kernel's OOM killer: a ps's message says what holds its memory."""
     import signal
 
-    from tfps.launch import processes
-    monkeypatch.setattr(processes, "_host_memory", lambda: 16 * 2**30)
-    ps = processes.TaskProcess("ps1", [], {})
+    from tfps.launch import tasks
+    monkeypatch.setattr(tasks, "host_memory", lambda: 16 * 2**30)
+    ps = tasks.TaskProcess("ps1", [], {})
     ps.code, ps.rss_peak = -signal.SIGKILL, 12 * 2**30
     text = ps.describe_exit()
     assert "killed by the kernel (out of memory): it used 12.0 GiB of the host's 16.0 GiB" in text, text
     assert "a ps holds its share of the variables" in text and "add ps tasks" in text
-    worker = processes.TaskProcess("worker1", [], {})
+    worker = tasks.TaskProcess("worker1", [], {})
     worker.code, worker.rss_peak = -signal.SIGKILL, 12 * 2**30
     assert "lower --batch_size" in worker.describe_exit()
     worker.rss_peak = 2**20    # small: maybe another program's kill, maybe the OOM killer's
@@ -241,9 +241,9 @@ def test_a_built_in_models_graph_never_imports_tf_keras(tmp_path, model, keras):
     import sys
     code = ("import json, sys\n"
             "from tfps.config import RunConfig\n"
-            "from tfps.launch import processes\n"
+            "from tfps.launch import estimate\n"
             "cfg = RunConfig(model=sys.argv[1], model_dir=sys.argv[2], partition_mb=1).validate()\n"
-            "est = processes.estimate_memory(cfg, 2)\n"
+            "est = estimate.estimate_memory(cfg, 2)\n"
             "print(json.dumps({'keras': 'tf_keras' in sys.modules, 'mb': sum(est.shares_mb.values())}))\n")
     p = subprocess.run([sys.executable, "-c", code, model, str(tmp_path / "model")], capture_output=True, text=True,
                        cwd=REPO, timeout=300)
@@ -271,7 +271,7 @@ def test_a_compiled_tf_keras_model_is_estimated_with_its_compiled_optimizer(tmp_
     (tmp_path / "train.csv").write_text("\n".join(rows) + "\n")
     cfg = RunConfig(model=f"tests.fixtures.tf_keras_models:{builder}", train_data=str(tmp_path / "train.csv"),
                     model_dir=str(tmp_path / "model")).validate()
-    est = processes.try_estimate(JobSetup(cfg, bind=False), 1, 2)
+    est = estimate.try_estimate(JobSetup(cfg, bind=False), 1, 2)
     assert isinstance(est, MemoryEstimate), est
     assert est.optimizer == optimizer and est.shares_mb["ps0"] > 0, est
     with tf.Graph().as_default():

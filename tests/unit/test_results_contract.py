@@ -236,12 +236,12 @@ def test_the_message_reads_the_record_as_the_file_has_it():
 
 # ------------------------------------------------------------------ the launcher's reader and writer
 def test_the_launchers_summary_adds_the_lost_tasks_and_prints_the_lines(tmp_path, capsys):
-    from tfps.launch.processes import _summary
+    from tfps.launch.summary import summarize
     res = JobResult.load(str(SUCCEEDED))
     res.ended_at = "2030-01-01T00:00:05+00:00"
     res.save(str(tmp_path / "results.json"))
     cfg = RunConfig(model_dir=str(tmp_path))
-    _summary(cfg, 0, epoch("2030-01-01T00:00:01Z"), [], {"worker1": "signal SIGKILL"})
+    summarize(cfg, 0, epoch("2030-01-01T00:00:01Z"), [], {"worker1": "signal SIGKILL"})
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "job demo SUCCEEDED at global step 60/60"
     assert "  lost tasks worker1 (signal SIGKILL)" in out
@@ -253,13 +253,13 @@ def test_the_launchers_summary_adds_the_lost_tasks_and_prints_the_lines(tmp_path
 
 @pytest.mark.parametrize("content", ["stale", "corrupt"])
 def test_the_launcher_takes_no_stale_or_corrupt_results_for_its_own(tmp_path, capsys, caplog, content):
-    from tfps.launch.processes import _summary
+    from tfps.launch.summary import summarize
     path = tmp_path / "results.json"
     if content == "stale":
         path.write_text(SUCCEEDED.read_text())          # ended 2026-12-05, before this "launch"
     else:
         path.write_text('{"job": "demo", "status"')
-    _summary(RunConfig(model_dir=str(tmp_path)), -9, epoch("2030-01-01T00:00:00Z"), [], {})
+    summarize(RunConfig(model_dir=str(tmp_path)), -9, epoch("2030-01-01T00:00:00Z"), [], {})
     assert capsys.readouterr().out == ""
     assert "the chief exited with signal SIGKILL without writing results" in caplog.text
     if content == "corrupt":

@@ -28,7 +28,7 @@ def test_preflight_says_it_builds_the_model_while_a_slow_estimate_runs(caplog, m
     data = tmp_path / "train.csv"
     data.write_text("f0,f1,label\n" + "".join(f"{i % 7}.5,{i % 3}.25,{i % 2}\n" for i in range(40)))
     monkeypatch.setattr(processes, "SLOW_CHECK_NOTICE_SECS", 0.05)
-    monkeypatch.setattr(processes, "_estimate_isolated", lambda *a, **kw: time.sleep(0.4) or "skipped in this test")
+    monkeypatch.setattr(processes, "estimate_isolated", lambda *a, **kw: time.sleep(0.4) or "skipped in this test")
     cfg = RunConfig(model="mlp", model_dir=str(tmp_path / "m"), train_data=str(data)).validate()
     processes._preflight(cfg, None, num_workers=2, num_ps=1)
     said = [r.getMessage() for r in caplog.records]

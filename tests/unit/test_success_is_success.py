@@ -100,12 +100,12 @@ def test_the_row_and_column_of_a_non_finite_value_in_a_workers_shard(tmp_path, m
 
 
 def test_a_refusal_of_the_estimate_survives_the_trip_between_processes():
-    from tfps.launch import processes
-    answer = processes._answer(processes.ModelRefused("model: m raised X"))
-    back = processes._from_answer(answer)
-    assert isinstance(back, processes.ModelRefused) and back == "model: m raised X"
-    assert not isinstance(processes._from_answer(processes._answer("TensorFlow is not installed here")),
-                          processes.ModelRefused)
+    from tfps.launch import estimate
+    answer = estimate._answer(estimate.ModelRefused("model: m raised X"))
+    back = estimate._from_answer(answer)
+    assert isinstance(back, estimate.ModelRefused) and back == "model: m raised X"
+    assert not isinstance(estimate._from_answer(estimate._answer("TensorFlow is not installed here")),
+                          estimate.ModelRefused)
 
 
 @pytest.mark.parametrize("name,words", [
@@ -116,19 +116,19 @@ def test_a_refusal_of_the_estimate_survives_the_trip_between_processes():
 def test_a_model_that_raises_while_its_graph_is_built_is_refused_not_advice(tmp_path, name, words):
     pytest.importorskip("tensorflow")
     from tfps.config import RunConfig
-    from tfps.launch import processes
+    from tfps.launch import estimate
     cfg = RunConfig(model=f"tests.fixtures.estimate_refusals:{name}", model_dir=str(tmp_path)).validate()
-    reason = processes.try_estimate(cfg, 1, 2)
-    assert isinstance(reason, processes.ModelRefused) and words in reason, reason
+    reason = estimate.try_estimate(cfg, 1, 2)
+    assert isinstance(reason, estimate.ModelRefused) and words in reason, reason
     assert reason.startswith("model: ")
 
 
 def test_a_failure_inside_tfps_or_tensorflow_is_no_refusal():
-    from tfps.launch import processes
+    from tfps.launch import estimate
     try:
         import json
         json.loads("{")
     except ValueError as e:
-        assert processes._raised_in_user_code(e) is True   # this test's own frame is "user" code
+        assert estimate._raised_in_user_code(e) is True   # this test's own frame is "user" code
         e.__traceback__ = e.__traceback__.tb_next        # from json on: the standard library only
-        assert processes._raised_in_user_code(e) is False
+        assert estimate._raised_in_user_code(e) is False

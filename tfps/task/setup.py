@@ -74,7 +74,7 @@ class JobSetup:
 
         A Keras model is built once here, in the current graph: eagerly (its weights
         allocated) unless a ``tf.Graph`` is the default (the memory estimate builds it there,
-        as shapes only: ``tfps.launch.processes.estimate_memory``)."""
+        as shapes only: ``tfps.launch.estimate.estimate_memory``)."""
         if self.bound:
             return self
         cfg = self.cfg

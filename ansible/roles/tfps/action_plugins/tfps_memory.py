@@ -1,7 +1,7 @@
 """Action tfps_memory: what each ps task of the plan will hold, estimated on the controller.
 
 Runs on the controller and contacts no host. tfps builds the job's training graph from the
-model's shapes, as a worker builds it (``tfps.launch.processes.plan_estimate``: a throwaway
+model's shapes, as a worker builds it (``tfps.launch.estimate.plan_estimate``: a throwaway
 graph in a subprocess, no session, nothing allocated), and returns each ps task's share of
 the variables in MB, the optimizer's slots included: the figure the chief later logs and
 results.json records as ``ps_shares_mb``. check.yml compares it with each host's memory.
@@ -27,7 +27,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = self._task.args
         from tfps.errors import ConfigError
-        from tfps.launch.processes import plan_estimate
+        from tfps.launch.estimate import plan_estimate
         from tfps.task import placement
 
         try:

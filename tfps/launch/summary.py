@@ -1,0 +1,57 @@
+"""The end of ``tfps local``: the chief's results.json read back, with what only the launcher
+saw (tasks lost while the job ran), printed as the job's summary; or, when the chief of this
+launch never reported, the failure message sent in its place.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from tfps.config import RunConfig
+from tfps.launch.tasks import describe_code, say
+from tfps.outcome import results
+from tfps.outcome.contract import JobResult, ResultsError
+
+log = logging.getLogger("tfps")
+
+
+def chief_reported(cfg: RunConfig, launched: float) -> bool:
+    """Whether the chief of this launch wrote its results.json (``JobResult.written_since``)."""
+    try:
+        return JobResult.load(os.path.join(cfg.model_dir, results.RESULTS)).written_since(launched)
+    except (OSError, ResultsError):
+        return False
+
+
+def summarize(cfg: RunConfig, code, launched: float, urls: list[str], lost: dict[str, str],
+              why: str | None = None) -> bool:
+    """Read the chief's results.json, add what only the launcher saw, print the summary.
+
+    Results count only if the chief of this launch wrote them (``JobResult.written_since``);
+    otherwise the chief died without reporting, and the launcher sends the failure message
+    (``why`` says what ended it, when the launcher knows). Returns whether the chief reported."""
+    path = os.path.join(cfg.model_dir, results.RESULTS)
+    res = None
+    try:
+        res = JobResult.load(path)
+    except FileNotFoundError:
+        pass
+    except (OSError, ResultsError) as e:
+        log.error("%s", e)
+    if res is None or not res.written_since(launched):
+        say(log.error, "the chief exited with %s without writing results%s", describe_code(code),
+             f" ({why})" if why else "")
+        from tfps.outcome.report import orphan_failure
+        orphan_failure(cfg, urls, why or f"the chief process exited with {describe_code(code)} before reporting",
+                       sorted(lost))
+        return False
+    if lost:
+        # What only the launcher saw: tasks that died while the job ran (a worker whose
+        # loss the job survived, in async mode), next to what the chief recorded.
+        res.add_lost_tasks(lost).save(path)
+    try:
+        print("\n".join(res.summary_lines(results_path=os.path.abspath(path))), flush=True)
+    except (OSError, ValueError):
+        pass   # the terminal has closed (SIGHUP): results.json and the message have it all
+    return True
