@@ -34,7 +34,14 @@ Failures found after the start are not refusals. They end the job with exit code
 `results.json` (status `failed`, `error`, and `lost_tasks` when a task died), and the one
 failure message: a task that dies and does not come back (the job ends within
 `--sync_timeout`), a value that is not finite past the rows checked before the start, a
-model whose variables turn NaN or infinite, and a `--startup_timeout` that runs out.
+model whose variables turn NaN or infinite, a `--startup_timeout` that runs out, and a
+disk that fills while the chief saves (a checkpoint, periodic or final, or the export):
+
+    the disk of /data/model is full (0 B free of 2.0 MiB) while writing the checkpoint of step 58, which needs about 12.3 MiB: free space there or give --model_dir on a larger disk
+
+The chief removes what the failed save left (TensorFlow's `*.tempstate*` files and
+`*_temp*/` directories, a half-written export) before it writes `results.json`; when even
+that cannot be written, the line is still logged and the message still sent.
 
 """
 

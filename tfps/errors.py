@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import signal
 import threading
 
@@ -77,3 +79,66 @@ def user_code(what: str):
         os._exit = real_os_exit
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+
+
+# ----------------------------------------------------------------- a full disk
+#: The C library's text of ENOSPC and EDQUOT, as TensorFlow's messages carry it.
+_TEXTS = ("No space left on device", "Disk quota exceeded")
+_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+
+
+class DiskFull(Exception):
+    """The job's failure when a disk filled while the chief wrote to it: one line says it all."""
+
+
+def error_chain(error: BaseException | None):
+    """``error`` and the exceptions it was raised from or while handling, newest first."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def is_disk_full(error: BaseException | None) -> bool:
+    """Whether ``error`` (or an exception it was raised from) says a disk is full."""
+    for e in error_chain(error):
+        if isinstance(e, DiskFull):
+            return True
+        if isinstance(e, OSError) and e.errno in _ERRNOS:
+            return True
+        text = getattr(e, "message", None) or str(e)
+        if isinstance(text, str) and any(t in text for t in _TEXTS):
+            return True
+    return False
+
+
+def size_text(nbytes: float) -> str:
+    """``0 B``, ``512 B``, ``2.0 MiB``, ``1.5 GiB``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{int(nbytes)} B"
+
+
+def _existing(path: str) -> str:
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def disk_text(directory: str) -> str:
+    """``0 B free of 2.0 MiB`` for the disk that holds ``directory`` (or ``free space unknown``)."""
+    try:
+        usage = shutil.disk_usage(_existing(directory))
+    except OSError:
+        return "free space unknown"
+    return f"{size_text(usage.free)} free of {size_text(usage.total)}"
+
+
+def disk_full_line(directory: str, what: str, need_bytes: float | None, flag: str) -> str:
+    """The one line of a full disk: which disk, how full, what was being written, what it needs."""
+    need = f", which needs about {size_text(need_bytes)}" if need_bytes else ""
+    return (f"the disk of {os.path.abspath(directory)} is full ({disk_text(directory)}) while writing {what}"
+            f"{need}: free space there or give --{flag} on a larger disk")

@@ -192,9 +192,21 @@ class Reporter:
             res.restarts = [parse(Restart, r, "restarts") for r in self.story.restarts()]
             res.attempt_started_at = journal.iso(self.story.started_wall)
             res.attempts = self.story.attempt + 1
-        path = res.save(os.path.join(self.cfg.model_dir, results.RESULTS))
+        path = os.path.join(self.cfg.model_dir, results.RESULTS)
+        try:
+            res.save(path)
+        except OSError as e:
+            # A full disk (or a lost mount): the message needs no disk and still goes out,
+            # with the job's outcome in its text.
+            log.error("chief: job %s %s at step %d, but %s", res.job, status, step, _unwritable(path, e))
+            self.notify(res)
+            return res
         if self.story is not None:
-            self.story.end(status)   # the next run in this model_dir tells a story of its own
+            try:
+                self.story.end(status)   # the next run in this model_dir tells a story of its own
+            except OSError as e:
+                log.warning("chief: the job's story in %s could not be ended: %s", self.cfg.model_dir,
+                            e.strerror or e)
         log.info("chief: job %s %s at step %d; results in %s", res.job, status, step, path)
         try:
             res = JobResult.load(path)   # the message tells what the file says
@@ -216,6 +228,15 @@ class Reporter:
         except Exception as e:  # noqa: BLE001 - a plot never blocks the message
             log.warning("no loss plot: %s", e)
         self.notifier.send(res.status, res, attachments)
+
+
+def _unwritable(path: str, error: OSError) -> str:
+    """Why results.json was not written, in one clause (a full disk names the disk and its room)."""
+    from tfps.errors import disk_full_line, is_disk_full
+    if is_disk_full(error):
+        return f"{path} could not be written: " + disk_full_line(
+            os.path.dirname(path), "results.json", None, "model_dir")
+    return f"{path} could not be written: {error.strerror or error}"
 
 
 def orphan_failure(cfg, urls: list[str], reason: str, lost_tasks: list[str] | None = None) -> bool:

@@ -26,6 +26,7 @@ from tfps.cluster import settings
 from tfps.cluster.spec import split_target
 from tfps.exitcodes import ExitCode
 from tfps.outcome import journal, report, results
+from tfps.task import diskfull
 from tfps.task.checkpoint import checkpoint_step
 from tfps.task.lifecycle import session_config
 from tfps.task.setup import JobSetup
@@ -59,6 +60,36 @@ class Chief(Worker):
                 return False
             self.reported = True
             return True
+
+    def failure(self, error: Exception) -> Exception:
+        """A full disk (a checkpoint's SaveV2, history.jsonl) is one line naming the disk and what
+        it needs (tfps.task.diskfull), and what the failed save left in model_dir is removed:
+        results.json needs the room."""
+        error = super().failure(error)
+        if isinstance(error, diskfull.DiskFull) or not diskfull.is_disk_full(error):
+            return error
+        return self._disk_full(error)
+
+    def _disk_full(self, error: Exception) -> diskfull.DiskFull:
+        import tensorflow as tf
+        cfg = self.cfg
+        what = diskfull.what_was_written(error, self.highest_step())
+        failed_step = diskfull.checkpoint_step_of(diskfull.written_path(error))
+        if failed_step is not None:   # the job had reached the step of the checkpoint it could not write
+            self.last_seen_step = max(self.last_seen_step, failed_step)
+        need = None
+        if what.startswith("the checkpoint"):
+            try:   # as much as the previous checkpoint took, or the variables' bytes as placed
+                need = diskfull.checkpoint_bytes(tf.train.latest_checkpoint(cfg.model_dir))
+            except Exception:  # noqa: BLE001 - the estimate below
+                need = 0
+            if not need and getattr(self, "balancer", None) is not None:
+                need = sum(self.balancer.shares_mb().values()) * 2**20
+        full = diskfull.disk_full(error, cfg.model_dir, what, need)   # the free space before the clean-up
+        removed = diskfull.remove_save_temporaries(cfg.model_dir)
+        if removed:
+            log.info("chief: removed what the failed save left in %s: %s", cfg.model_dir, ", ".join(sorted(removed)))
+        return full
 
     def highest_step(self, *steps: int) -> int:
         """The highest global step this chief saw (a lost ps takes the job back to its checkpoint)."""
@@ -239,7 +270,11 @@ class Chief(Worker):
                         lambda: data_mod.make_dataset(setup.eval_schema, cfg.label_column, 256, train=False))
                     log.info("chief: evaluation of step %d: %s", ckpt_step, eval_metrics)
             except Exception as e:  # noqa: BLE001
-                log.error("chief: final export failed: %s: %s", type(e).__name__, e)
+                if diskfull.is_disk_full(e):   # export_saved_model removed its half-written directory
+                    e = diskfull.disk_full(e, cfg.export_path,
+                                           f"the SavedModel export of step {ckpt_step}",
+                                           sum(self.balancer.variables_bytes().values()) or None, "export_dir")
+                log.error("chief: final export failed: %s: %s", type(e).__name__, report.error_line(e))
                 if error is None:
                     error, status = e, "failed"
         elif not ckpt and error is None:
