@@ -35,9 +35,11 @@ Failures found after the start are not refusals. They end the job with exit code
 failure message: a task that dies and does not come back (the job ends within
 `--sync_timeout`), a value that is not finite past the rows checked before the start, a
 model whose variables turn NaN or infinite, a `--startup_timeout` that runs out, and a
-disk that fills while the chief saves (a checkpoint, periodic or final, or the export):
+disk that fills while the chief saves (a checkpoint, periodic or final, or the export), in
+one line (shown here in two):
 
-    the disk of /data/model is full (0 B free of 2.0 MiB) while writing the checkpoint of step 58, which needs about 12.3 MiB: free space there or give --model_dir on a larger disk
+    the disk of /data/model is full (0 B free of 2.0 MiB) while writing the checkpoint of step 58,
+    which needs about 12.3 MiB: free space there or give --model_dir on a larger disk
 
 The chief removes what the failed save left (TensorFlow's `*.tempstate*` files and
 `*_temp*/` directories, a half-written export) before it writes `results.json`; when even
