@@ -14,9 +14,7 @@ import math
 import os
 import unicodedata
 
-from tfps import models as _models
 from tfps.errors import ConfigError
-from tfps.task import optimizers as _optimizers
 
 # Re-exported: compose generation and the tests read these from tfps.config.
 from tfps.timeouts import (  # noqa: F401
@@ -28,10 +26,12 @@ from tfps.timeouts import (  # noqa: F401
     grace_period,
 )
 
-#: The built-in models' names: the registry itself is tfps.models.BUILTIN (no TensorFlow import).
-BUILTIN_MODELS = tuple(_models.BUILTIN)
-#: The optimizer names: their one list is tfps.task.optimizers (which imports TensorFlow only to build one).
-OPTIMIZERS = _optimizers.NAMES
+#: The built-in models' names. Their functions are tfps.models.BUILTIN, a layer above this
+#: one (tests/unit/test_imports.py checks that the two name the same models).
+BUILTIN_MODELS = ("linear", "mlp", "cnn", "wide_deep")
+#: Every optimizer tfps trains with (``--optimizer``): the one list of their names, which
+#: tfps.task.optimizers maps to ``tf.compat.v1.train`` classes.
+OPTIMIZERS = ("sgd", "adam", "adagrad", "ftrl")
 #: Used when neither the command line nor a Keras model's compile() chooses
 #: (``tfps.task.setup.choose_optimizer``); RunConfig keeps None for "not given".
 DEFAULT_OPTIMIZER = "adam"

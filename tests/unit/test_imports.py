@@ -1,4 +1,9 @@
-"""No import cycle inside tfps, counting imports inside functions (an AST check)."""
+"""tfps's modules import in layers, with no import cycle (an AST check).
+
+Every import counts: those inside functions, and the package ``__init__`` files an import
+runs (``from tfps.task import optimizers`` runs ``tfps/task/__init__.py`` first, and what
+it imports).
+"""
 
 from __future__ import annotations
 
@@ -7,25 +12,89 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "tfps"
 
+#: tfps's layers, lowest first: a module imports only modules of its own layer and of the
+#: layers below it. ``tfps`` is the package's own ``__init__``; a name stands for a module
+#: or a whole subpackage. docs/design/layers.md says why the order is this one.
+LAYERS = [
+    "tfps tfps.errors tfps.timeouts tfps.exitcodes tfps.logs tfps.compat tfps.jsonfile",
+    "tfps.config",
+    "tfps.data tfps.demo tfps.models tfps.modelspec tfps.keras_model tfps.layers",
+    "tfps.cluster",
+    "tfps.outcome",
+    "tfps.notify",
+    "tfps.task",
+    "tfps.launch",
+    "tfps.cli tfps.__main__",
+]
 
-def _graph() -> dict[str, set[str]]:
+#: Imports against the order, each with the reason it still stands.
+ALLOWED_UPWARD = {
+    ("tfps.outcome.report", "tfps.notify.notifier"):
+        "report.orphan_failure forwards to tfps.notify.orphan_failure until tfps/launch imports it from there",
+}
+
+
+def _ancestors(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _imported(node: ast.AST, name: str, is_package: bool, modules) -> list[str]:
+    """The modules the statement or call ``node`` of module ``name`` names."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:   # relative: from the module's package
+            package = name.split(".") if is_package else name.split(".")[:-1]
+            base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+        # ``from pkg import mod`` imports pkg.mod; ``from mod import name`` imports mod
+        return [base] + [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
+    if (isinstance(node, ast.Call) and node.args and getattr(node.func, "attr", getattr(node.func, "id", None))
+            == "import_module"):
+        arg = node.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            return [arg.value]
+        if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+            prefix = arg.values[0].value   # f"tfps.notify.{name}": any module under that prefix
+            return [m for m in modules if m.startswith(prefix)]
+    return []
+
+
+def _graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the modules of the package that importing it may import, at once or later
+    (in a function): each imported module and every package ``__init__`` on its way, except
+    the module's own packages (they are loaded before it)."""
     modules = {}
-    for path in PACKAGE.rglob("*.py"):
-        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    for path in package.rglob("*.py"):
+        name = ".".join(path.relative_to(package.parent).with_suffix("").parts)
         modules[name.removesuffix(".__init__")] = path
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for name, path in modules.items():
+        own = {name, *_ancestors(name)}
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                # ``from pkg import mod`` depends on pkg.mod; ``from mod import name`` on mod
-                subs = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules]
-                targets = subs or [node.module]
-            else:
-                continue
-            graph[name].update(t for t in targets if t in modules and t != name)
+            for target in _imported(node, name, path.name == "__init__.py", modules):
+                graph[name].update(m for m in (*_ancestors(target), target) if m in modules and m not in own)
     return graph
+
+
+def _layer(module: str) -> int:
+    """The index in LAYERS of the longest name that is ``module`` or one of its packages."""
+    found = [(len(n), i) for i, names in enumerate(LAYERS) for n in names.split()
+             if module == n or module.startswith(n + ".")]
+    assert found, f"{module} is in no layer: add it to LAYERS in {Path(__file__).name}"
+    return max(found)[1]
+
+
+def _allowed(a: str, b: str) -> bool:
+    """Whether ALLOWED_UPWARD lets ``a`` import ``b``, or a package ``__init__`` on the way to an allowed module."""
+    return any(a == x and (b == y or y.startswith(b + ".")) for x, y in ALLOWED_UPWARD)
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{a} (layer {LAYERS[_layer(a)].split()[0]}) imports {b} (layer {LAYERS[_layer(b)].split()[0]})"
+            for a in sorted(graph) for b in sorted(graph[a])
+            if _layer(b) > _layer(a) and not _allowed(a, b)]
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -59,10 +128,43 @@ def test_the_checker_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
+def test_the_graph_counts_package_inits_and_imports_in_functions(tmp_path):
+    """A loop of the kind tfps had: config imported a name from a subpackage whose
+    ``__init__`` imports a module that imports config, in a function."""
+    pkg = tmp_path / "p"
+    (pkg / "task").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "config.py").write_text("from p.task import names\n")
+    (pkg / "task" / "__init__.py").write_text("def run():\n    from . import worker\n")
+    (pkg / "task" / "names.py").write_text("import os\n")
+    (pkg / "task" / "worker.py").write_text("import importlib\nimportlib.import_module('p.config')\n")
+    graph = _graph(pkg)
+    assert graph == {"p": set(), "p.config": {"p.task", "p.task.names"}, "p.task": {"p.task.worker"},
+                     "p.task.names": set(), "p.task.worker": {"p.config"}}
+    assert _cycle(graph) == ["p.config", "p.task", "p.task.worker", "p.config"]
+
+
 def test_no_module_of_tfps_imports_itself_back():
     graph = _graph()
-    assert len(graph) > 40 and "tfps.launch.processes" in graph["tfps.cli"]   # function-level imports count
+    assert len(graph) > 40 and "tfps.task.entry" in graph["tfps.cli"]   # function-level imports count
+    assert "tfps.task.worker" in graph["tfps.task"]   # so do package __init__ files
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+def test_every_module_imports_only_its_own_layer_and_those_below():
+    graph = _graph()
+    assert _upward(graph) == []
+    for (a, b), why in ALLOWED_UPWARD.items():   # an allowance goes when its import does
+        assert b in graph[a], f"{a} no longer imports {b}: remove its entry from ALLOWED_UPWARD ({why})"
+    assert _upward({"tfps.cluster.settings": {"tfps.outcome.results"}}) == [
+        "tfps.cluster.settings (layer tfps.cluster) imports tfps.outcome.results (layer tfps.outcome)"]
+
+
+def test_the_names_config_checks_are_the_names_of_the_modules_above_it():
+    from tfps import config, models
+    from tfps.task import optimizers
+    assert tuple(models.BUILTIN) == config.BUILTIN_MODELS
+    assert tuple(optimizers.CLASSES) == optimizers.NAMES == config.OPTIMIZERS
 
 
 def test_one_entry_for_a_task_the_cli_and_forked_tasks_both_call():

@@ -44,6 +44,10 @@ USER_MODEL_MOUNT = "/opt/usermodels"
 #: Where the chief's container finds the notification config file (compose --notify_config,
 #: Ansible tfps_notify_config).
 NOTIFY_CONFIG_MOUNT = "/etc/tfps/notify.yml"
+#: Environment variable naming a file of notification URLs (tfps.notify.urls reads it), and
+#: where a task container finds that file (compose's secret, the Ansible role's mount).
+ENV_URLS_FILE = "APPRISE_URLS_FILE"
+URLS_FILE_MOUNT = "/run/secrets/notify_urls"
 #: Where the training data directory appears in a container, read-only (compose
 #: ``--data_dir``, Ansible ``tfps_data_dir``): ``--train_data /input/train.csv`` works in both.
 DATA_MOUNT = "/input"

@@ -25,7 +25,7 @@ from tfps import models
 from tfps.cluster.variables import DEFINING_VARS, RUN_FIELDS
 from tfps.config import RunConfig
 from tfps.errors import ConfigError
-from tfps.outcome import results
+from tfps.jsonfile import now_iso, read_json, write_json_atomic
 
 #: The record in model_dir, written by the chief when the job starts.
 SETTINGS_FILE = "tfps-settings.json"
@@ -66,7 +66,7 @@ def changes(recorded: dict | None, settings: dict) -> list[str]:
 
 def recorded(model_dir: str) -> dict | None:
     """The settings recorded in ``model_dir``, or None (no record, or none that can be read)."""
-    data = results.read_json(os.path.join(model_dir, SETTINGS_FILE))
+    data = read_json(os.path.join(model_dir, SETTINGS_FILE))
     settings = data.get("settings") if isinstance(data, dict) else None
     return settings if isinstance(settings, dict) else None
 
@@ -98,8 +98,8 @@ def record(model_dir: str, settings: dict) -> None:
     if recorded(model_dir) == settings:
         return
     try:
-        results.write_json_atomic(os.path.join(model_dir, SETTINGS_FILE),
-                                  {"settings": settings, "recorded_at": results.now_iso()})
+        write_json_atomic(os.path.join(model_dir, SETTINGS_FILE),
+                          {"settings": settings, "recorded_at": now_iso()})
     except OSError as e:
         raise ConfigError(f"{model_dir} cannot be written: {e.strerror or e}; give --model_dir a directory "
                           "with room that this user may write", "model_dir") from None

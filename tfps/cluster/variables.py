@@ -22,11 +22,17 @@ from typing import Any
 
 import yaml
 
-from tfps.cluster.plan import DATA_MOUNT, NOTIFY_CONFIG_MOUNT, USER_MODEL_MOUNT, Launch
+from tfps.cluster.plan import (
+    DATA_MOUNT,
+    ENV_URLS_FILE,
+    NOTIFY_CONFIG_MOUNT,
+    URLS_FILE_MOUNT,
+    USER_MODEL_MOUNT,
+    Launch,
+)
 from tfps.config import RunConfig, grace_period
 from tfps.data import LIST_PREFIX
 from tfps.errors import ConfigError
-from tfps.notify.urls import ENV_URLS_FILE, URLS_FILE_MOUNT
 
 #: The role whose variables these are (a checkout, or the copy installed with tfps).
 ROLE_DIR = Path(os.environ.get("TFPS_ROLE_DIR", Path(__file__).resolve().parents[2] / "ansible" / "roles" / "tfps"))

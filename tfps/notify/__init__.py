@@ -4,16 +4,23 @@
 keeps passwords and tokens out of sight, ``message`` writes the text. The user's manual
 (where URLs come from, tags, passwords, time budget) is docs/notifications.md.
 
+``job_notifier`` is the chief's Notifier, which it hands to ``tfps.outcome.report.Reporter``:
+notify sits above outcome (it reads ``JobResult``), so outcome never imports it.
+
 The names below are re-exported so that ``from tfps.notify import Notifier,
 collect_urls`` keeps working for code outside the package.
 """
 
 import importlib
+import logging
 import os
+
+log = logging.getLogger("tfps")
 
 # Loaded on first use: a task that sends nothing (a ps, a worker) never imports apprise.
 _HOMES = {"format_message": "message", "EVENTS": "notifier", "Delivery": "notifier", "Notifier": "notifier",
-          "notify_test": "notifier", "mask_url": "secrets", "ENV_URLS": "urls", "collect_urls": "urls"}
+          "notify_test": "notifier", "orphan_failure": "notifier", "mask_url": "secrets", "ENV_URLS": "urls",
+          "collect_urls": "urls"}
 
 
 def notifier_for(cli_urls, config_path, environ=os.environ):
@@ -27,11 +34,22 @@ def notifier_for(cli_urls, config_path, environ=os.environ):
     return Notifier.from_settings(cli_urls, config_path, environ)
 
 
+def job_notifier(cfg):
+    """The chief's Notifier for the job ``cfg`` (``notifier_for`` its settings), or None: none
+    is configured, or the settings were refused (a bad URL is refused before the job starts,
+    by ``tfps.task.entry``; here a job never fails for it)."""
+    try:
+        return notifier_for(cfg.notify, cfg.notify_config)
+    except Exception as e:  # noqa: BLE001
+        log.error("notifications disabled: %s", e)
+        return None
+
+
 def __getattr__(name: str):
     if name not in _HOMES:
         raise AttributeError(f"module 'tfps.notify' has no attribute {name!r}")
     return getattr(importlib.import_module(f"tfps.notify.{_HOMES[name]}"), name)
 
 
-__all__ = ["EVENTS", "ENV_URLS", "Delivery", "Notifier", "collect_urls", "format_message", "mask_url",
-           "notifier_for", "notify_test"]
+__all__ = ["EVENTS", "ENV_URLS", "Delivery", "Notifier", "collect_urls", "format_message", "job_notifier",
+           "mask_url", "notifier_for", "notify_test", "orphan_failure"]

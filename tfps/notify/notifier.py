@@ -1,7 +1,8 @@
 """The Notifier: one message per job event to the configured apprise services.
 
 Picks which services receive an event (tags), bounds every send in time, retries once,
-and never raises into the job. ``notify_test`` is ``tfps notify-test``. The user's
+and never raises into the job. ``notify_test`` is ``tfps notify-test``; ``orphan_failure``
+is the failure message of a chief that died without sending one. The user's
 manual (URL sources, tags, passwords, time budget) is docs/notifications.md.
 """
 
@@ -36,7 +37,8 @@ from tfps.notify.secrets import (
     short,
 )
 from tfps.notify.urls import ENV_URLS, ENV_URLS_FILE, collect_urls
-from tfps.outcome.contract import JobResult
+from tfps.outcome.contract import ErrorInfo, JobResult
+from tfps.outcome.results import now_iso
 
 log = logging.getLogger("tfps.notify")
 
@@ -410,3 +412,22 @@ def notify_test(cli_urls: Sequence[str] | None, config_path: str | None, out: Te
         else:
             print(f"FAIL {d.url}{route}: {d.detail}", file=out)
     return ExitCode.OK if deliveries and all(d.ok for d in deliveries) else ExitCode.TRAINING_FAILED
+
+
+def orphan_failure(cfg, urls: list[str], reason: str, lost_tasks: list[str] | None = None) -> bool:
+    """Send the failure message for a chief that died without sending one (orchestrators:
+    ``tfps local``, ``tfps notify-failure`` run by the Ansible role).
+
+    Returns True when every configured service took the message (or none is configured).
+    """
+    try:
+        notifier = Notifier(urls, cfg.notify_config)
+    except Exception as e:  # noqa: BLE001
+        log.error("cannot send the failure message: %s", e)
+        return False
+    if not notifier.enabled:
+        return True
+    res = JobResult(job=cfg.name, status="failed", model=cfg.model, ended_at=now_iso(),
+                    model_dir=os.path.abspath(cfg.model_dir), train_steps=cfg.train_steps,
+                    error=ErrorInfo(type="ChiefLost", message=reason), lost_tasks=sorted(lost_tasks or ()))
+    return all(d.ok for d in notifier.send("failed", res))

@@ -14,14 +14,13 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
+# ENV_URLS_FILE names a file of URLs (spaces, commas or lines between them), which a task
+# container finds at URLS_FILE_MOUNT: the plan carries both (compose and the role use them).
+from tfps.cluster.plan import ENV_URLS_FILE, URLS_FILE_MOUNT  # noqa: F401
 from tfps.errors import ConfigError
 
 #: Environment variable with URLs separated by spaces or commas (as for apprise's CLI).
 ENV_URLS = "APPRISE_URLS"
-#: Environment variable naming a file of URLs (spaces, commas or lines between them).
-ENV_URLS_FILE = "APPRISE_URLS_FILE"
-#: Where a task container finds that file (compose's secret, the Ansible role's mount).
-URLS_FILE_MOUNT = "/run/secrets/notify_urls"
 
 # A comma separates two URLs only when the next one starts right after it.
 _URL_SEPARATOR = re.compile(r"\s+|,\s*(?=[A-Za-z][A-Za-z0-9+.\-]*://)")

@@ -2,8 +2,9 @@
 
 Exactly one completion message per job: the chief sends it after the final save. If the
 chief dies without one, the orchestrator (``tfps local``, Ansible) sends the failure
-message instead, using ``orphan_failure``. Notification URLs live only in the Notifier;
-nothing here writes them anywhere.
+message instead, using ``tfps.notify.orphan_failure``. Notification URLs live only in the
+Notifier, which the chief hands to ``Reporter`` (tfps.notify sits above this package and
+is never imported here); nothing here writes them anywhere.
 """
 
 from __future__ import annotations
@@ -85,15 +86,6 @@ def error_line(error: BaseException) -> str:
     return f"{text} ({where})" if where else text
 
 
-def _notifier(cfg):
-    from tfps.notify import notifier_for
-    try:
-        return notifier_for(cfg.notify, cfg.notify_config)
-    except Exception as e:  # a bad URL was refused before the job started; never fail here
-        log.error("notifications disabled: %s", e)
-        return None
-
-
 def job_config(cfg, setup=None) -> dict:
     """results.json's ``config``: every setting of the job as the chief ran it.
 
@@ -122,16 +114,18 @@ HEAD_KEYS = ("job", "model", "mode", "task", "host", "cluster", "train_steps", "
 
 
 class Reporter:
-    """The chief's report of one job: the "started" message, then results.json and the end message."""
+    """The chief's report of one job: the "started" message, then results.json and the end message.
 
-    def __init__(self, cfg, task, setup, started_iso: str, started_wall: float, story=None):
+    ``notifier``: what sends the messages (``tfps.notify.job_notifier``), or None for none."""
+
+    def __init__(self, cfg, task, setup, started_iso: str, started_wall: float, story=None, notifier=None):
         self.cfg, self.task, self.setup = cfg, task, setup
         self.started_iso, self.started_wall = started_iso, started_wall
         self.story = story   # tfps.outcome.journal.Story: the job's first start and its restarts
         if story is not None:
             self.started_wall = story.first_start()
             self.started_iso = journal.iso(self.started_wall)
-        self.notifier = _notifier(cfg)
+        self.notifier = notifier
         self.versions = Versions.current()
 
     def record(self, status: str, **fields) -> JobResult:
@@ -240,19 +234,7 @@ def _unwritable(path: str, error: OSError) -> str:
 
 
 def orphan_failure(cfg, urls: list[str], reason: str, lost_tasks: list[str] | None = None) -> bool:
-    """Send the failure message for a chief that died without sending one (orchestrators).
-
-    Returns True when every configured service took the message (or none is configured).
-    """
-    from tfps.notify.notifier import Notifier
-    try:
-        notifier = Notifier(urls, cfg.notify_config)
-    except Exception as e:  # noqa: BLE001
-        log.error("cannot send the failure message: %s", e)
-        return False
-    if not notifier.enabled:
-        return True
-    res = JobResult(job=cfg.name, status="failed", model=cfg.model, ended_at=results.now_iso(),
-                    model_dir=os.path.abspath(cfg.model_dir), train_steps=cfg.train_steps,
-                    error=ErrorInfo(type="ChiefLost", message=reason), lost_tasks=sorted(lost_tasks or ()))
-    return all(d.ok for d in notifier.send("failed", res))
+    """``tfps.notify.orphan_failure``, kept here only until tfps/launch imports it from there
+    (the one import of notify from outcome that tests/unit/test_imports.py allows)."""
+    from tfps.notify.notifier import orphan_failure as send
+    return send(cfg, urls, reason, lost_tasks)

@@ -8,46 +8,17 @@ that a new, different job never silently resumes from another job's checkpoints.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import shutil
 import tempfile
 
 from tfps.errors import ConfigError
+from tfps.jsonfile import now_iso, read_json, write_json_atomic  # noqa: F401 - also results.now_iso, ...
 
 RESULTS = "results.json"
 HISTORY = "history.jsonl"
 RUN_IDENTITY = "tfps_run.json"
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def write_json_atomic(path: str, data: dict) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True, default=str)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:   # a full disk, say: no half-written temporary is left behind
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def read_json(path: str) -> dict | None:
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
 
 
 def append_history(model_dir: str, record: dict) -> None:

@@ -25,6 +25,7 @@ from tfps import timeouts
 from tfps.cluster import settings
 from tfps.cluster.spec import split_target
 from tfps.exitcodes import ExitCode
+from tfps.notify import job_notifier
 from tfps.outcome import journal, report, results
 from tfps.task import diskfull
 from tfps.task.checkpoint import checkpoint_step
@@ -108,7 +109,7 @@ class Chief(Worker):
             log.info("chief: the job was reported already; not reporting %s: %s", type(error).__name__, error)
             return False
         reporter = report.Reporter(self.cfg, self.task, self.setup, self.started_iso, self.started_wall,
-                                   story=self.story)
+                                   story=self.story, notifier=job_notifier(self.cfg))
         if not write_results:
             reporter.notify_only("failed", int(code), error)
             return True
@@ -213,7 +214,8 @@ class Chief(Worker):
         from tfps.task import export
         self.ops = ops
         cfg, task = self.cfg, self.task
-        reporter = report.Reporter(cfg, task, setup, self.started_iso, self.started_wall, story=self.story)
+        reporter = report.Reporter(cfg, task, setup, self.started_iso, self.started_wall, story=self.story,
+                                   notifier=job_notifier(cfg))
         shares = self.balancer.shares_mb()
         log.info("chief: variables per ps task (MB, the optimizer's slots included): %s",
                  ", ".join(f"{k} {v:g}" for k, v in shares.items()))

@@ -8,7 +8,7 @@ proportional to the table, and for a table of gigabytes that is the whole step.
 LazyAdam (TensorFlow Addons, Keras) does: a row's moments decay only in the steps that see
 it. Dense gradients get Adam exactly as before.
 
-This module is the one list of optimizer names (``--optimizer``, ``tfps.config``); a Keras
+The names (``--optimizer``) are ``tfps.config.OPTIMIZERS``, below every task module; a Keras
 model's compiled optimizer may also train as ``adamw`` or ``rmsprop``, with the options
 ``tfps.keras_model`` reads from its compile() (hyperparameters, a learning-rate schedule,
 gradient clipping, weight decay: ``make``). It imports TensorFlow only when ``make`` runs.
@@ -16,12 +16,14 @@ gradient clipping, weight decay: ``make``). It imports TensorFlow only when ``ma
 
 from __future__ import annotations
 
-#: Every optimizer tfps trains with: its name (``--optimizer``; also the lower-cased class
-#: name of the Keras optimizer that maps to it) -> its ``tf.compat.v1.train`` class.
-#: Adam trains as :func:`lazy_adam_class`, a subclass of that class.
-CLASSES = {"sgd": "GradientDescentOptimizer", "adam": "AdamOptimizer", "adagrad": "AdagradOptimizer",
-           "ftrl": "FtrlOptimizer"}
-NAMES = tuple(CLASSES)
+from tfps.config import OPTIMIZERS as NAMES
+
+#: Every optimizer tfps trains with: its name (``tfps.config.OPTIMIZERS``; also the
+#: lower-cased class name of the Keras optimizer that maps to it) -> its
+#: ``tf.compat.v1.train`` class. Adam trains as :func:`lazy_adam_class`, a subclass of that class.
+_CLASS_OF = {"sgd": "GradientDescentOptimizer", "adam": "AdamOptimizer", "adagrad": "AdagradOptimizer",
+             "ftrl": "FtrlOptimizer"}
+CLASSES = {name: _CLASS_OF[name] for name in NAMES}   # a name without a class fails at import
 
 
 def make(name: str, learning_rate: float, options: dict | None = None):
