@@ -26,7 +26,7 @@ import sys
 import time
 import warnings
 
-from tfps import __version__, logs
+from tfps import __version__, logs, use_tf_keras
 from tfps.config import ArgumentParser, add_replace_option, add_run_options, from_args, normalize_argv
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
@@ -238,8 +238,8 @@ def cmd_notify_test(ns) -> ExitCode:
 
 
 def cmd_notify_failure(ns) -> ExitCode:
+    from tfps.notify import orphan_failure
     from tfps.notify.urls import collect_urls
-    from tfps.outcome.report import orphan_failure
     cfg = from_args(ns)
     return ExitCode.OK if orphan_failure(cfg, collect_urls(cfg.notify), ns.reason) else ExitCode.TRAINING_FAILED
 
@@ -272,6 +272,7 @@ def cmd_demo_data(ns) -> ExitCode:
 
 
 def main(argv: list[str] | None = None) -> int:
+    use_tf_keras()   # before anything imports TensorFlow: tf.keras is tf_keras, unless the user said otherwise
     argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     try:

@@ -22,11 +22,12 @@ checkpoints, resume, final save, fresh-graph export, results.json, the message):
   each graph (``ModelSpec.streaming``): streamed over the evaluation set, and in training
   the running values of the worker's progress lines, in the worker's own variables.
 
-``tf.keras`` code works unchanged: every tfps process sets ``TF_USE_LEGACY_KERAS=1``
-before TensorFlow is imported, so ``tf.keras`` is tf_keras. Keras 3 (``import keras``
-with keras >= 3) builds no ``tf.compat.v1`` graphs: it cannot place variables with
-``replica_device_setter`` nor train under ``MonitoredTrainingSession``. Such models are
-refused before the job starts.
+``tf.keras`` code works unchanged: tfps's entry points set ``TF_USE_LEGACY_KERAS=1`` before
+TensorFlow is imported unless the user set it (``tfps.use_tf_keras``), so ``tf.keras`` is
+tf_keras. Keras 3 (``import keras`` with keras >= 3, or ``tf.keras`` when the user set
+``TF_USE_LEGACY_KERAS=0``) builds no ``tf.compat.v1`` graphs: it cannot place variables
+with ``replica_device_setter`` nor train under ``MonitoredTrainingSession``. Such models
+are refused before the job starts, in one line.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import math
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from tfps import compat
+from tfps import LEGACY_KERAS_ENV, compat, legacy_keras_refused
 from tfps.errors import ConfigError, user_code
 from tfps.modelspec import ModelSpec, local_state
 
@@ -127,6 +128,11 @@ class KerasBuilder:
             raise ConfigError(f"{self.name} raised {type(e).__name__}: {first}{where} while building the model; "
                               "fix the builder (call it alone in Python to see the whole traceback)",
                               "model") from None
+        if _is_keras3(model) and legacy_keras_refused() is not None:
+            raise ConfigError(f"{self.name} returned a Keras 3 model: {LEGACY_KERAS_ENV}="
+                              f"{legacy_keras_refused()!r} in the environment makes tf.keras Keras 3, which "
+                              f"cannot do parameter-server training; unset {LEGACY_KERAS_ENV} (tfps then sets it "
+                              "to 1) or set it to 1", "model")
         if _is_keras3(model):
             raise ConfigError(KERAS3_MESSAGE.format(name=self.name, cls=f"{type(model).__module__}."
                                                                          f"{type(model).__name__}"), "model")

@@ -6,7 +6,13 @@ import logging
 
 import pytest
 
+import tfps
 from tfps import logs
+
+# Unit tests build Keras models in their own process, as a task does: tf.keras is tf_keras
+# here as under tfps's entry points (``import tfps`` alone sets nothing). Integration and
+# system tests start tfps's entry points, which set it themselves.
+tfps.use_tf_keras()
 
 
 @pytest.fixture(autouse=True)

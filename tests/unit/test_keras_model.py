@@ -7,6 +7,7 @@ moving statistics and exports under the model's input names.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -98,6 +99,41 @@ def test_a_model_that_does_not_fit_is_refused_by_the_cli_naming_both_sides(model
     missing = [s for s in says if s not in err[0]]
     assert missing == [], err[0]
     assert not model_dir.exists()
+
+
+def test_import_tfps_leaves_tf_use_legacy_keras_alone_and_entry_points_only_default_it(monkeypatch):
+    import importlib
+
+    import tfps
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")
+    importlib.reload(tfps)   # what ``import tfps`` runs
+    assert os.environ["TF_USE_LEGACY_KERAS"] == "0"
+    monkeypatch.delenv("TF_USE_LEGACY_KERAS")
+    importlib.reload(tfps)
+    assert "TF_USE_LEGACY_KERAS" not in os.environ
+    env = {"TF_USE_LEGACY_KERAS": "0"}
+    tfps.use_tf_keras(env)
+    assert env == {"TF_USE_LEGACY_KERAS": "0"}
+    env.clear()
+    tfps.use_tf_keras(env)
+    assert env == {"TF_USE_LEGACY_KERAS": "1"}
+    assert [tfps.legacy_keras_refused({"TF_USE_LEGACY_KERAS": v}) for v in ("1", "true", "True", "0", "")] == \
+        [None, None, None, "0", ""]
+    assert tfps.legacy_keras_refused({}) is None
+
+
+def test_a_user_who_set_tf_use_legacy_keras_to_0_is_told_why_a_keras_model_is_refused(csv8, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """tf.keras would be Keras 3 in tfps's tasks: one line naming the variable, before anything starts."""
+    from tfps.cli import main
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")
+    rc = main(["local", "--model", f"{FIX}:keras3", "--train_data", csv8, "--model_dir", str(tmp_path / "m")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and os.environ["TF_USE_LEGACY_KERAS"] == "0"
+    assert err == [f"tfps: error: model: {FIX}:keras3 returned a Keras 3 model: TF_USE_LEGACY_KERAS='0' in the "
+                   "environment makes tf.keras Keras 3, which cannot do parameter-server training; unset "
+                   "TF_USE_LEGACY_KERAS (tfps then sets it to 1) or set it to 1"], err
+    assert not (tmp_path / "m").exists()
 
 
 def test_multi_input_model_needs_named_columns(tmp_path):
@@ -199,8 +235,8 @@ def test_adapter_trains_updates_moving_statistics_and_exports_named_inputs(named
 
 
 def test_tf_keras_as_tutorials_write_it_is_tf_keras_under_tfps(csv8):
-    """tfps sets TF_USE_LEGACY_KERAS=1 before TensorFlow loads: tf.keras is tf_keras, and its
-    compiled optimizer and learning rate apply."""
+    """tfps's entry points set TF_USE_LEGACY_KERAS=1 before TensorFlow loads (tests/unit/conftest.py
+    does as they do): tf.keras is tf_keras, and its compiled optimizer and learning rate apply."""
     import os
     import sys
 

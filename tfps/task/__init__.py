@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
+from tfps import use_tf_keras
 from tfps.compat import TF_EAGER_KERAS_MODULES
 from tfps.logs import tf_import_banner_dropped
 
@@ -36,9 +37,11 @@ def single_threaded_blas() -> None:
 
 
 def import_tensorflow():
-    """``import tensorflow`` without its eager import of Keras; later imports of Keras work as usual."""
+    """``import tensorflow`` without its eager import of Keras; later imports of Keras work as
+    usual, and ``tf.keras`` is tf_keras unless the user set TF_USE_LEGACY_KERAS otherwise."""
     if "tensorflow" in sys.modules:
         return sys.modules["tensorflow"]
+    use_tf_keras()   # also for python -m tfps.launch.estimate, started by the Ansible role's plugin
     single_threaded_blas()
     blocked = [name for name in EAGER_KERAS if name not in sys.modules]
     for name in blocked:

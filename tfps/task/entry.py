@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 
-from tfps import logs
+from tfps import logs, use_tf_keras
 from tfps.config import ArgumentParser, add_replace_option, add_run_options, from_args, normalize_argv
 from tfps.errors import ConfigError, real_os_exit
 from tfps.exitcodes import ExitCode
@@ -69,6 +69,7 @@ def main(argv: list[str]) -> ExitCode | int:
 
     The caller exits with it. Bad input is one line on stderr and ``BAD_CONFIG``.
     """
+    use_tf_keras()   # a forked task of tfps local enters here: tf.keras is tf_keras unless the user said otherwise
     argv = normalize_argv(list(argv))
     try:
         ns = build_parser().parse_args(argv)
