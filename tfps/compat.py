@@ -9,7 +9,7 @@ nothing else in tfps names a private attribute, imports ``tensorflow.python...``
 A new TensorFlow or tf_keras may rename any of them. Rather than fail in the middle of a
 job (or, worse, silently train differently), every task checks them when it starts:
 ``check_tensorflow()`` (and ``check_tf_keras()`` where tf_keras is used) refuses to run
-with one line, ``tfps needs X from TensorFlow 2.21's Y; this is TensorFlow Z``. The checks
+with one line, ``tfps needs X from TensorFlow <TENSORFLOW_VERSION>'s Y; this is TensorFlow Z``. The checks
 look at classes and their code only (no graph, no session), a few milliseconds.
 
 This module imports neither TensorFlow nor tf_keras at the top: ``import tensorflow`` is
@@ -30,12 +30,19 @@ from typing import NoReturn
 
 from tfps.errors import ConfigError
 
-#: The versions whose internals this module was written against.
+#: The TensorFlow release whose internals this module was written against: tfps's one
+#: TensorFlow version. pyproject.toml's extras and tensorboard pin, the Makefile, the
+#: Dockerfile, the README and the examples write it as text and follow this constant
+#: (``tests/unit/test_versions.py`` reads them all); tfps's own code derives it from here.
 TENSORFLOW_VERSION = "2.21"
-TF_KERAS_VERSION = "2.21"
+#: tf_keras is released with TensorFlow, minor for minor.
+TF_KERAS_VERSION = TENSORFLOW_VERSION
+#: How to add tf_keras to tensorflow-cpu: without its dependencies (it requires the package
+#: "tensorflow", which tensorflow-cpu is under another name).
+TF_KERAS_INSTALL = f"pip install --no-deps 'tf_keras=={TF_KERAS_VERSION}.*'"
 
-_INSTALL = {"TensorFlow": "pip install 'tfps[cpu]' (tensorflow-cpu==2.21.*)",
-            "tf_keras": "pip install --no-deps 'tf_keras==2.21.*'"}
+_INSTALL = {"TensorFlow": f"pip install 'tfps[cpu]' (tensorflow-cpu=={TENSORFLOW_VERSION}.*)",
+            "tf_keras": TF_KERAS_INSTALL}
 
 
 def _refuse(package: str, have: str, missing: list[tuple[str, str]]) -> NoReturn:

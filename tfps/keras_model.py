@@ -46,7 +46,7 @@ from tfps.modelspec import ModelSpec, local_state
 
 log = logging.getLogger("tfps")
 
-INSTALL_HINT = "pip install --no-deps 'tf_keras==2.21.*'"
+INSTALL_HINT = compat.TF_KERAS_INSTALL
 KERAS3_MESSAGE = (
     "{name} returned a Keras 3 model ({cls}). Keras 3 cannot do parameter-server training: it builds no "
     "tf.compat.v1 graph, so its variables cannot be placed on the ps tasks and it cannot train under "

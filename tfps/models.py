@@ -269,7 +269,7 @@ def resolve(name: str) -> ModelFn:
     except UserCodeExit:
         raise
     except Exception as e:  # ImportError, or any error raised while importing user code
-        hint = (" tf_keras is not installed: pip install --no-deps 'tf_keras==2.21.*'"
+        hint = (f" tf_keras is not installed: {keras_model.INSTALL_HINT}"
                 if isinstance(e, ImportError) and getattr(e, "name", "") == "tf_keras" else "")
         raise ConfigError(f"cannot import {module_name!r}: {type(e).__name__}: {e}.{hint} Check PYTHONPATH "
                           "(the module must be importable by every task; tfps also looks in the working directory)",
