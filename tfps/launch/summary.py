@@ -42,7 +42,7 @@ def summarize(cfg: RunConfig, code, launched: float, urls: list[str], lost: dict
     if res is None or not res.written_since(launched):
         say(log.error, "the chief exited with %s without writing results%s", describe_code(code),
              f" ({why})" if why else "")
-        from tfps.outcome.report import orphan_failure
+        from tfps.notify import orphan_failure
         orphan_failure(cfg, urls, why or f"the chief process exited with {describe_code(code)} before reporting",
                        sorted(lost))
         return False
