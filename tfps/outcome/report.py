@@ -231,10 +231,3 @@ def _unwritable(path: str, error: OSError) -> str:
         return f"{path} could not be written: " + disk_full_line(
             os.path.dirname(path), "results.json", None, "model_dir")
     return f"{path} could not be written: {error.strerror or error}"
-
-
-def orphan_failure(cfg, urls: list[str], reason: str, lost_tasks: list[str] | None = None) -> bool:
-    """``tfps.notify.orphan_failure``, kept here only until tfps/launch imports it from there
-    (the one import of notify from outcome that tests/unit/test_imports.py allows)."""
-    from tfps.notify.notifier import orphan_failure as send
-    return send(cfg, urls, reason, lost_tasks)
