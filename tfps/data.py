@@ -2,7 +2,9 @@
 
 Schema inference (feature shape, number of classes) and validation are plain NumPy so
 that ``tfps local`` can refuse bad data before it starts any process. Only
-``make_dataset`` imports TensorFlow.
+``make_dataset`` imports TensorFlow (and the TFRecord check, which reads the records).
+The checks of a CSV file's rows are in :mod:`tfps.csvcheck`, those of a TFRecord file's
+records in :mod:`tfps.tfrecordcheck`; this module decides and combines.
 
 Formats, chosen by file name:
   * ``*.csv``: a header row, one label column (``--label_column``), numeric features.
@@ -17,17 +19,15 @@ Formats, chosen by file name:
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import glob
 import gzip
-import math
 import os
-import re
 import struct
 
 import numpy as np
 
+from tfps import csvcheck, tfrecordcheck
 from tfps.errors import ConfigError
 
 #: Rows scanned per CSV file to validate it and to infer the label type.
@@ -208,162 +208,6 @@ def classes_of(labels: np.ndarray, where, num_classes: int | None) -> int:
     return top
 
 
-@dataclasses.dataclass
-class _CsvScan:
-    """What the scan of one CSV file saw, before any value is judged: a column's type is
-    decided over every scanned row (of every file) first, and only then are the values of
-    the numeric columns judged (see :func:`_judge_csv`)."""
-    header: list[str]
-    labels: np.ndarray
-    rows: int
-    lines: list[int]
-    #: per column: the first value that is not a number (line, value): such a column is text
-    text_at: dict[str, tuple[int, str]]
-    #: per column: the first number that is NaN or infinite (line, value)
-    nonfinite_at: dict[str, tuple[int, str]]
-    #: per column: the line of the first empty cell
-    empty_at: dict[str, int]
-
-
-#: A CSV line as TensorFlow's DecodeCSV reads it (RFC 4180 on one line): each field either
-#: holds no quote, or is wholly quoted with inner quotes doubled.
-_DECODABLE_LINE = re.compile(r'(?:"(?:[^"]|"")*"|[^",]*)(?:,(?:"(?:[^"]|"")*"|[^",]*))*')
-#: Cells are read whatever their size (the csv module's default limit is 131,072 characters).
-_CSV_FIELD_LIMIT = 2**31 - 1
-
-
-def _csv_header(path: str) -> list[str]:
-    """The column names of ``path``'s header row, a UTF-8 byte order mark dropped."""
-    csv.field_size_limit(max(csv.field_size_limit(), _CSV_FIELD_LIMIT))
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        return [h.strip() for h in next(csv.reader(fh), [])]
-
-
-def _scan_csv(path: str, label_column: str, field: str) -> _CsvScan:
-    try:
-        return _scan_csv_text(path, label_column, field)
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path} is not a text CSV file (byte {e.start} is not UTF-8); give --{field} "
-                          "CSV, TFRecord, .npz or IDX files", field) from None
-    except csv.Error as e:
-        raise ConfigError(f"{path} is not a CSV file that can be read ({e}); fix the file", field) from None
-
-
-def _check_header(path: str, header: list[str], field: str) -> None:
-    """Every column has a name of its own: an empty name cannot be served by an export,
-    and of two columns of one name only one would reach the model."""
-    seen: dict[str, int] = {}
-    for i, name in enumerate(header, start=1):
-        if not name:
-            raise ConfigError(f"{path}: column {i} of the header has no name; name every column", field)
-        if name in seen:
-            raise ConfigError(f"{path}: the header names two columns {name!r} (columns {seen[name]} and {i}); "
-                              "give every column a name of its own", field)
-        seen[name] = i
-
-
-def _scan_csv_text(path: str, label_column: str, field: str) -> _CsvScan:
-    csv.field_size_limit(max(csv.field_size_limit(), _CSV_FIELD_LIMIT))
-    with open(path, newline="", encoding="utf-8-sig") as fh:   # utf-8-sig: a byte order mark is dropped
-        raw = [""]   # the physical line of the row just read
-
-        def physical(f):
-            for line in f:
-                raw[0] = line
-                yield line
-
-        reader = csv.reader(physical(fh))
-        header = next(reader, None)
-        if not header:
-            raise ConfigError(f"{path} is empty; a CSV needs a header row and at least one data row", field)
-        header = [h.strip() for h in header]
-        _check_header(path, header, field)
-        if label_column not in header:
-            raise ConfigError(f"label column {label_column!r} is not in the header of {path} "
-                              f"(columns: {', '.join(header)}); pass --label_column", "label_column")
-        li = header.index(label_column)
-        labels, lines, rows = [], [], 0
-        text_at: dict[str, tuple[int, str]] = {}
-        nonfinite_at: dict[str, tuple[int, str]] = {}
-        empty_at: dict[str, int] = {}
-        lineno = reader.line_num
-        for row in reader:
-            start, lineno = lineno + 1, reader.line_num
-            if not row:
-                continue
-            if lineno != start:
-                raise ConfigError(f"{path}:{start} has a quoted field that runs over {lineno - start + 1} lines; "
-                                  "training reads one row a line: remove the line breaks inside quotes", field)
-            if len(row) != len(header):
-                raise ConfigError(f"{path}:{lineno} has {len(row)} columns, the header has {len(header)}; "
-                                  "fix or remove that row", field)
-            if rows < CSV_SCAN_ROWS:
-                if '"' in raw[0] and not _DECODABLE_LINE.fullmatch(raw[0].rstrip("\r\n")):
-                    raise ConfigError(f"{path}:{lineno} has a quote that is not RFC 4180 quoting (a field is "
-                                      'either wholly quoted, "like ""this""", or holds no quote); fix that row',
-                                      field)
-                label = _number(row[li])
-                if label is None:
-                    raise ConfigError(f"{path}:{lineno}: the label {row[li].strip()!r} is not a number; labels must "
-                                      "be numbers (class 0, 1, ... or a real value)", "label_column")
-                for name, cell in zip(header, row):
-                    if name in text_at:
-                        continue   # a text column: its values are not judged
-                    if not cell.strip():
-                        empty_at.setdefault(name, lineno)
-                        continue
-                    v = _number(cell)
-                    if v is None:
-                        text_at[name] = (lineno, cell.strip())
-                    elif not math.isfinite(v) and name not in nonfinite_at:
-                        nonfinite_at[name] = (lineno, cell.strip())
-                labels.append(label)
-                lines.append(lineno)
-            rows += 1
-        if rows == 0:
-            raise ConfigError(f"{path} has a header but no data rows", field)
-    text_at.pop(label_column, None)
-    return _CsvScan(header, np.asarray(labels), rows, lines, text_at, nonfinite_at, empty_at)
-
-
-def _judge_csv(path: str, scan: _CsvScan, text: set[str], field: str, decided_by: str | None) -> None:
-    """Refuse what ``scan`` saw in ``path``'s numeric columns (those not in ``text``): a value
-    that is not a number (possible only when the types were decided elsewhere: by the
-    training data, ``decided_by``), NaN or infinity, an empty cell. Text is never judged."""
-    problems = []   # (line, kind, column, value): the first line's is refused
-    for name in scan.header:
-        if name in text:
-            continue
-        if name in scan.text_at:
-            problems.append((*scan.text_at[name][:1], "text", name, scan.text_at[name][1]))
-        if name in scan.nonfinite_at:
-            problems.append((*scan.nonfinite_at[name][:1], "nonfinite", name, scan.nonfinite_at[name][1]))
-        if name in scan.empty_at:
-            problems.append((scan.empty_at[name], "empty", name, ""))
-    if not problems:
-        return
-    line, kind, name, value = min(problems)
-    if kind == "text":
-        raise ConfigError(f"{path}:{line} has {_shown(value)} in column {name!r}, which is a number column in "
-                          f"{decided_by}; the columns of both must hold the same kind of values", field)
-    if kind == "nonfinite":
-        raise ConfigError(f"{path}:{line} has a non-finite value ({value}) in column {name!r}; fix or remove "
-                          "that row", field)
-    raise ConfigError(f"{path}:{line} has an empty cell in the number column {name!r}; fill it in or remove "
-                      "that row", field)
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def _shown(value: str, limit: int = 40) -> str:
-    return repr(value if len(value) <= limit else value[:limit] + "...")
-
-
 def _load_npz(path: str, label_column: str, field: str) -> tuple[np.ndarray, np.ndarray]:
     try:
         with np.load(path) as z:
@@ -417,138 +261,6 @@ def load_idx(path: str) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def _tfrecord_schema(path: str, label_column: str, field: str):
-    from tfps.logs import tf_import_banner_dropped
-    with tf_import_banner_dropped():   # the launcher's first import of TensorFlow, maybe
-        import tensorflow as tf  # protobuf parsing of one record
-
-    try:
-        first = next(iter(tf.data.TFRecordDataset([path]).take(1)), None)
-    except tf.errors.OpError as e:
-        raise ConfigError(f"{path} is not a readable TFRecord file ({e.message.splitlines()[0]})", field) from None
-    if first is None:
-        raise ConfigError(f"{path} holds no records", field)
-    ex = tf.train.Example.FromString(first.numpy())
-    feats = ex.features.feature
-    if label_column not in feats:
-        raise ConfigError(f"label key {label_column!r} is not in {path} (keys: {', '.join(sorted(feats))}); "
-                          "pass --label_column", "label_column")
-    keys, width, strings = [], 0, []
-    for k in sorted(feats):
-        if k == label_column:
-            continue
-        kind = feats[k].WhichOneof("kind")
-        if kind is None:
-            raise ConfigError(f"{path}: feature {k!r} holds no value list; give it a bytes_list, int64_list "
-                              "or float_list", field)
-        if kind == "bytes_list":
-            if len(feats[k].bytes_list.value) != 1:
-                raise ConfigError(f"{path}: feature {k!r} holds {len(feats[k].bytes_list.value)} byte strings in "
-                                  "its first record; a string column holds exactly one per record", field)
-            strings.append(k)
-        keys.append(k)
-        width += len(getattr(feats[k], kind).value)
-    kinds = tuple((feats[k].WhichOneof("kind") or "float_list").replace("_list", "") for k in [*keys, label_column])
-    if kinds[-1] == "bytes":
-        raise ConfigError(f"{path}: label {label_column!r} holds bytes; it must be a number", "label_column")
-    if strings and width != len(keys):
-        many = [k for k in keys if len(getattr(feats[k], feats[k].WhichOneof("kind")).value) != 1]
-        raise ConfigError(f"{path}: with string columns ({', '.join(strings)}) every feature is a column of one "
-                          f"value per record, and {', '.join(repr(k) for k in many)} hold(s) several; split "
-                          "them into one key each", field)
-    widths = {k: len(getattr(feats[k], feats[k].WhichOneof("kind")).value) for k in keys}
-    return tuple(keys), (width,), kinds, tuple(strings), widths
-
-
-def _tfrecord_scan(files: list[str], label_column: str, keys: tuple[str, ...], kinds: tuple[str, ...],
-                   widths: dict[str, int], field: str) -> tuple[np.ndarray, list[tuple[str, str]]]:
-    """The labels of the first CSV_SCAN_ROWS records (the number of classes needs all of
-    them) and where each is, every scanned record checked against the first one: each
-    feature present with as many values, one label, floats finite. Records are counted
-    from 1 in each file."""
-    import tensorflow as tf
-
-    dtype = {"bytes": tf.string, "int64": tf.int64}
-    names = [*keys, label_column]
-    spec = {k: tf.io.VarLenFeature(dtype.get(kind, tf.float32)) for k, kind in zip(names, kinds)}
-    parse = plain_function(lambda r: tf.io.parse_example(r, spec))
-    labels: list[np.ndarray] = []
-    where: list[tuple[str, str]] = []
-    budget = CSV_SCAN_ROWS
-    for f in files:
-        if budget <= 0:
-            break
-        first = len(where)   # records of f before this batch, below
-        batches = iter(tf.data.TFRecordDataset([f]).take(budget).batch(4096))
-        while True:
-            try:
-                batch = next(batches)
-            except StopIteration:
-                break
-            except tf.errors.OpError as e:
-                raise ConfigError(f"{f} is not a readable TFRecord file ({e.message.splitlines()[0]})",
-                                  field) from None
-            done = len(where) - first
-            try:
-                ex = parse(batch)
-            except (tf.errors.OpError, ValueError) as e:
-                _tfrecord_find_mismatch(f, done, batch.numpy(), names, kinds, field)
-                raise ConfigError(f"cannot read the records of {f} ({str(e).splitlines()[0]}); every record "
-                                  "needs the first record's features, of the same types", field) from None
-            n = int(batch.shape[0])
-            problems = []   # (record in batch, kind, key, detail): the first record's is refused
-            for k, kind in zip(names, kinds):
-                rows = ex[k].indices[:, 0].numpy()
-                counts = np.bincount(rows, minlength=n)
-                want = 1 if k == label_column else widths[k]
-                off = np.flatnonzero(counts != want)
-                if off.size:
-                    i = int(off[0])
-                    problems.append((i, "missing" if counts[i] == 0 else "length", k, int(counts[i]), want))
-                if kind == "float":
-                    values = ex[k].values.numpy()
-                    bad = np.flatnonzero(~np.isfinite(values))
-                    if bad.size:
-                        problems.append((int(rows[bad[0]]), "nonfinite", k, float(values[bad[0]]), 0))
-            if problems:
-                i, problem, k, got, want = min(problems)
-                rec = done + i + 1
-                what = "the label" if k == label_column else "feature"
-                if problem == "missing" and k == label_column:
-                    raise ConfigError(f"{f}: record {rec} has no label {k!r}; every record needs one", field)
-                if problem == "missing":
-                    raise ConfigError(f"{f}: record {rec} lacks feature {k!r}, which the first record has; every "
-                                      "record needs every feature", field)
-                if problem == "length":
-                    raise ConfigError(f"{f}: record {rec} holds {got} values in {what} {k!r}, the first record "
-                                      f"{want}; every record needs as many", field)
-                raise ConfigError(f"{f}: record {rec} has a non-finite value ({got:g}) in {what} {k!r}; fix or "
-                                  "remove that record", field)
-            labels.append(ex[label_column].values.numpy().astype(np.float64))
-            where += [(f, f"record {done + i + 1}") for i in range(n)]
-        budget -= len(where) - first
-    return (np.concatenate(labels) if labels else np.zeros(0)), where
-
-
-def _tfrecord_find_mismatch(path: str, done: int, records, names: list[str], kinds: tuple[str, ...],
-                            field: str) -> None:
-    """Refuse the first of ``records`` that holds a feature in another type than the first
-    record did (``parse_example`` only says that some record does)."""
-    import tensorflow as tf
-
-    for i, raw in enumerate(records):
-        try:
-            feats = tf.train.Example.FromString(raw).features.feature
-        except Exception:   # noqa: BLE001 - protobuf's DecodeError, by any of its implementations
-            raise ConfigError(f"{path}: record {done + i + 1} is not a tf.train.Example", field) from None
-        for k, kind in zip(names, kinds):
-            if k in feats:
-                has = (feats[k].WhichOneof("kind") or "no").replace("_list", "")
-                if has != kind:
-                    raise ConfigError(f"{path}: record {done + i + 1} holds {k!r} as {has} values, the first "
-                                      f"record as {kind}; every record needs the same types", field)
-
-
 def infer_schema(pattern: str, label_column: str = "label", num_classes: int | None = None,
                  field: str = "train_data", shard: tuple[int, int] | None = None,
                  text_columns=None, decided_by: str | None = None) -> Schema:
@@ -573,7 +285,7 @@ def infer_schema(pattern: str, label_column: str = "label", num_classes: int | N
     if fmt == "csv":
         scans = []
         for f in files:
-            scan = _scan_csv(f, label_column, field)
+            scan = csvcheck.scan_csv(f, label_column, field, CSV_SCAN_ROWS)
             if scans and scan.header != scans[0].header:
                 raise ConfigError(f"{f} has columns {scan.header}, {files[0]} has {scans[0].header}; all files "
                                   "must share one header", field)
@@ -587,14 +299,14 @@ def infer_schema(pattern: str, label_column: str = "label", num_classes: int | N
         else:
             strings = set(text_columns)
         for f, scan in zip(files, scans):
-            _judge_csv(f, scan, strings, field, decided_by)
+            csvcheck.judge_csv(f, scan, strings, field, decided_by)
             labels.append(scan.labels)
             where += [(f, f"line {n}") for n in scan.lines]
             n += scan.rows
         for c in sorted(strings & set(first_header), key=first_header.index):
             at = next(((f, scan.text_at[c]) for f, scan in zip(files, scans) if c in scan.text_at), None)
             if at:
-                text_where.append((c, f"{_shown(at[1][1])} at {at[0]}:{at[1][0]}"))
+                text_where.append((c, f"{csvcheck.shown(at[1][1])} at {at[0]}:{at[1][0]}"))
         keys = tuple(h for h in first_header if h != label_column)
         shape: tuple[int, ...] = (len(keys),)
         if not keys:
@@ -615,9 +327,9 @@ def infer_schema(pattern: str, label_column: str = "label", num_classes: int | N
             where += [(f, f"example {i}") for i in range(len(y))]
             n += len(x)
     else:
-        keys, shape, kinds, strings, widths = _tfrecord_schema(files[0], label_column, field)
+        keys, shape, kinds, strings, widths = tfrecordcheck.read_schema(files[0], label_column, field)
         strings = set(strings)
-        scanned, where = _tfrecord_scan(files, label_column, keys, kinds, widths, field)
+        scanned, where = tfrecordcheck.scan(files, label_column, keys, kinds, widths, field, CSV_SCAN_ROWS)
         labels.append(scanned)
     all_labels = np.concatenate(labels) if labels else np.zeros(0)
     bad = np.flatnonzero(~np.isfinite(all_labels))
@@ -687,7 +399,7 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
         # The file's own order of columns (an evaluation file may order them otherwise):
         # each column is decoded as the schema's decision says (text or number), and the
         # features are given in the schema's order (the training data's), by name.
-        header = _csv_header(files[0])
+        header = csvcheck.csv_header(files[0])
         keys = list(schema.feature_keys)
         strings = set(schema.string_columns)
         # A number column's empty cell is an error, never a silent 0.0 (the scan refuses it

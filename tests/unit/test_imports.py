@@ -18,7 +18,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "tfps"
 LAYERS = [
     "tfps tfps.errors tfps.timeouts tfps.exitcodes tfps.logs tfps.compat tfps.jsonfile",
     "tfps.config",
-    "tfps.data tfps.demo tfps.models tfps.modelspec tfps.keras_model tfps.layers",
+    "tfps.data tfps.csvcheck tfps.tfrecordcheck tfps.demo tfps.models tfps.modelspec tfps.keras_model "
+    "tfps.keras_optimizers tfps.layers",
     "tfps.cluster",
     "tfps.outcome",
     "tfps.notify",

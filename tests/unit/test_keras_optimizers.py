@@ -1,4 +1,4 @@
-"""A Keras model's compiled optimizer, honoured or refused by name (tfps.keras_model,
+"""A Keras model's compiled optimizer, honoured or refused by name (tfps.keras_optimizers,
 tfps.task.optimizers): every check is an outcome. The v1 optimizer tfps builds from a
 compiled one takes the same steps as the tf_keras optimizer itself on the same gradients
 (hyperparameters, clipping, weight decay, schedules); a setting tfps cannot honour stops
@@ -17,7 +17,7 @@ pytest.importorskip("tf_keras")
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
-from tfps import keras_model  # noqa: E402
+from tfps import keras_optimizers  # noqa: E402
 from tfps.config import RunConfig  # noqa: E402
 from tfps.errors import ConfigError  # noqa: E402
 from tfps.task import optimizers  # noqa: E402
@@ -47,7 +47,7 @@ def compiled(opt) -> tuple:
     """(tfps name, learning rate, options, refusal) of a model compiled with ``opt``."""
     m = keras.Sequential([keras.Input(shape=(2,)), keras.layers.Dense(1)])
     m.compile(optimizer=opt, loss="mse")
-    name, lr, _note, options, _cls, refusal = keras_model._compiled_optimizer(m, "build")
+    name, lr, _note, options, _cls, refusal = keras_optimizers.compiled_optimizer(m, "build")
     assert refusal is None or refusal.field == "model"
     return name, lr, options, None if refusal is None else str(refusal)
 

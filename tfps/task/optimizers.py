@@ -29,7 +29,7 @@ CLASSES = {name: _CLASS_OF[name] for name in NAMES}   # a name without a class f
 def make(name: str, learning_rate: float, options: dict | None = None):
     """The ``tf.compat.v1.train`` optimizer ``name`` at ``learning_rate``.
 
-    ``options`` (from a Keras model's compile(), ``tfps.keras_model.optimizer_options``; in
+    ``options`` (from a Keras model's compile(), ``tfps.keras_optimizers.compiled_optimizer``; in
     Keras's own names) adds what that optimizer was compiled with: its hyperparameters, a
     learning-rate ``schedule`` (evaluated on the global step), gradient clipping (applied
     to each worker's gradients before they travel, as ``compute_gradients`` returns them)

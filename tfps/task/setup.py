@@ -179,7 +179,7 @@ def choose_optimizer(cfg, model_fn) -> tuple[str, float, str]:
     note = f"optimizer {opt} ({opt_src}), learning_rate {lr:g} ({lr_src})"
     options = optimizer_options(cfg, model_fn)
     if options:
-        from tfps.keras_model import describe_options
+        from tfps.keras_optimizers import describe_options
         described = describe_options(options)
         note += f", {described}" if described else ""
     model_options = dict(getattr(info, "optimizer_options", None) or {})
