@@ -28,6 +28,8 @@ from integration_helpers import (
     task_exit,
 )
 
+from tfps.timeouts import STOP_WINDOW_SECS
+
 pytestmark = pytest.mark.integration
 
 
@@ -108,6 +110,16 @@ def test_a_frozen_sync_worker_past_sync_timeout_fails_the_job_once(procs: Proces
     assert res["global_step"] >= reached, (res["global_step"], reached)   # not the checkpoint's step
     assert "Graph execution error" not in res["error"]["message"], res["error"]
     assert "another program" not in chief.output() or "unresponsive" in chief.output(), chief.tail()
+    # The chief's watchdog ended it without "done" tokens (the job cannot go on): the ps and
+    # the unfrozen worker are ended as every orchestrator ends them after a failed chief
+    # (tfps local, compose's --exit-code-from, the play): SIGTERM, and a deliberate second
+    # one past the stop window.
+    others = [p for name, p in tasks.items() if name != "worker0"]
+    for p in others:
+        p.signal(signal.SIGTERM)
+    time.sleep(STOP_WINDOW_SECS + 0.5)
+    for p in others:
+        p.signal(signal.SIGTERM)
     for p in tasks.values():
         p.wait(120)
     assert_nothing_left([t.port for t in plan.tasks], *tasks.values())

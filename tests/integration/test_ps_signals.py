@@ -42,7 +42,7 @@ def test_ps_keeps_serving_after_sigterm_and_exits_on_the_second(procs):
     proc, _, ports = start_ps(procs, "--final_save_timeout", 60)
     time.sleep(1.0)
     proc.signal(signal.SIGTERM)
-    proc.wait_for(r"received SIGTERM \(1\)", 10)
+    proc.wait_for(r"received SIGTERM: finishing", 10)
     time.sleep(3.0)
     assert proc.returncode is None, "the ps left during the final-save grace:\n" + proc.tail()
     proc.signal(signal.SIGTERM)
