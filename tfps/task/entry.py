@@ -11,7 +11,6 @@ describe its options.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import sys
@@ -19,7 +18,7 @@ import time
 
 from tfps import logs, use_tf_keras
 from tfps.config import ArgumentParser, add_replace_option, add_run_options, from_args, normalize_argv
-from tfps.errors import ConfigError, real_os_exit
+from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 
 #: When this process began (for a forked task: when the launcher imported tfps), the start of
@@ -101,7 +100,7 @@ def _run(ns: argparse.Namespace, argv: list[str]) -> ExitCode | int:
     if ns.restarts > 0 and not os.environ.get(SUPERVISED_ENV):
         return supervise(["run", *argv], ns.restarts, task.name)
     from tfps.task import run_task
-    from tfps.task.lifecycle import StopSignal, rpc_abandoned
+    from tfps.task.lifecycle import StopSignal, exit_now, rpc_abandoned
     code = run_task(task, cfg, StopSignal(), PROCESS_START, replace=ns.replace)
     # The task is over and its exit status decided; only the interpreter and TensorFlow
     # shut down now (a second or two), and Python restores SIGTERM's default action for
@@ -110,8 +109,5 @@ def _run(ns: argparse.Namespace, argv: list[str]) -> ExitCode | int:
     # "killed by SIGTERM" (143).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if rpc_abandoned():   # a thread still waits in TensorFlow for a ps that has gone
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        real_os_exit(int(code))
+        exit_now(code)
     return code

@@ -119,7 +119,7 @@ class StopSignal:
         if seen == "second":
             log.warning("received %s %.1f s after %s: exiting now, without the final save", name,
                         self.window.since_first(), self.window.signame)
-            _exit_now(ExitCode.KILLED)
+            exit_now(ExitCode.KILLED)
         self._event.set()
         if seen == "first":
             log.warning("received %s: finishing the current step, then the final save", name)
@@ -147,8 +147,9 @@ class StopSignal:
         return stopped_code(self.window.first_signum)
 
 
-def _exit_now(code: int) -> None:
-    """End the process at once (a deliberate second stop signal): logs flushed, nothing else."""
+def exit_now(code: int) -> None:
+    """End the process at once, logs and stdio flushed, without the interpreter's shutdown (a
+    deliberate second stop signal; a thread abandoned inside TensorFlow)."""
     try:
         logging.shutdown()
         sys.stdout.flush()
