@@ -282,6 +282,13 @@ class Chief(Worker):
         elif not ckpt and error is None:
             error, status = RuntimeError(f"no checkpoint was written to {cfg.model_dir}"), "failed"
         t_end = time.time()
+        if ckpt and status != "failed" and step > ckpt_step:
+            # Async workers may take a few more steps while the final save is written: the job's
+            # state is its final checkpoint, so that is the step it reports.
+            log.info("chief: global step %d went %d past the final checkpoint (step %d) while it was "
+                     "written: asynchronous workers finishing their last steps; the checkpoint and "
+                     "export hold step %d", step, step - ckpt_step, ckpt_step, ckpt_step)
+            step = ckpt_step
         code = {"succeeded": ExitCode.OK, "stopped": self.stop.exit_code()}.get(status, ExitCode.TRAINING_FAILED)
         if not self.claim_report():   # the watchdog reported the job (and ends this process)
             log.info("chief: the job was reported already; not reporting it %s again", status)
