@@ -25,12 +25,9 @@ side everything (``TF_CPP_MIN_LOG_LEVEL=0``).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
-
-from tfps import timeouts
 
 #: The logger of tfps's own lines; modules use it or a child (``tfps.notify``).
 LOGGER = "tfps"
@@ -46,82 +43,11 @@ NOISE_MARKERS = ("It seems that global step (tf.train.get_global_step) has not b
 def is_tf_noise(line: str) -> bool:
     """TensorFlow's C++ lines printed at its import whatever TF_CPP_MIN_LOG_LEVEL says, on
     CPUs where oneDNN is on: the oneDNN banner, and absl's notice that it logs to stderr
-    before being initialised (twice per process)."""
+    before being initialised (twice per process). tfps leaves them out where it reads a
+    task's output (``tfps local``'s task lines, ``tfps logs``); a container's own log
+    (``docker logs``) keeps them, as it keeps everything the process wrote."""
     return ((line.startswith("I0000 ") and "port.cc" in line)
             or line.startswith("WARNING: All log messages before absl::InitializeLog()"))
-
-
-@contextlib.contextmanager
-def tf_import_banner_dropped():
-    """While inside (TensorFlow's import, a user's module that imports it): file descriptor 2
-    goes through a filter process to stderr, TensorFlow's banner (:func:`is_tf_noise`) left
-    out. Nothing is dropped when ``TF_CPP_MIN_LOG_LEVEL`` asks for TensorFlow's INFO lines
-    (``-v``, or the user's own ``0``).
-
-    A process, not a thread (the launcher stays single-threaded until it forks its tasks),
-    and a pipe, not a file held until the end: if the import aborts the process from C++ (a
-    failed check, a protobuf mismatch), the filter still passes on its last words. It is
-    in a session of its own, so that Ctrl-C reaches only the process that imports.
-    """
-    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") in ("", "0") or _goes_nowhere(2):
-        yield
-        return
-    import subprocess
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    saved = os.dup(2)
-    read_end, write_end = os.pipe()
-    try:
-        filt = subprocess.Popen(banner_filter_command(), stdin=read_end, stdout=saved,
-                                stderr=saved, start_new_session=True)
-    except OSError:   # no process to spare: nothing is filtered
-        filt = None
-    os.close(read_end)
-    if filt is not None:
-        os.dup2(write_end, 2)
-    os.close(write_end)
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        if filt is not None:
-            # Its lines come before whatever is written next.
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                filt.wait(timeouts.BANNER_FILTER_DRAIN_SECS)
-
-
-def _goes_nowhere(fd: int) -> bool:
-    """``fd`` is /dev/null (the launcher's own import, unless ``-v``): nothing to filter."""
-    try:
-        st, null = os.fstat(fd), os.stat(os.devnull)
-    except OSError:
-        return False
-    return (st.st_dev, st.st_ino) == (null.st_dev, null.st_ino)
-
-
-def banner_filter_command(root: str | None = None) -> list[str]:
-    """The filter process of :func:`tf_import_banner_dropped`: this interpreter, isolated and
-    without site-packages, importing tfps from ``root`` (where this tfps is). A filter that
-    cannot import it passes everything on, so the pipe never goes unread."""
-    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    code = (f"import os, sys\nsys.path.insert(0, {root!r})\n"
-            "try:\n    from tfps.logs import pass_on_all_but_the_banner\n"
-            "except Exception:\n"
-            "    while (chunk := os.read(0, 65536)):\n        os.write(1, chunk)\n"
-            "else:\n    pass_on_all_but_the_banner()\n")
-    return [sys.executable, "-I", "-S", "-c", code]
-
-
-def pass_on_all_but_the_banner() -> None:
-    """The filter process of :func:`tf_import_banner_dropped`: stdin's lines to stdout as
-    they come, TensorFlow's banner left out."""
-    out = sys.stdout.buffer
-    for line in sys.stdin.buffer:
-        if not is_tf_noise(line.decode(errors="replace")):
-            out.write(line)
-            out.flush()
 
 
 FORMAT = "%(asctime)s %(levelname).1s %(message)s"

@@ -30,7 +30,6 @@ import inspect
 
 from tfps import keras_model
 from tfps.errors import ConfigError, UserCodeExit, user_code
-from tfps.logs import tf_import_banner_dropped
 from tfps.modelspec import ModelFn, ModelParams, ModelSpec, local_state  # noqa: F401 - the interface, imported from here by users
 
 
@@ -264,7 +263,7 @@ def resolve(name: str) -> ModelFn:
                           "model")
     module_name, _, attr = name.partition(":")
     try:
-        with user_code(f"importing {module_name}"), tf_import_banner_dropped():   # it may import TensorFlow
+        with user_code(f"importing {module_name}"):
             module = importlib.import_module(module_name)
     except UserCodeExit:
         raise

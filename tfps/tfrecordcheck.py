@@ -11,9 +11,7 @@ from tfps.errors import ConfigError
 
 
 def read_schema(path: str, label_column: str, field: str):
-    from tfps.logs import tf_import_banner_dropped
-    with tf_import_banner_dropped():   # the launcher's first import of TensorFlow, maybe
-        import tensorflow as tf  # protobuf parsing of one record
+    import tensorflow as tf  # protobuf parsing of one record
 
     try:
         first = next(iter(tf.data.TFRecordDataset([path]).take(1)), None)

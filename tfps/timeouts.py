@@ -88,9 +88,6 @@ END_RPC_BOUND_SECS = 20.0
 #: How long a non-chief waits, at its end, for its watch for the job's end to leave TensorFlow
 #: (tfps.task.lifecycle.left_in_tensorflow); a watch still in a call then is abandoned.
 END_WATCH_JOIN_SECS = 1.0
-#: How long the end of TensorFlow's import waits for the filter of its banner to pass on the last
-#: lines (tfps.logs.tf_import_banner_dropped). Longer only if a process started inside holds its pipe.
-BANNER_FILTER_DRAIN_SECS = 5.0
 #: Bound on a worker's board write outside a step (at session start and end, tfps.task.board).
 BOARD_WRITE_TIMEOUT_MS = 5_000
 #: After its done token the chief waits at most this long for the ps tasks to exit (well

@@ -93,82 +93,6 @@ def test_a_tf_cpp_level_set_by_the_user_wins(monkeypatch):
     assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"
 
 
-BANNER = ["WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
-          "I0000 00:00:1796519428.142621    3792 port.cc:153] oneDNN custom operations are on. You may see "
-          "slightly different numerical results due to floating-point round-off errors from different "
-          "computation orders. To turn them off, set the environment variable `TF_ENABLE_ONEDNN_OPTS=0`."]
-
-
-@pytest.mark.parametrize("level, dropped", [("2", True), ("1", True), ("0", False)])
-def test_tensorflows_import_banner_is_dropped_unless_its_info_lines_are_asked_for(level, dropped):
-    """TensorFlow 2.21 prints its oneDNN banner on stderr at import on CPUs where oneDNN is
-    on, whatever TF_CPP_MIN_LOG_LEVEL says: ``tfps run``'s one-line errors would come after
-    four lines of it. In a fresh process (file descriptor 2 itself): the banner's lines,
-    written while a module imports, are dropped; every other line is kept, in order."""
-    import subprocess
-    import sys
-    code = ("import os, sys\n"
-            "from tfps.logs import tf_import_banner_dropped\n"
-            "with tf_import_banner_dropped():\n"
-            "    os.write(2, (sys.argv[1] + '\\nkept 1\\n' + sys.argv[2] + '\\n').encode())\n"
-            "    print('kept 2', file=sys.stderr)\n"
-            "print('after', file=sys.stderr)\n")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": level}
-    p = subprocess.run([sys.executable, "-c", code, *BANNER], capture_output=True, text=True, env=env, timeout=60)
-    assert p.returncode == 0, p.stderr
-    expected = ["kept 1", "kept 2", "after"] if dropped else [BANNER[0], "kept 1", BANNER[1], "kept 2", "after"]
-    assert p.stderr.splitlines() == expected
-
-
-def test_the_last_words_of_an_import_that_aborts_the_process_reach_stderr():
-    """TensorFlow's import can end the process from C++ (a failed check: abort()), with its
-    reason as the last line on stderr. Inside ``tf_import_banner_dropped`` that line still
-    reaches stderr (the banner before it does not), and the process dies of SIGABRT."""
-    import signal
-    import subprocess
-    import sys
-    code = ("import os, sys\n"
-            "from tfps.logs import tf_import_banner_dropped\n"
-            "with tf_import_banner_dropped():\n"
-            "    os.write(2, (sys.argv[1] + '\\n' + sys.argv[2] + '\\n').encode())\n"
-            "    os.write(2, b'F0000 op_registry.cc:42] Check failed: duplicate op Foo\\n')\n"
-            "    os.abort()\n")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    p = subprocess.run([sys.executable, "-c", code, *BANNER], capture_output=True, text=True, env=env, timeout=60)
-    assert p.returncode == -signal.SIGABRT, (p.returncode, p.stderr)
-    assert p.stderr.splitlines() == ["F0000 op_registry.cc:42] Check failed: duplicate op Foo"]
-
-
-@pytest.mark.parametrize("root, dropped", [(None, True), ("/nonexistent", False)])
-def test_the_banner_filter_passes_every_other_line_and_everything_when_it_cannot_import_tfps(root, dropped):
-    """The filter process itself: the banner out, every other line through, in order. One that
-    cannot import tfps (a tfps it cannot find) still reads the pipe and passes it all on:
-    an importing process is never left writing to a pipe nobody reads."""
-    import subprocess
-    given = "\n".join([BANNER[0], "kept 1", BANNER[1], "kept 2"]) + "\n"
-    p = subprocess.run(logs.banner_filter_command(root), input=given, capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0 and p.stderr == ""
-    assert p.stdout.splitlines() == (["kept 1", "kept 2"] if dropped else given.splitlines())
-
-
-@pytest.mark.parametrize("to_devnull", [True, False])
-def test_no_banner_filter_is_started_when_stderr_goes_nowhere(to_devnull):
-    """The launcher imports TensorFlow with stderr on /dev/null (unless -v): there is nothing
-    to filter, so no filter process is started; with stderr on a pipe, one is."""
-    import subprocess
-    import sys
-    code = ("import os\n"
-            "from tfps.logs import tf_import_banner_dropped\n"
-            "with tf_import_banner_dropped():\n"
-            "    print(open(f'/proc/self/task/{os.getpid()}/children').read().split())\n")
-    p = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, timeout=60,
-                       stderr=subprocess.DEVNULL if to_devnull else subprocess.PIPE,
-                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert p.returncode == 0
-    children = p.stdout.strip()
-    assert (children == "[]") if to_devnull else (children != "[]"), children
-
-
 def test_tfps_imports_tensorflow_without_a_word_on_stderr():
     """Whatever the CPU: ``import_tensorflow`` in a fresh process, quiet as ``tfps.logs`` sets it."""
     pytest.importorskip("tensorflow")
@@ -178,4 +102,6 @@ def test_tfps_imports_tensorflow_without_a_word_on_stderr():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert p.returncode == 0 and p.stdout.strip() == "imported", p.stderr
-    assert p.stderr == ""
+    # Only TensorFlow's import banner, which TF_CPP_MIN_LOG_LEVEL cannot hide (on CPUs with
+    # oneDNN): tfps leaves it out where it reads the output (tfps local, tfps logs).
+    assert [line for line in p.stderr.splitlines() if not logs.is_tf_noise(line)] == [], p.stderr

@@ -67,7 +67,10 @@ def test_the_table_shows_each_job_with_its_progress_and_eta():
 
 
 def test_log_lines_are_prefixed_like_tfps_local_and_remember_the_newest_time():
-    hosts = {"host2": {"logs": {"tfps-a-worker0": "2026-12-05T10:00:01.000000001Z 10:00:01 I chief: one\n"
+    banner = ("2026-12-05T10:00:00.100000000Z WARNING: All log messages before absl::InitializeLog() is called "
+              "are written to STDERR\n2026-12-05T10:00:00.200000000Z I0000 00:00:1796519428.142621    3792 "
+              "port.cc:153] oneDNN custom operations are on.\n")   # TensorFlow's import banner: left out
+    hosts = {"host2": {"logs": {"tfps-a-worker0": banner + "2026-12-05T10:00:01.000000001Z 10:00:01 I chief: one\n"
                                                   "2026-12-05T10:00:02.500000000Z 10:00:02 I chief: two\n"}}}
     hosts["host2-again"] = hosts["host2"]   # one engine under two inventory names (inventory/local)
     lines, last = jobs.log_lines(hosts, "worker0")

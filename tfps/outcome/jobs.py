@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tfps import logs
 from tfps.errors import ConfigError
 
 #: The repository's ansible/ directory (playbooks, role, pinned collections, ansible.cfg).
@@ -135,7 +136,8 @@ def _entries(hosts: dict, task: str) -> list[tuple[str, str]]:
             for line in text.splitlines():
                 m = _TIMESTAMP.match(line)
                 stamp, body = (m.group(1), m.group(2)) if m else ("", line)
-                out.append((stamp, f"[{task}] {body}"))
+                if not logs.is_tf_noise(body):   # TensorFlow's import banner, as tfps local drops it
+                    out.append((stamp, f"[{task}] {body}"))
     return out
 
 

@@ -20,7 +20,6 @@ import sys
 
 from tfps import use_tf_keras
 from tfps.compat import TF_EAGER_KERAS_MODULES
-from tfps.logs import tf_import_banner_dropped
 
 #: What ``import tensorflow`` imports eagerly only to register Keras's optimizers for
 #: SavedModels of Keras objects (tensorflow/__init__.py): it loads all of Keras, about half
@@ -47,8 +46,7 @@ def import_tensorflow():
     for name in blocked:
         sys.modules[name] = None   # import_module raises ImportError, which TensorFlow ignores there
     try:
-        with tf_import_banner_dropped():
-            import tensorflow
+        import tensorflow
     finally:
         for name in blocked:
             if name in sys.modules and sys.modules[name] is None:
