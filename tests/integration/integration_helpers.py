@@ -257,7 +257,7 @@ def launcher_ports(proc: Proc, timeout: float = 240) -> list[int]:
     A wait, not a bound on start-up: before that line the launcher imports TensorFlow and
     the user's model, checks the data and builds the model's graph for the memory estimate.
     On 2 cores shared with the system tests, a Keras model's launcher has taken over 60 s."""
-    m = proc.wait_for(r"tfps local: \d+ ps \+ \d+ worker\(s\) on (.*); model_dir", timeout)
+    m = proc.wait_for(r"tfps local: \d+ ps \+ \d+ worker\(s\) on ([^;]*)(;|$)", timeout)
     return [int(t.rpartition(":")[2]) for t in m.group(1).split(", ")]
 
 

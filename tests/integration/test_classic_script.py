@@ -27,7 +27,12 @@ def test_classic_script_runs_and_its_ps_is_ended(procs, tmp_path):
     assert done["global_step"] >= STEPS - 1
     # The classic ps never returns from server.join(): the launcher had to end it.
     assert task_exit(launcher, "worker0") == "0 (OK)"
-    assert task_exit(launcher, "ps0").startswith("signal SIG"), task_exit(launcher, "ps0")
+    # ... and says so, instead of naming the signal as if the ps had failed (issue 39 item 1).
+    assert "ps0 ended by tfps: the classic ps never exits; the chief finished" in launcher.output(), launcher.tail()
+    assert "ps0 exited with" not in launcher.output(), launcher.tail()
+    # tfps's model_dir is not the script's: the start line names no directory the script never uses.
+    start = launcher.lines(r"tfps local: 1 ps \+ 2 worker\(s\) on (.*)$")[0].group(1)
+    assert "model_dir" not in start and not (tmp_path / "model").exists(), start
     assert_nothing_left(ports, launcher)
 
 

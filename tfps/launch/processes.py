@@ -31,7 +31,15 @@ from tfps.errors import ConfigError
 from tfps.exitcodes import STOPPED_CODES, ExitCode, stopped_code
 from tfps.launch.estimate import ModelRefused, estimate_isolated
 from tfps.launch.summary import chief_reported, summarize
-from tfps.launch.tasks import LAUNCHER_SIGNALS, ForkedTask, TaskProcess, import_tensorflow_once, say, single_threaded
+from tfps.launch.tasks import (
+    LAUNCHER_SIGNALS,
+    ForkedTask,
+    TaskProcess,
+    describe_code,
+    import_tensorflow_once,
+    say,
+    single_threaded,
+)
 from tfps.outcome import results
 from tfps.task.lifecycle import StopWindow
 
@@ -202,8 +210,9 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
     urls = collect_urls(cfg.notify, env)
     env.pop(ENV_URLS, None)
     env.pop(ENV_URLS_FILE, None)
-    log.info("tfps local: %d ps + %d worker(s) on %s; model_dir %s", num_ps, num_workers,
-             ", ".join(p.target for p in plan.tasks), os.path.abspath(cfg.model_dir))
+    where = (_script_dir(script_args or []) if script else f"model_dir {os.path.abspath(cfg.model_dir)}")
+    log.info("tfps local: %d ps + %d worker(s) on %s%s", num_ps, num_workers,
+             ", ".join(p.target for p in plan.tasks), f"; {where}" if where else "")
     if gpus is not None:
         log.info("tfps local: %s; every ps on the CPU", ", ".join(
             f"worker{i} on GPU {g.index} ({g.name})" for i, g in enumerate(found)))
@@ -264,7 +273,11 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
                                         stop_script=(lambda: _stop_script_chief(chief, stops)) if script else None)
         code = chief.code
         if script:
+            chief_end = "the chief finished" if code == 0 else f"the chief exited with {describe_code(code)}"
             for t in others:
+                if t.poll() is None and not stops.count:   # what a classic script's tasks need to end
+                    t.ended_why = (f"the classic ps never exits; {chief_end}" if t.name.startswith("ps")
+                                   else chief_end)
                 t.signal(signal.SIGTERM)
             _wait(others, timeouts.LOCAL_STOP_WAIT_SECS)
         else:
@@ -294,12 +307,33 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
         for s, h in old.items():
             signal.signal(s, h)
     for t in tasks:
-        say(log.info, "%s exited with %s", t.name, t.describe_exit())
+        if t.ended_why and t.code is not None and t.code < 0:
+            say(log.info, "%s ended by tfps: %s", t.name, t.ended_why)
+        else:
+            say(log.info, "%s exited with %s", t.name, t.describe_exit())
     reported = True
     if not script:
         why = f"killed before the final save: {killed[0]}" if killed else None
         reported = summarize(cfg, code, launched, urls, {t.name: t.describe_exit() for t in lost}, why=why)
     return _launcher_code(code, stops, bool(killed), reported, script is not None)
+
+
+#: Flags of classic scripts that name the directory they write (checkpoints, summaries).
+SCRIPT_DIR_FLAGS = ("--model_dir", "--train_dir", "--checkpoint_dir", "--logdir", "--log_dir", "--job_dir",
+                    "--output_dir")
+
+
+def _script_dir(script_args: list[str]) -> str:
+    """The directory a classic script is told to write to, as its own flag says (``--train_dir
+    /x``), or "" when its arguments name none: tfps's model_dir is not the script's."""
+    for i, arg in enumerate(script_args):
+        name, eq, value = arg.partition("=")
+        if name.replace("-", "_").replace("__", "--", 1) in SCRIPT_DIR_FLAGS:
+            if not eq:
+                value = script_args[i + 1] if i + 1 < len(script_args) else ""
+            if value:
+                return f"the script's {name} {os.path.abspath(value)}"
+    return ""
 
 
 def _launcher_code(code: int | None, stops: StopWindow, killed: bool, reported: bool, script: bool) -> ExitCode:

@@ -52,6 +52,7 @@ class TaskProcess:
         self.code: int | None = None
         self.rss_peak = 0           # bytes, sampled by the launcher (``sample_rss``)
         self.signalled: set[int] = set()   # signals the launcher sent
+        self.ended_why = ""                # why the launcher ended it, when that is the normal end
         self._stream = None
         self._reader: threading.Thread | None = None
 
