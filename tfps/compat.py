@@ -354,6 +354,9 @@ def _tf_keras_missing(keras) -> list[tuple[str, str]]:
     for attr in ("_exclude_from_weight_decay", "_exclude_from_weight_decay_names"):
         if exclude is None or not _stores(exclude, attr):
             missing.append((attr, "tf_keras.optimizers.Optimizer.exclude_from_weight_decay"))
+    base = getattr(keras.optimizers, "Optimizer", None)
+    if not callable(getattr(base, "_serialize_hyperparameter", None)):
+        missing.append(("_serialize_hyperparameter", "tf_keras.optimizers.Optimizer"))
     for name in TF_KERAS_LAYER_MODULES:
         try:
             module = importlib.import_module(name)
@@ -396,6 +399,29 @@ def keras_weight_decay_exclusions(opt) -> tuple[list, list]:
     given: they keep their value under its ``weight_decay``. ([], []) when never called."""
     return (list(getattr(opt, "_exclude_from_weight_decay", None) or []),
             list(getattr(opt, "_exclude_from_weight_decay_names", None) or []))
+
+
+def keras_optimizer_config(opt, serialize_variable) -> dict:
+    """``opt.get_config()`` with each hyperparameter that is a ``tf.Variable`` serialised by
+    ``serialize_variable(variable)`` (a value, or None for tf_keras's own way): in a graph,
+    tf_keras's ``get_config()`` reads a variable with ``numpy()``, which needs eager
+    execution. Its private ``_serialize_hyperparameter`` is replaced on this object only,
+    while the config is read."""
+    import tensorflow as tf
+    own = opt._serialize_hyperparameter
+
+    def serialize(value):
+        if isinstance(value, tf.Variable):
+            read = serialize_variable(value)
+            if read is not None:
+                return read
+        return own(value)
+
+    opt._serialize_hyperparameter = serialize
+    try:
+        return dict(opt.get_config())
+    finally:
+        del opt._serialize_hyperparameter
 
 
 def keras_installed() -> bool:

@@ -118,20 +118,12 @@ def _optimizer_config(opt) -> dict:
         return dict(opt.get_config())
     except NotImplementedError:
         import tensorflow as tf
-        serialize = opt._serialize_hyperparameter
 
-        def from_initial_value(value):
-            if isinstance(value, tf.Variable):
-                initial = tf.get_static_value(value.initial_value)
-                if initial is not None:
-                    return initial.item()
-            return serialize(value)
+        def initial_value(variable):
+            initial = tf.get_static_value(variable.initial_value)
+            return None if initial is None else initial.item()
 
-        opt._serialize_hyperparameter = from_initial_value
-        try:
-            return dict(opt.get_config())
-        finally:
-            del opt._serialize_hyperparameter
+        return compat.keras_optimizer_config(opt, initial_value)
 
 
 def _map_optimizer(opt, cfg: dict, known, name: str) -> tuple:

@@ -247,7 +247,10 @@ def _offences(path: Path, root: Path = REPO) -> list[str]:
 
 
 def test_no_module_but_compat_names_an_internal():
-    offences = [o for path in sorted(PACKAGE.rglob("*.py")) if path.name != "compat.py" or path.parent != PACKAGE
+    # The playbooks' plugins (and the collections installed next to them) run inside ansible-core.
+    offences = [o for path in sorted(PACKAGE.rglob("*.py"))
+                if (path.name != "compat.py" or path.parent != PACKAGE)
+                and "ansible" not in path.relative_to(PACKAGE).parts
                 for o in _offences(path)]
     assert offences == [], "move these into tfps/compat.py as named accessors:\n" + "\n".join(offences)
 
