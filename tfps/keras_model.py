@@ -1,33 +1,11 @@
 """A user's tf_keras model as a tfps model_fn: ``--model pkg.module:build_model``.
 
-``build_model()`` (no required arguments; it may take ``params``, a ``ModelParams``)
-returns a tf_keras (Keras 2) ``Model``: Sequential, functional or subclassed, compiled or
-not. tfps turns it into an ordinary model_fn, so the whole job lifecycle applies
-unchanged (variables on the ps through ``replica_device_setter``, async or sync updates,
-checkpoints, resume, final save, fresh-graph export, results.json, the message):
+``build_model()`` returns a tf_keras (Keras 2) ``Model``, compiled or not; tfps inspects it
+once eagerly before any task trains (``KerasModel.inspect``), then calls it again inside
+every graph it builds (train, eval, export), so the whole job lifecycle applies unchanged.
+Keras 3 builds no ``tf.compat.v1`` graphs and is refused in one line.
 
-* The builder is called once eagerly when the job is set up (``KerasModel.inspect``):
-  its inputs, output, compiled loss, metrics and optimizer are read and checked against
-  the data before any task trains (``tfps local`` does this before it starts a process).
-* Then it is called again inside every graph tfps builds (train, eval, export). tf_keras
-  names layers per graph, so the same builder gives the same variable names in each
-  fresh graph and the export restores the training checkpoint.
-* ``training=True`` in train mode, ``False`` otherwise (Dropout, BatchNormalization).
-  The update ops the call creates (BatchNormalization's moving statistics) are returned
-  as ``ModelSpec.update_ops``; the worker runs them with every training step.
-* Loss: the compiled loss, else sparse categorical cross-entropy over ``num_classes``
-  (from logits unless the output is a softmax), or mean squared error for regression;
-  plus ``model.losses`` (regularisers).
-* Compiled stateful metrics (``AUC``, ``Precision``, ``Recall``, ...) are fresh copies in
-  each graph (``ModelSpec.streaming``): streamed over the evaluation set, and in training
-  the running values of the worker's progress lines, in the worker's own variables.
-
-``tf.keras`` code works unchanged: tfps's entry points set ``TF_USE_LEGACY_KERAS=1`` before
-TensorFlow is imported unless the user set it (``tfps.use_tf_keras``), so ``tf.keras`` is
-tf_keras. Keras 3 (``import keras`` with keras >= 3, or ``tf.keras`` when the user set
-``TF_USE_LEGACY_KERAS=0``) builds no ``tf.compat.v1`` graphs: it cannot place variables
-with ``replica_device_setter`` nor train under ``MonitoredTrainingSession``. Such models
-are refused before the job starts, in one line.
+The design (what is read when, which graphs, what is refused): docs/design/keras.md.
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """Keep a TensorFlow server on loopback when its cluster address is a loopback address.
 
-TensorFlow's gRPC server always listens on the wildcard address: ``GrpcServer::Init``
-hard-codes ``"0.0.0.0:" + port`` (no option, no environment variable), and gRPC turns that
-into ``[::]`` dual-stack or ``0.0.0.0``. A TensorFlow server runs any graph sent to it, so
-a task that the cluster knows as ``127.0.0.1:PORT`` (``tfps local``, a classic script run
-by hand on one box) would otherwise be remote code execution for the whole LAN.
+TensorFlow's gRPC server always binds the wildcard address; this module points
+``libtensorflow_cc``'s GOT entry for ``bind`` at a function that keeps a wildcard bind on
+the task's loopback address. It is not proof on its own: the caller checks the kernel's
+sockets after the server starts (``tfps.task.listening``) and refuses to run otherwise.
 
-The only place the address can be changed is the ``bind`` call gRPC makes. TensorFlow's
-library calls libc's ``bind`` through its global offset table (GOT), so this module points
-that one GOT entry of ``libtensorflow_cc`` at a function that:
-
-* fails a wildcard IPv6 bind (``[::]``) with EADDRNOTAVAIL, so that gRPC falls back to
-  IPv4 (its documented behaviour on a host without IPv6);
-* rewrites a wildcard IPv4 bind (``0.0.0.0``) to the task's own loopback address
-  (:func:`bind_address`: ``127.0.0.2`` for a task at ``127.0.0.2:PORT``, ``127.0.0.1`` for
-  ``localhost``), where its peers connect;
-* passes every other bind through unchanged.
-
-Tasks on other hosts keep the wildcard bind, and the firewall rules that the Ansible role
-installs (docs/security.md) limit who reaches them. ``ensure_loopback_bind`` returns False
-when the library or its GOT entry cannot be found; the caller then refuses to start a
-server on a loopback cluster rather than open it. True is not proof: were gRPC's own
-``bind`` call to move to another library, the slot patched here would be a dead one. So
-the caller checks the kernel's sockets after the server starts (``tfps.task.listening``).
-The GOT pages patched get back their protection (read-only after the loader's RELRO).
+Why and how (the GOT patch, what it rewrites, why it is not proof): docs/design/loopback.md.
 """
 
 from __future__ import annotations
