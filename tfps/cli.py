@@ -7,6 +7,7 @@
     tfps logs         show or follow a task's log on an inventory's hosts
     tfps notify-test  send a test message to every configured notification URL
     tfps compose      a docker-compose.yml for a cluster, from the same plan
+    tfps slurm        an sbatch script that runs the job as one Slurm step (--submit submits it)
     tfps notify-failure  the failure message for a chief that died silently
     tfps healthcheck  container HEALTHCHECK: is this task's gRPC port up
     tfps demo-data    write the demo datasets to a directory
@@ -122,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     dd = sub.add_parser("demo_data", aliases=["demo-data"], parents=[verbose], help="write the demo datasets")
     dd.add_argument("directory")
     dd.set_defaults(func=cmd_demo_data)
+
+    from tfps.launch import slurm as slurm_launch
+    slurm_parser = sub.add_parser("slurm", parents=[verbose], help="write (and --submit) an sbatch script of the job",
+                                  description="The job as one Slurm batch job: every task in one srun step, run by "
+                                              "this tfps installation on a shared filesystem (docs/slurm.md).")
+    slurm_launch.add_arguments(slurm_parser)
+    slurm_parser.set_defaults(func=cmd_slurm)
 
     # plan and compose dispatch here, leaving their definitions above as they are.
     sub.choices["plan"].set_defaults(func=cmd_plan)
@@ -252,6 +260,11 @@ def cmd_healthcheck(ns) -> ExitCode:
 def cmd_compose(ns) -> ExitCode:
     from tfps.launch import compose
     return ExitCode(compose.main(ns))
+
+
+def cmd_slurm(ns) -> ExitCode:
+    from tfps.launch import slurm
+    return slurm.main(ns)
 
 
 def cmd_demo_data(ns) -> ExitCode:

@@ -1,0 +1,100 @@
+"""The sbatch script of tfps slurm, and what it refuses before anything is written or submitted."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tfps import cli
+from tfps.launch import slurm
+
+BASE = dict(name="job", num_ps=1, num_workers=2, model_dir="/shared/m", slurm_dir="/shared/m.slurm",
+            workdir="/shared", python="/opt/venv/bin/python", run_options=["--train_steps", "100"], grace=1830)
+
+
+def _sbatch_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("#SBATCH")]
+
+
+def test_every_sbatch_line_has_a_comment_above_it():
+    text = slurm.sbatch_script(**BASE, partition="cpu", time="2:00:00", nodes=3, requeue=True,
+                               extra=["--mem=4G"])
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("#SBATCH") and not lines[i - 1].startswith("#SBATCH"):
+            assert lines[i - 1].startswith("# "), line
+    assert _sbatch_lines(text) == [
+        "#SBATCH --job-name=job", "#SBATCH --ntasks=3", "#SBATCH --nodes=3", "#SBATCH --partition=cpu",
+        "#SBATCH --time=2:00:00", "#SBATCH --chdir=/shared", "#SBATCH --output=/shared/m.slurm/slurm-%j.out",
+        "#SBATCH --signal=TERM@1830", "#SBATCH --requeue", "#SBATCH --mem=4G"]
+
+
+def test_one_srun_step_runs_every_task_with_the_same_interpreter():
+    text = slurm.sbatch_script(**BASE)
+    assert text.count("\nsrun ") == 1
+    assert "srun --ntasks=3 --distribution=block" in text
+    assert "/opt/venv/bin/python -m tfps.launch.slurm_step --ps 1 --workers 2 --rendezvous \"$RENDEZVOUS\"" in text
+    assert "--train_steps 100" in text
+    assert 'exit "$rc"' in text and "chief.exit" in text
+
+
+def test_the_script_is_valid_bash():
+    text = slurm.sbatch_script(**BASE, gpus_per_worker=1, nodes=2, verbose=True)
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_a_gpu_layout_asks_gres_for_every_slot_of_a_node():
+    text = slurm.sbatch_script(**{**BASE, "num_workers": 4}, nodes=2, gpus_per_worker=2)
+    assert "#SBATCH --ntasks-per-node=3" in _sbatch_lines(text)
+    assert "#SBATCH --gres=gpu:6" in _sbatch_lines(text)
+    assert "--gpus_per_worker 2" in text
+
+
+@pytest.mark.parametrize("text, secs", [
+    ("30", 1800), ("10:00", 600), ("1:00:00", 3600), ("2-0", 172800), ("1-2:30", 95400), ("0-0:0:90", 90)])
+def test_walltime(text, secs):
+    assert slurm.walltime_secs(text) == secs
+
+
+def _tfps(tmp_path, monkeypatch, capsys, *args):
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["slurm", *args])
+    return code, capsys.readouterr()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--ps", "0"], "ps: 0 is not a count of tasks"),
+    (["--nodes", "5"], "nodes: 5 node(s) for 3 task(s)"),
+    (["--gpus-per-worker", "1"], "give --nodes with --gpus-per-worker"),
+    (["--time", "10"], "ask for more time or lower --final-save-timeout"),
+    (["--time", "soon"], "is not a Slurm time"),
+    (["--notify", "json://localhost"], "--notify-config FILE"),
+    (["--sbatch-option=mem=1G"], "is not an sbatch option"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys, args, words):
+    code, out = _tfps(tmp_path, monkeypatch, capsys, *args, "--model_dir", str(tmp_path / "m"))
+    assert code == 2
+    assert out.err.count("\n") == 1 and words in out.err, out.err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_writes_the_script_beside_the_model_dir(tmp_path, monkeypatch, capsys):
+    code, out = _tfps(tmp_path, monkeypatch, capsys, "--ps", "2", "--workers", "3", "--train-steps", "50",
+                      "--sync_replicas", "--model_dir", "m", "--time", "1:00:00", "--final_save_timeout", "120")
+    assert code == 0
+    text = (tmp_path / "m.slurm" / "job.sbatch").read_text()
+    assert not (tmp_path / "m").exists()     # the model_dir holds only what the job writes
+    assert f"{sys.executable} -m tfps.launch.slurm_step --ps 2 --workers 3" in text
+    options = re.search(r"-- \\\n\s+(.*)\n", text).group(1)
+    assert options.split() == ["--train_steps", "50", "--sync_replicas", "--model_dir", str(tmp_path / "m"),
+                               "--final_save_timeout", "120.0"]
+    assert "#SBATCH --signal=TERM@150" in text and "#SBATCH --chdir=" + str(tmp_path) in text
+
+
+def test_submit_without_sbatch_says_where_to_run_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    code, out = _tfps(tmp_path, monkeypatch, capsys, "--model_dir", "m", "--submit")
+    assert code == 2 and "sbatch is not on the PATH" in out.err

@@ -1,0 +1,135 @@
+"""One task of a Slurm step: its place from Slurm's variables, then the normal ``tfps run``.
+
+The script that ``tfps slurm`` writes runs, as one ``srun`` step::
+
+    python -m tfps.launch.slurm_step --ps N --workers M --rendezvous DIR [--gpus_per_worker G] -- RUN OPTIONS
+
+Each task reads its rank and the step's nodes (``tfps.cluster.slurm``), picks a free port
+on its node, publishes ``host:port`` in DIR (on the shared filesystem) and waits for every
+other task's (``--startup_timeout``). It then runs as ``tfps run --ps_hosts ... --job_name
+... --task_index ...`` with the run options: the same code as every other launcher.
+
+The end: the chief writes its exit code to ``DIR/chief.exit`` (the script exits with it, so
+Slurm records the chief's code). The ps tasks exit by themselves once every worker is done.
+A task still running once the chief has exited is ended here as ``tfps local`` ends it: a
+stop signal after a settling time (``SETTLE_SECS`` after a chief that succeeded, a few
+seconds after one that did not), and a second one past the stop window. Slurm's own
+signals (``scancel``, the walltime's ``--signal``) reach every task at once and are one
+stop: the chief writes its final save, the ps serve it, and everybody exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+from tfps import logs, timeouts
+from tfps.cluster import slurm
+from tfps.config import normalize_argv
+from tfps.errors import ConfigError
+from tfps.exitcodes import ExitCode
+
+log = logging.getLogger("tfps")
+
+#: The file in the rendezvous directory that holds the chief's exit code.
+CHIEF_EXIT = "chief.exit"
+#: How often a task that is not the chief looks for the chief's exit code.
+CHIEF_POLL_SECS = 1.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tfps.launch.slurm_step",
+                                description="One task of the Slurm step that tfps slurm's script runs.")
+    p.add_argument("--ps", type=int, required=True)
+    p.add_argument("--workers", type=int, required=True)
+    p.add_argument("--rendezvous", required=True, help="a directory on the filesystem every node shares")
+    p.add_argument("--gpus_per_worker", type=int, default=0)
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("run_args", nargs=argparse.REMAINDER, help="after --: the options of tfps run")
+    return p
+
+
+def _run_options(run_args: list[str]):
+    from tfps.task import entry
+    try:
+        return entry.build_parser().parse_args(run_args)
+    except SystemExit as e:
+        raise ConfigError("the run options after -- are not those of tfps run", "run options") from e
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    logs.setup(ns.verbose)
+    run_args = normalize_argv(ns.run_args[1:] if ns.run_args[:1] == ["--"] else list(ns.run_args))
+    try:
+        step = slurm.from_environment(os.environ, ns.ps, ns.workers)
+        me = step.me
+        os.environ.update(slurm.worker_gpu_env(me, ns.gpus_per_worker, os.environ))
+        options = _run_options(run_args)
+        port = slurm.pick_port()
+        slurm.publish(ns.rendezvous, me, port)
+        log.info("Slurm job %s step %s: rank %d is %s%s on %s:%d; waiting for the others' addresses in %s",
+                 step.job_id, step.step_id, me.rank, me.name, " (the chief)" if me.name == "worker0" else "",
+                 me.host, port, ns.rendezvous)
+        cluster = slurm.gather(ns.rendezvous, step.layout, options.startup_timeout)
+    except ConfigError as e:
+        print(f"tfps: error: {e}", file=sys.stderr, flush=True)
+        return int(ExitCode.BAD_CONFIG)
+    log.info("cluster: ps %s, workers %s", ",".join(cluster.ps), ",".join(cluster.worker))
+    flags = ["--ps_hosts", ",".join(cluster.ps), "--worker_hosts", ",".join(cluster.worker),
+             "--job_name", me.job, "--task_index", str(me.index)]
+    if ns.verbose:
+        flags.append("-v")
+    chief = me.name == "worker0"
+    if not chief:
+        threading.Thread(target=_end_after_chief, args=(ns.rendezvous, me.name), name="tfps-slurm-end",
+                         daemon=True).start()
+    from tfps.task import entry
+    code = int(entry.main(flags + run_args))
+    if chief:
+        _write_chief_exit(ns.rendezvous, code)
+    return code
+
+
+def _write_chief_exit(directory: str, code: int) -> None:
+    path = os.path.join(directory, CHIEF_EXIT)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(f"{code}\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        log.warning("cannot record the chief's exit code in %s: %s", path, e)
+
+
+def read_chief_exit(directory: str) -> int | None:
+    try:
+        with open(os.path.join(directory, CHIEF_EXIT)) as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _end_after_chief(directory: str, name: str) -> None:
+    """Once the chief has exited, give this task time to end by itself, then stop it."""
+    while (code := read_chief_exit(directory)) is None:
+        time.sleep(CHIEF_POLL_SECS)
+    settle = timeouts.SETTLE_SECS if code == 0 else timeouts.LOCAL_STOP_WAIT_SECS
+    time.sleep(settle)
+    why = "the chief finished" if code == 0 else f"the chief exited with {code}"
+    log.warning("%s still runs %.0f s after %s: stopping it", name, settle, why)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(timeouts.LOCAL_SECOND_SIGNAL_SECS)
+    os.kill(os.getpid(), signal.SIGTERM)   # past the stop window: a ps waiting for a save that never comes exits
+    time.sleep(timeouts.LOCAL_STOP_WAIT_SECS)
+    from tfps.task.lifecycle import exit_now
+    exit_now(ExitCode.KILLED)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
