@@ -13,3 +13,32 @@ def test_the_start_line_names_only_a_directory_the_script_is_given():
     assert _script_dir(["--train_steps", "10"]) == ""
     assert _script_dir(["--train_dir", "/tmp/x", "--steps", "3"]) == "the script's --train_dir /tmp/x"
     assert _script_dir(["--log-dir=rel"]) == f"the script's --log-dir {os.path.abspath('rel')}"
+
+
+def test_the_status_line_shows_the_job_and_never_a_step_past_its_total():
+    from tfps.launch.console import PROGRESS_LINE, status_text
+    from tfps.outcome.contract import step_of
+    now = 1000.0
+    status = {"time": now - 1, "phase": "training", "step": 640, "train_steps": 1000, "loss": 0.41234,
+              "metrics": {"accuracy": 0.8125}, "examples_per_sec": 3912.0, "eta_s": 13.0,
+              "workers": {"worker0": {"examples_per_sec": 2100.0, "idle_s": 0.5},
+                          "worker1": {"examples_per_sec": 1812.0, "idle_s": 1.0}}}
+    text = status_text(status, now, now - 75)
+    assert text == "loss 0.4123  accuracy 0.8125  3.9k ex/s  ETA 0:12  slowest worker1 -7%  1:15", text
+    status["workers"]["worker1"]["idle_s"] = 12.0
+    assert "worker1 no step for 13 s" in status_text(status, now, now - 75)
+    assert status_text(None, now, now - 3, "1 ps + 2 worker(s)") == "starting 1 ps + 2 worker(s) (0:03)"
+    assert "final save" in status_text({**status, "phase": "final save"}, now, now)
+    assert step_of(640, 1000) == "640/1000" and step_of(1001, 1000) == "1000/1000 +1"
+    assert PROGRESS_LINE.match("[worker1] 18:01:02 I worker1: step 400/1500 loss 0.4521 | 900 examples/s")
+    assert not PROGRESS_LINE.match("[worker0] 18:01:02 W chief: no progress for 900 s")
+
+
+def test_the_summary_says_how_far_an_async_job_went_past_its_steps_and_why():
+    from tfps.outcome.contract import JobResult, summary_lines
+    res = JobResult(job="j", status="succeeded", model="mlp", mode="async", task="worker0", host="h",
+                    cluster={}, train_steps=1000, batch_size=8, global_step=1001)
+    lines = summary_lines(res)
+    assert lines[0] == "job j SUCCEEDED at global step 1000/1000 +1", lines
+    assert lines[1].startswith("  1 step(s) past --train_steps 1000: asynchronous workers"), lines
+    assert not any("1001/1000" in line for line in lines)

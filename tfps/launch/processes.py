@@ -29,6 +29,7 @@ from tfps.cluster import gpu, local_plan
 from tfps.config import RunConfig
 from tfps.errors import ConfigError
 from tfps.exitcodes import STOPPED_CODES, ExitCode, stopped_code
+from tfps.launch.console import JobConsole, is_terminal
 from tfps.launch.estimate import ModelRefused, estimate_isolated
 from tfps.launch.summary import chief_reported, summarize
 from tfps.launch.tasks import (
@@ -50,7 +51,7 @@ FORK_ENV = "TFPS_LOCAL_FORK"
 
 
 def _watch_until_chief_exits(chief: TaskProcess, others: list[TaskProcess], cfg: RunConfig,
-                             interrupted, stop_script=None) -> list[TaskProcess]:
+                             interrupted, stop_script=None, tick=None) -> list[TaskProcess]:
     """Watch every task until the chief exits; return the tasks that died before it.
 
     A task that dies mid-job is said at once. The chief's own watchdog ends the job within
@@ -67,6 +68,8 @@ def _watch_until_chief_exits(chief: TaskProcess, others: list[TaskProcess], cfg:
             stop_script()
         for t in (chief, *others):
             t.sample_rss()
+        if tick is not None:
+            tick()
         for t in others:
             # Killed (a signal, the OOM killer) or crashed; a task that gave up with the job
             # (exit 1 or 2 after the chief's stop) has said why itself.
@@ -216,6 +219,10 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
     if gpus is not None:
         log.info("tfps local: %s; every ps on the CPU", ", ".join(
             f"worker{i} on GPU {g.index} ({g.name})" for i, g in enumerate(found)))
+    # On a terminal, one live status line for the job; elsewhere (or -v) every task's lines.
+    view = JobConsole(cfg.model_dir, out, live=not verbose and not script and is_terminal(out),
+                      launched=time.time(), tasks=f"{num_ps} ps + {num_workers} worker(s)")
+    out = view.out
     tasks: list[TaskProcess] = []
     for t in plan.tasks:
         ref = plan.task_ref(t)
@@ -266,11 +273,14 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
                 t.spawn()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, LAUNCHER_SIGNALS)
+        view.start()
         for t in tasks:
             t.pump()
         others = [t for t in tasks if t is not chief]
         lost = _watch_until_chief_exits(chief, others, cfg, lambda: stops.count,
-                                        stop_script=(lambda: _stop_script_chief(chief, stops)) if script else None)
+                                        stop_script=(lambda: _stop_script_chief(chief, stops)) if script else None,
+                                        tick=view.tick)
+        view.stop()
         code = chief.code
         if script:
             chief_end = "the chief finished" if code == 0 else f"the chief exited with {describe_code(code)}"
@@ -301,6 +311,7 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
                     t.signal(signal.SIGTERM)
                 _wait(others, timeouts.LOCAL_STOP_WAIT_SECS)
     finally:
+        view.stop()
         for t in tasks:
             t.signal(signal.SIGKILL)
         _wait(tasks, timeouts.LOCAL_KILL_WAIT_SECS)

@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from tfps.outcome.contract import JobResult
+from tfps.outcome.contract import PAST_TOTAL_WHY, JobResult, step_of
 
 TRACEBACK_LINES = 30
 TRACEBACK_CHARS = 4000
@@ -93,8 +93,9 @@ def _title(event: str, r: Mapping[str, Any]) -> str:
         return f"[tfps] job {job} stopped{at}"
     if event == "progress":
         total = r.get("train_steps")
-        of = f" {step}/{total}" if step is not None and total else at.replace(" at step", "")
-        pct = f" ({100 * step / total:.0f}%)" if isinstance(step, int) and isinstance(total, int) and total else ""
+        known = isinstance(step, int) and isinstance(total, int) and total
+        of = f" {step_of(step, total)}" if known else at.replace(" at step", "")
+        pct = f" ({100 * min(step, total) / total:.0f}%)" if known else ""
         return f"[tfps] job {job} progress: step{of}{pct}"
     if event == "stalled":
         names = ", ".join(str(s.get("task")) for s in r.get("stalled") or () if isinstance(s, Mapping))
@@ -217,7 +218,9 @@ def format_message(event: str, results: JobResult | Mapping[str, Any]) -> tuple[
         row("times", phases)
     step, total = r.get("global_step"), r.get("train_steps")
     if step is not None:
-        row("global step", f"{step} of {total}" if total else step)
+        row("global step", (f"{step} of {total}" if step <= total else f"{step}, {step - total} past {total}: "
+                            + PAST_TOTAL_WHY.format(step=step)) if isinstance(step, int) and isinstance(total, int)
+            and total else step)
     elif total:
         row("train steps", total)
     row("final loss", _num(r["final_loss"]) if r.get("final_loss") is not None else None)

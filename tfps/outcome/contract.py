@@ -298,6 +298,18 @@ def _label(label: str, value: Any) -> str:
     return f"  {label:<10} {value}"
 
 
+def step_of(step: int, total: int) -> str:
+    """``640/1000``; past the total (asynchronous workers that each finish a step they began
+    just before it) ``1000/1000 +1``, never ``1001/1000``."""
+    step, total = int(step), int(total)
+    return f"{step}/{total}" if step <= total or total <= 0 else f"{total}/{total} +{step - total}"
+
+
+#: Why an asynchronous job's global step can end past --train_steps.
+PAST_TOTAL_WHY = ("asynchronous workers each finish the step they began just before the job reached it; "
+                  "the checkpoint and export hold step {step}")
+
+
 def summary_lines(result: JobResult | None, *, job: str | None = None, status: str | None = None,
                   reason: str = "", host: str | None = None, results_path: str | None = None,
                   more: typing.Iterable[tuple[str, Any]] = (), tail: typing.Sequence[str] = (),
@@ -313,9 +325,12 @@ def summary_lines(result: JobResult | None, *, job: str | None = None, status: s
     job = job or (result.job if result else "?")
     status = status or (result.status if result else "failed")
     head = f"job {job} {status.upper()}"
-    if result is not None and result.global_step is not None:
-        head += f" at global step {result.global_step}/{result.train_steps}"
     lines = [head]
+    if result is not None and result.global_step is not None:
+        lines[0] += f" at global step {step_of(result.global_step, result.train_steps)}"
+        if result.train_steps and result.global_step > result.train_steps:
+            lines.append(f"  {result.global_step - result.train_steps} step(s) past --train_steps "
+                         f"{result.train_steps}: " + PAST_TOTAL_WHY.format(step=result.global_step))
     where = (lambda p: f"{host}:{p}") if host else str
     if result is not None:
         if result.final_loss is not None or result.metrics or result.eval_metrics:

@@ -15,9 +15,22 @@ import tempfile
 
 from tfps.errors import ConfigError
 from tfps.jsonfile import now_iso, read_json, write_json_atomic  # noqa: F401 - also results.now_iso, ...
+from tfps.outcome.contract import step_of
 
 RESULTS = "results.json"
 HISTORY = "history.jsonl"
+#: The running job as the chief's watch last saw it (rewritten every few seconds while it
+#: trains): what ``tfps local``'s status line shows. Not a record: results.json is that.
+STATUS = "status.json"
+
+
+def write_status(model_dir: str, status: dict) -> None:
+    write_json_atomic(os.path.join(model_dir, STATUS), status)
+
+
+def read_status(model_dir: str) -> dict | None:
+    found = read_json(os.path.join(model_dir, STATUS))
+    return found if isinstance(found, dict) else None
 RUN_IDENTITY = "tfps_run.json"
 
 
@@ -32,7 +45,7 @@ def progress_line(record: dict | None, earlier: dict | None, total: int) -> str:
     if not record:
         return f"step 0/{total}: starting (no training step recorded yet)"
     step = int(record.get("step", 0))
-    parts = [f"step {step}/{total} ({100 * step / max(total, 1):.0f}%)"]
+    parts = [f"step {step_of(step, total)} ({100 * min(step, total) / max(total, 1):.0f}%)"]
     if isinstance(record.get("loss"), (int, float)):
         parts.append(f"loss {record['loss']:.4f}")
     if record.get("examples_per_sec"):

@@ -299,6 +299,7 @@ class Chief(Worker):
                               times={"startup_s": round((self.first_step_at or t_train) - self.started_wall, 3),
                                      "training_s": round(t_trained - (self.first_step_at or t_train), 3),
                                      "final_save_s": round(t_end - t_trained, 3)})
+        watch.write_status(time.monotonic(), time.time(), phase=status, step=step)   # the status line's last state
         self._send_done(server, graph)
         self._wait_for_ps_exit()
         return code

@@ -22,11 +22,16 @@ import tensorflow as tf
 
 from tfps import compat, timeouts
 from tfps.outcome import results
+from tfps.outcome.contract import step_of
 from tfps.task.checkpoint import checkpoint_step, glob_free_dir
 from tfps.task.lifecycle import StopSignal
 
 v1 = tf.compat.v1
 log = logging.getLogger("tfps")
+
+
+#: The weight of each run's loss in the smoothed loss (an exponential moving average).
+LOSS_SMOOTHING = 0.1
 
 
 class ProgressHook(v1.train.SessionRunHook):
@@ -53,6 +58,8 @@ class ProgressHook(v1.train.SessionRunHook):
         self.examples_s = 0.0     # of the last progress line
         self.history_step: int | None = None   # global step of the chief's last history record
         self.dropped = 0                       # sync: this process's gradients that arrived stale
+        self.sums: dict[str, float] = {}       # the chief's losses and metrics since its last history record
+        self.counts: dict[str, int] = {}
 
     def before_run(self, run_context):
         return v1.train.SessionRunArgs(self.fetches)
@@ -83,6 +90,14 @@ class ProgressHook(v1.train.SessionRunHook):
         rec["step"] = int(out["global_step"])
         self.recent = (self.recent + [rec])[-20:]
         self.job.last_seen_step, self.job.local_steps = rec["step"], self.local_steps
+        for k, v in rec.items():   # the history's means since its previous record (the chief's runs)
+            if k != "step" and np.isfinite(v):
+                self.sums[k] = self.sums.get(k, 0.0) + v
+                self.counts[k] = self.counts.get(k, 0) + 1
+        if np.isfinite(rec["loss"]):   # the status line's loss: smoothed over this worker's runs
+            smoothed = getattr(self.job, "smoothed_loss", None)
+            self.job.smoothed_loss = rec["loss"] if smoothed is None else smoothed + LOSS_SMOOTHING * (
+                rec["loss"] - smoothed)
         if not np.isfinite(rec["loss"]):
             raise FloatingPointError(f"loss is {rec['loss']} at global step {rec['step']}: training "
                                      "diverged; lower --learning_rate")
@@ -93,8 +108,8 @@ class ProgressHook(v1.train.SessionRunHook):
             eta = (self.last_step - rec["step"]) / gs_s if gs_s > 0 else float("nan")
             metrics = " ".join(f"{k} {v:.4f}" for k, v in rec.items() if k not in ("step",))
             dropped = f" | {self.dropped} stale gradient(s) dropped" if self.dropped else ""
-            log.info("%s: step %d/%d %s | %.0f examples/s | %.1f steps/s | ETA %.0f s%s", self.name,
-                     rec["step"], self.last_step, metrics, ex_s, gs_s, max(eta, 0), dropped)
+            log.info("%s: step %s %s | %.0f examples/s | %.1f steps/s | ETA %.0f s%s", self.name,
+                     step_of(rec["step"], self.last_step), metrics, ex_s, gs_s, max(eta, 0), dropped)
             self.t_last, self.step_last, self.local_last = now, rec["step"], self.local_steps
             self.examples_s = ex_s
             if self.reset is not None:   # the next line's running metrics start afresh
@@ -104,8 +119,10 @@ class ProgressHook(v1.train.SessionRunHook):
         if self.is_chief and rec["step"] > 0 and (self.history_step is None
                                                   or rec["step"] // self.every > self.history_step // self.every):
             self.history_step = rec["step"]
+            mean = {k: round(self.sums[k] / n, 6) for k, n in self.counts.items() if n}
+            self.sums, self.counts = {}, {}
             results.append_history(self.model_dir, {**rec, "time": round(time.time(), 3),
-                                                    "examples_per_sec": round(self.examples_s, 1)})
+                                                    "examples_per_sec": round(self.examples_s, 1), "mean": mean})
 
     def summary(self) -> dict:
         if not self.recent:

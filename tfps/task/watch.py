@@ -25,7 +25,7 @@ import time
 
 from tfps import timeouts
 from tfps.cluster.spec import WORKER, task_name
-from tfps.outcome import journal
+from tfps.outcome import journal, results
 from tfps.outcome.contract import Stall, WorkerFigures, parse
 
 log = logging.getLogger("tfps")
@@ -109,6 +109,7 @@ class JobWatch:
                 # The final figures: the boards as the workers' last steps left them.
                 self._update_all(self._read(sess, options), time.monotonic(), time.time())
                 self._read_failures(sess, options)
+                self.write_status(time.monotonic(), time.time(), phase="final save")
         except Exception as e:  # noqa: BLE001 - the watch never ends the job
             log.warning("chief: the job watch stopped: %s: %s", type(e).__name__, e)
 
@@ -172,6 +173,7 @@ class JobWatch:
             self.job_step, self.job_changed_at, self.job_changed_wall = step, now, wall
         self.samples = [x for x in self.samples if now - x[0] <= RATE_WINDOW_SECS][-100:] + [(now, step)]
         self._check_stalls(now, wall)
+        self.write_status(now, wall)
         if self.notify_every and now - self.last_progress >= self.notify_every:
             self.last_progress = now
             self._send("progress", self.progress(now, wall))
@@ -259,6 +261,40 @@ class JobWatch:
         if stalled:
             res["stalled_tasks"] = stalled
         return res
+
+    def status(self, now: float, wall: float, phase: str = "training") -> dict:
+        """The job as it runs, for status.json (``tfps local``'s status line): the global step,
+        the chief's smoothed loss and running metrics, the total examples/s, the ETA, and each
+        worker's examples/s and how long since its steps last moved (``idle_s``)."""
+        publisher = self.chief.publisher
+        latest = dict(publisher.latest) if publisher is not None else {}
+        latest.pop("loss", None)
+        out = {"time": round(wall, 3), "phase": phase, "step": int(self.job_step), "train_steps": self.train_steps,
+               "metrics": {k: float(v) for k, v in latest.items()},
+               "examples_per_sec": round(sum(w.rate for w in self.workers) * self.batch_size, 1),
+               "workers": {w.name: {"steps": w.steps, "global_step": w.global_step,
+                                    "idle_s": round(max(now - w.changed_at, 0.0), 1),
+                                    "examples_per_sec": round(w.rate * self.batch_size, 1)}
+                           for w in self.workers if w.started is not None}}
+        smoothed = getattr(self.chief, "smoothed_loss", None)
+        if smoothed is not None:
+            out["loss"] = float(smoothed)
+        t0, s0 = self.samples[0] if self.samples else (now, self.job_step)
+        if now > t0 and self.job_step > s0:
+            out["eta_s"] = round(max(self.train_steps - self.job_step, 0) / ((self.job_step - s0) / (now - t0)), 1)
+        return out
+
+    def write_status(self, now: float, wall: float, phase: str = "training", step: int | None = None) -> None:
+        """status.json; ``step``: the job's final step as reported (its checkpoint's)."""
+        try:
+            if step is None:
+                self.job_step = max([self.job_step, self.chief.last_seen_step] + [w.global_step for w in self.workers])
+            status = self.status(now, wall, phase)
+            if step is not None:
+                status.update(step=int(step), eta_s=0.0)
+            results.write_status(self.chief.cfg.model_dir, status)
+        except Exception as e:  # noqa: BLE001 - the status line is a view: never a failure of the job
+            log.debug("chief: status.json not written: %s", e)
 
     def summary(self) -> dict:
         """What the final report adds (``Reporter.finished``'s keywords): per-worker figures,
