@@ -19,7 +19,34 @@ def test_plot_is_a_small_png_and_never_raises(tmp_path):
     width, height = struct.unpack(">II", data[16:24])  # IHDR
     assert (width, height) == (640, 360)
 
-    assert plot_history([], str(tmp_path / "empty.png")) is None
-    assert plot_history([{"step": 1, "loss": float("nan")}], str(tmp_path / "nan.png")) is None
+    # Every job has its loss.png, even one whose chief recorded no step: it says so.
+    assert plot_history([], str(tmp_path / "empty.png")) == str(tmp_path / "empty.png")
+    assert plot_history([{"step": 1, "loss": float("nan")}], str(tmp_path / "nan.png"), {"loss": 0.5}, 10)
     (tmp_path / "a-file").write_text("x")
     assert plot_history([{"step": 1, "loss": 1.0}], str(tmp_path / "a-file" / "loss.png")) is None
+
+
+def test_the_loss_curve_is_smoothed_spans_the_whole_job_and_shows_the_evaluation(tmp_path):
+    import random
+
+    from tfps.outcome import plot
+    rng = random.Random(0)
+    history = [{"step": s, "loss": math.exp(-s / 300) * rng.uniform(0.2, 1.8), "accuracy": rng.random(),
+                "mean": {"loss": math.exp(-s / 300) * rng.uniform(0.9, 1.1)}} for s in range(20, 1001, 20)]
+    fig = plot.figure(history, ["loss"], plot._evaluations(history, {"loss": 0.3, "accuracy": 0.9}, 1001))
+    ax = fig.axes[0]
+    lines = {line.get_label(): line for line in ax.lines}
+    raw, smooth, ev = lines["loss (one batch)"], lines["loss (smoothed)"], lines["eval loss"]
+    # Smoothed: the curve moves less from point to point than the single batches do.
+    def roughness(y):
+        return sum(abs(a - b) for a, b in zip(y, y[1:]))
+    assert roughness(list(smooth.get_ydata())) < roughness(list(raw.get_ydata())) / 3
+    # The whole job: from its first record to its last step, on an axis that starts at 0.
+    assert smooth.get_xdata()[0] == 20 and smooth.get_xdata()[-1] == 1000 and ax.get_xlim()[0] == 0
+    assert list(ev.get_xdata()) == [1001] and list(ev.get_ydata()) == [0.3]
+    assert ax.get_xlabel() == "global step" and ax.get_ylabel() == "loss"
+    # Both files, with no notification involved; no metrics plot without metrics.
+    assert plot.draw_plots(str(tmp_path), history, {"loss": 0.3, "accuracy": 0.9}, 1001) == [
+        str(tmp_path / "loss.png"), str(tmp_path / "metrics.png")]
+    assert plot.plot_metrics([{"step": 1, "loss": 1.0}], str(tmp_path / "m.png")) is None
+    assert plot.smoothed([2.0, 2.0, 2.0]) == [2.0, 2.0, 2.0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 
 from tfps.config import RunConfig
 from tfps.launch.tasks import describe_code, say
@@ -51,7 +52,12 @@ def summarize(cfg: RunConfig, code, launched: float, urls: list[str], lost: dict
         # loss the job survived, in async mode), next to what the chief recorded.
         res.add_lost_tasks(lost).save(path)
     try:
-        print("\n".join(res.summary_lines(results_path=os.path.abspath(path))), flush=True)
+        model_dir = os.path.abspath(cfg.model_dir)
+        plots = [os.path.join(model_dir, p) for p in ("loss.png", "metrics.png")
+                 if os.path.exists(os.path.join(model_dir, p))]
+        more = [("plots", ", ".join(plots))] if plots else []
+        more.append(("curves", f"tensorboard --logdir {shlex.quote(model_dir)}"))
+        print("\n".join(res.summary_lines(results_path=os.path.abspath(path), more=more)), flush=True)
     except (OSError, ValueError):
         pass   # the terminal has closed (SIGHUP): results.json and the message have it all
     return True

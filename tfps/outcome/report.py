@@ -1,4 +1,4 @@
-"""The chief's report of a job: results.json, the loss plot and the one notification.
+"""The chief's report of a job: results.json, the plots (loss.png, metrics.png) and the one notification.
 
 Exactly one completion message per job: the chief sends it after the final save. If the
 chief dies without one, the orchestrator (``tfps local``, Ansible) sends the failure
@@ -206,21 +206,28 @@ class Reporter:
             res = JobResult.load(path)   # the message tells what the file says
         except (OSError, ResultsError) as e:
             log.error("chief: cannot read back %s: %s", path, e)
+        self.plots(res)
         self.notify(res)
         return res
+
+    def plots(self, res: JobResult) -> list[str]:
+        """loss.png (and metrics.png) in model_dir, for every job: the whole job's curves and
+        the final evaluation at its step (tfps.outcome.plot). Never raises."""
+        try:
+            from tfps.outcome.plot import draw_plots
+            return draw_plots(self.cfg.model_dir, results.read_history(self.cfg.model_dir),
+                              dict(res.eval_metrics or {}), res.global_step)
+        except Exception as e:  # noqa: BLE001 - a plot never costs a report
+            log.warning("chief: no loss plot: %s", e)
+            return []
 
     def notify(self, res: JobResult) -> None:
         if self.notifier is None or not self.notifier.enabled:
             return
         attachments = [os.path.join(self.cfg.model_dir, results.RESULTS)]
-        try:
-            from tfps.outcome.plot import plot_history
-            png = plot_history(results.read_history(self.cfg.model_dir),
-                               os.path.join(self.cfg.model_dir, "loss.png"))
-            if png:
-                attachments.append(png)
-        except Exception as e:  # noqa: BLE001 - a plot never blocks the message
-            log.warning("no loss plot: %s", e)
+        png = os.path.join(self.cfg.model_dir, "loss.png")
+        if os.path.exists(png) and os.path.getmtime(png) >= self.started_wall:   # drawn by ``plots`` for this job
+            attachments.append(png)
         self.notifier.send(res.status, res, attachments)
 
 

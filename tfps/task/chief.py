@@ -271,6 +271,10 @@ class Chief(Worker):
                         setup.model_fn, setup.params, ckpt,
                         lambda: data_mod.make_dataset(setup.eval_schema, cfg.label_column, 256, train=False))
                     log.info("chief: evaluation of step %d: %s", ckpt_step, eval_metrics)
+                    try:   # TensorBoard's "eval" run, next to the training scalars
+                        export.write_eval_summaries(cfg.model_dir, ckpt_step, eval_metrics)
+                    except Exception as e:  # noqa: BLE001 - the summaries are a view: never a failure
+                        log.warning("chief: the evaluation's TensorBoard summaries were not written: %s", e)
             except Exception as e:  # noqa: BLE001
                 if diskfull.is_disk_full(e):   # export_saved_model removed its half-written directory
                     e = diskfull.disk_full(e, cfg.export_path,

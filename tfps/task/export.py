@@ -166,6 +166,29 @@ def switch_into_place(new: str, export_dir: str) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+#: The subdirectory of model_dir that holds the evaluation's TensorBoard run (next to the
+#: chief's training summaries in model_dir itself), as Keras's TensorBoard callback writes
+#: ``train`` and ``validation``: TensorBoard draws both runs' ``loss`` in one chart.
+EVAL_RUN = "eval"
+
+
+def write_eval_summaries(model_dir: str, step: int, metrics: dict[str, float]) -> str:
+    """The evaluation's scalars at ``step``, under the training scalars' own names (``loss``,
+    ``accuracy``, ...), as the ``eval`` run of ``model_dir``. Returns its directory."""
+    import tensorflow as tf
+    v1 = tf.compat.v1
+    path = os.path.join(model_dir, EVAL_RUN)
+    with tf.Graph().as_default():   # FileWriter is the graph-mode writer
+        writer = v1.summary.FileWriter(path)
+    try:
+        writer.add_summary(v1.Summary(value=[v1.Summary.Value(tag=k, simple_value=float(v))
+                                             for k, v in sorted(metrics.items())]), int(step))
+        writer.flush()
+    finally:
+        writer.close()
+    return path
+
+
 def evaluate(model_fn, params, checkpoint: str, dataset) -> dict[str, float]:
     """Average loss and metrics of the checkpoint over one pass of ``dataset``."""
     import numpy as np
