@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install the Ansible collections of ansible/requirements.yml into ansible/collections
-# (where ansible/ansible.cfg looks for them), at exactly the pinned versions.
+# Install the Ansible collections of tfps/ansible/requirements.yml into tfps/ansible/collections
+# (where tfps/ansible/ansible.cfg looks for them), at exactly the pinned versions.
 #
 # Galaxy is not reachable from every network, PyPI usually is: the collections are taken
 # from the `ansible` community package on PyPI, whose release below ships the pinned
@@ -13,8 +13,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
-dest="$repo/ansible/collections"
-requirements="$repo/ansible/requirements.yml"
+dest="$repo/tfps/ansible/collections"
+requirements="$repo/tfps/ansible/requirements.yml"
 
 # The `ansible` release that ships the versions pinned in requirements.yml.
 ANSIBLE_RELEASE=12.3.0

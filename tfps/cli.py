@@ -7,10 +7,15 @@
     tfps logs         show or follow a task's log on an inventory's hosts
     tfps notify-test  send a test message to every configured notification URL
     tfps compose      a docker-compose.yml for a cluster, from the same plan
-    tfps slurm        an sbatch script that runs the job as one Slurm step (--submit submits it)
     tfps notify-failure  the failure message for a chief that died silently
     tfps healthcheck  container HEALTHCHECK: is this task's gRPC port up
     tfps demo-data    write the demo datasets to a directory
+    tfps deploy, stop, status, cleanup   the packaged playbooks (tfps.cli_ansible)
+    tfps collections  install the Ansible collections the playbooks need
+    tfps completion   a bash or zsh completion script
+
+``--config job.yaml`` (run, local, compose) reads options from a file, flags winning
+(tfps.cli_tools); ``-V`` prints tfps's version and those of what it runs with.
 
 Flags accept dashes or underscores (``--train-steps`` = ``--train_steps``); ``-v`` works
 before or after the command. Each command is a ``cmd_*`` function that the parser
@@ -27,7 +32,9 @@ import sys
 import time
 import warnings
 
-from tfps import __version__, logs, use_tf_keras
+from tfps import cli_tools, logs, use_tf_keras
+from tfps.cli_ansible import add_commands as add_playbook_commands
+from tfps.cli_ansible import playbook_args as _playbook_args
 from tfps.config import ArgumentParser, add_replace_option, add_run_options, from_args, normalize_argv
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
@@ -37,7 +44,8 @@ from tfps.task.entry import require_tensorflow
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="tfps", description="TensorFlow parameter-server training that ends cleanly.")
-    p.add_argument("--version", action="version", version=f"tfps {__version__}")
+    p.add_argument("-V", "--version", action=_Versions, nargs=0,
+                   help="print the versions of tfps, TensorFlow, tf_keras, ansible-core and Python, and exit")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="debug logging, and TensorFlow's own log lines (hidden otherwise)")
     # -v after the command as well; SUPPRESS keeps a -v given before it.
@@ -47,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", parents=[verbose], help="run one task of a cluster (what each container runs)")
     entry.add_arguments(run)
+    _add_config_option(run)
     run.set_defaults(func=cmd_run)
 
     local = sub.add_parser("local", parents=[verbose], help="run a whole cluster on this machine as processes")
@@ -62,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "--restarts); by default a killed task fails the job within --sync_timeout "
                             "(default %(default)s)")
     add_replace_option(local)
+    _add_config_option(local)
     add_run_options(local)
     local.add_argument("script_args", nargs=argparse.REMAINDER, help="after --: arguments for --script")
     local.set_defaults(func=cmd_local)
@@ -71,12 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     inventory.add_argument("-i", "--inventory", action="append", required=True, metavar="SOURCE",
                            help="inventory source as for ansible-playbook -i: INI or YAML file, directory, "
                                 "executable script, plugin configuration; repeatable")
-    inventory.add_argument("-e", "--extra_vars", "--extra-vars", action="append", default=[], metavar="VARS",
+    inventory.add_argument("-e", "--extra_vars", action="append", default=[], metavar="VARS",
                            help="extra variables as for ansible-playbook -e (key=value, YAML/JSON, @file); "
                                 "repeatable")
-    inventory.add_argument("--vault_id", "--vault-id", action="append", default=[], metavar="ID",
+    inventory.add_argument("--vault_id", action="append", default=[], metavar="ID",
                            help="vault identity, as for ansible-playbook; repeatable")
-    inventory.add_argument("--vault_password_file", "--vault-password-file", action="append", default=[],
+    inventory.add_argument("--vault_password_file", action="append", default=[],
                            metavar="FILE", help="vault password file, as for ansible-playbook; repeatable")
 
     plan = sub.add_parser("plan", parents=[verbose, inventory],
@@ -84,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                           description="The cluster plan of an Ansible inventory: ansible-core resolves the "
                                       "inventory (every format and precedence rule), tfps numbers the tasks. "
                                       "The play computes the same plan. Needs pip install 'tfps[ansible]'.")
-    plan.add_argument("--playbook_dir", "--playbook-dir", metavar="DIR",
+    plan.add_argument("--playbook_dir", metavar="DIR",
                       help="also read group_vars/ and host_vars/ beside the playbook in DIR, as the play does")
     plan.add_argument("--format", choices=("table", "json"), default="table")
 
@@ -100,12 +110,16 @@ def build_parser() -> argparse.ArgumentParser:
             view.add_argument("-n", "--lines", type=int, default=100, help="lines from the end (default 100)")
         view.set_defaults(func=cmd_jobs if name == "jobs" else cmd_logs)
 
-    nt = sub.add_parser("notify_test", aliases=["notify-test"], parents=[verbose], help="send a test notification")
-    nt.add_argument("--notify", action="append", default=[], metavar="URL")
-    nt.add_argument("--notify_config", metavar="FILE")
+    nt = sub.add_parser("notify-test", aliases=["notify_test"], parents=[verbose], help="send a test notification",
+                        description="Send a test message to every configured notification URL and say, per "
+                                    "(masked) URL, whether it arrived. Exit 1 when one did not.")
+    nt.add_argument("--notify", action="append", default=[], metavar="URL",
+                    help="an apprise URL (mailto://, slack://, ...); repeatable. Also read from TFPS_NOTIFY_URLS")
+    nt.add_argument("--notify_config", metavar="FILE",
+                    help="an apprise configuration file (YAML or text) listing the URLs")
     nt.set_defaults(func=cmd_notify_test)
 
-    nf = sub.add_parser("notify_failure", aliases=["notify-failure"], parents=[verbose],
+    nf = sub.add_parser("notify-failure", aliases=["notify_failure"], parents=[verbose],
                         help="send the failure message for a chief that died without one (orchestrators)")
     nf.add_argument("--reason", required=True, help="what happened, e.g. 'chief container exited 137'")
     add_run_options(nf)
@@ -113,28 +127,52 @@ def build_parser() -> argparse.ArgumentParser:
     nf.add_argument("--replace", action="store_true", help=argparse.SUPPRESS)
     nf.set_defaults(func=cmd_notify_failure)
 
-    hc = sub.add_parser("healthcheck", parents=[verbose], help="exit 0 if this container's task serves its port")
+    hc = sub.add_parser("healthcheck", parents=[verbose], help="exit 0 if this container's task serves its port",
+                        description="The container HEALTHCHECK of a task: exit 0 when the task's gRPC port (from "
+                                    "TF_CONFIG or the task's flags in the container's command) accepts "
+                                    "connections, 1 otherwise.")
     hc.set_defaults(func=cmd_healthcheck)
 
     from tfps.launch import compose
-    compose.add_arguments(sub.add_parser("compose", parents=[verbose],
-                                         help="write a docker-compose.yml for a cluster plan"))
+    compose_parser = sub.add_parser("compose", parents=[verbose], help="write a docker-compose.yml for a cluster plan")
+    _add_config_option(compose_parser)
+    compose.add_arguments(compose_parser)
 
-    dd = sub.add_parser("demo_data", aliases=["demo-data"], parents=[verbose], help="write the demo datasets")
-    dd.add_argument("directory")
+    dd = sub.add_parser("demo-data", aliases=["demo_data"], parents=[verbose], help="write the demo datasets",
+                        description="Write the demo datasets (the MLP's CSV, the CTR data of wide_deep, ...) into "
+                                    "DIRECTORY; files already there are kept.")
+    dd.add_argument("directory", help="where to write them (created if missing)")
     dd.set_defaults(func=cmd_demo_data)
 
-    from tfps.launch import slurm as slurm_launch
-    slurm_parser = sub.add_parser("slurm", parents=[verbose], help="write (and --submit) an sbatch script of the job",
-                                  description="The job as one Slurm batch job: every task in one srun step, run by "
-                                              "this tfps installation on a shared filesystem (docs/slurm.md).")
-    slurm_launch.add_arguments(slurm_parser)
-    slurm_parser.set_defaults(func=cmd_slurm)
+    add_playbook_commands(sub, [verbose, inventory])
+
+    comp = sub.add_parser("completion", help="print a shell completion script (bash or zsh)",
+                          description="A completion script for tfps's commands and options, generated from this "
+                                      "parser.")
+    comp.add_argument("shell", choices=("bash", "zsh"), help="the shell")
+    comp.set_defaults(func=cmd_completion)
 
     # plan and compose dispatch here, leaving their definitions above as they are.
     sub.choices["plan"].set_defaults(func=cmd_plan)
     sub.choices["compose"].set_defaults(func=cmd_compose)
+    p.examples = cli_tools.EXAMPLES["tfps"]
+    for name, parser in sub.choices.items():
+        parser.examples = cli_tools.EXAMPLES.get(name.replace("_", "-"), "")
     return p
+
+
+class _Versions(argparse.Action):
+    """``-V``/``--version``: tfps's version and those of what it runs with."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(cli_tools.versions())
+        parser.exit(0)
+
+
+def _add_config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE",
+                        help="a YAML file of this command's options (train_steps: 1000, ...); flags given "
+                             "too win over it; an unknown key is refused")
 
 
 def cmd_run(ns) -> ExitCode | int:
@@ -186,27 +224,24 @@ def cmd_plan(ns) -> int:
     return ExitCode.OK
 
 
-def _playbook_args(ns) -> list[str]:
-    """ansible-playbook's own options for tfps jobs and tfps logs: -e, vault identities."""
-    out = [a for extra in ns.extra_vars for a in ("-e", extra)]
-    out += [a for ident in ns.vault_id for a in ("--vault-id", ident)]
-    return out + [a for path in ns.vault_password_file for a in ("--vault-password-file", path)]
-
-
 def cmd_jobs(ns) -> int:
+    from tfps.launch.playbook import ensure_collections
     from tfps.outcome import jobs
+    ensure_collections()
     table, complete = jobs.list_jobs(ns.inventory, _playbook_args(ns))
     print(table, flush=True)
     return ExitCode.OK if complete else ExitCode.TRAINING_FAILED
 
 
 def cmd_logs(ns) -> int:
+    from tfps.launch.playbook import ensure_collections
     from tfps.outcome import jobs
     if not re.fullmatch(r"(ps|worker)\d+", ns.task):
         raise ConfigError(f"{ns.task!r} is not a task name; use ps0, ps1, ..., worker0 (the chief), worker1, ...",
                           "task")
     if ns.lines < 1:
         raise ConfigError(f"--lines {ns.lines}: give at least 1", "lines")
+    ensure_collections()
     if not jobs.show_logs(ns.inventory, ns.job, ns.task, ns.follow, ns.lines, _playbook_args(ns)):
         raise ConfigError(f"no host of the inventory has task {ns.task} of job {ns.job!r}; `tfps jobs -i ...` "
                           "lists the jobs there", "job")
@@ -262,9 +297,9 @@ def cmd_compose(ns) -> ExitCode:
     return ExitCode(compose.main(ns))
 
 
-def cmd_slurm(ns) -> ExitCode:
-    from tfps.launch import slurm
-    return slurm.main(ns)
+def cmd_completion(ns) -> ExitCode:
+    print(cli_tools.completion(ns.shell, build_parser()), end="")
+    return ExitCode.OK
 
 
 def cmd_demo_data(ns) -> ExitCode:
@@ -288,6 +323,12 @@ def main(argv: list[str] | None = None) -> int:
     use_tf_keras()   # before anything imports TensorFlow: tf.keras is tf_keras, unless the user said otherwise
     argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
+    try:
+        argv = cli_tools.expand_config(argv, parser)
+    except ConfigError as e:
+        print(f"tfps: error: {e}", file=sys.stderr)
+        return int(ExitCode.BAD_CONFIG)
+    parser.command = next((a for a in argv if not a.startswith("-") and a in parser.commands()), None)
     try:
         ns = parser.parse_args(argv)
     except SystemExit as e:   # --help, --version, or the one line of tfps.config.ArgumentParser.error

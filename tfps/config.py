@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import math
 import os
+import re
 import unicodedata
 
 from tfps.errors import ConfigError
@@ -275,22 +276,81 @@ class RunConfig:
         return out
 
 
+#: An option name with underscores as help shows it: with dashes (both spellings are accepted).
+_UNDERSCORED = re.compile(r"(?<![\w-])--([a-z0-9-]*_[a-z0-9_-]*)")
+
+
+def dashed(text: str) -> str:
+    """``--train_steps`` -> ``--train-steps`` in a help text, and a name listed twice once."""
+    text = _UNDERSCORED.sub(lambda m: "--" + m.group(1).replace("_", "-"), text)
+    return re.sub(r"(--[a-z0-9-]+)(?: \S+)?, \1\b( \S+)?", lambda m: m.group(0).split(", ")[0], text)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose errors are one line, as every other refusal of bad input.
 
     argparse prints its whole usage (20 lines and more for ``tfps local``) before a type error
-    such as ``--train_steps 1e20``; here it is ``tfps: error: train_steps: invalid int value:
-    '1e20' (see tfps local --help)`` and exit 2. ``tfps`` builds its subcommands' parsers with
-    this class too (argparse makes subparsers of the parent parser's class).
+    such as ``--train_steps 1e20``; here it is ``tfps: error: train-steps: invalid int value:
+    '1e20' (see tfps local --help)`` and exit 2, and an unknown option gets "did you mean"
+    (difflib, among every option of every command). Help shows option names with dashes,
+    the canonical spelling (``normalize_argv`` accepts both). ``examples``, when set, ends the
+    help. ``tfps`` builds its subcommands' parsers with this class too (argparse makes
+    subparsers of the parent parser's class).
     """
+
+    examples: str = ""
+    command: str | None = None
+
+    def format_help(self) -> str:   # noqa: D102 - argparse's hook
+        text = dashed(super().format_help())
+        return text + (f"\nexamples:\n{self.examples.rstrip()}\n" if self.examples else "")
+
+    def format_usage(self) -> str:   # noqa: D102 - argparse's hook
+        return dashed(super().format_usage())
+
+    def option_names(self) -> set[str]:
+        """Every long option of this parser and of its subcommands, as typed after normalize_argv."""
+        names: set[str] = set()
+        for action in self._actions:
+            names.update(o for o in action.option_strings if o.startswith("--"))
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    if isinstance(sub, ArgumentParser):
+                        names |= sub.option_names()
+        return names
+
+    def commands(self) -> list[str]:
+        return [name for a in self._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices]
 
     def error(self, message: str):   # noqa: D102 - argparse's hook
         field, sep, rest = message.partition(": ")
         if sep and field.startswith("argument "):   # "argument --train_steps: invalid int value: '1e20'"
             names = field.removeprefix("argument ").split("/")   # "-n/--lines": the long name
             name = next((n for n in names if n.startswith("--")), names[0]).lstrip("-")
-            message = f"{name}: {rest}"
-        self.exit(2, f"tfps: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+            message = f"{name.replace('_', '-')}: {rest}"
+        hint = self._did_you_mean(message)
+        choice = re.search(r"invalid choice: '([^']+)' \(choose from", message)
+        if choice and field == "argument COMMAND":
+            message = f"{choice.group(1)!r} is not a tfps command"
+        prog = f"{self.prog} {self.command}" if self.command else self.prog
+        self.exit(2, f"tfps: error: {' '.join(dashed(message).split())}{hint} (see {prog} --help)\n")
+
+    def _did_you_mean(self, message: str) -> str:
+        import difflib
+        unknown = re.search(r"unrecognized arguments: (--?[\w-]+)", message)
+        if unknown:
+            scope = self
+            for action in self._actions:   # the options of the command given (main sets .command)
+                if isinstance(action, argparse._SubParsersAction) and getattr(self, "command", None) in action.choices:
+                    scope = action.choices[self.command]
+            word, choices = unknown.group(1).split("=")[0], sorted(scope.option_names())
+        else:
+            choice = re.search(r"invalid choice: '([^']+)'", message)
+            if not choice:
+                return ""
+            word, choices = choice.group(1), self.commands()
+        close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+        return f"; did you mean {dashed(close[0])}?" if close else ""
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:

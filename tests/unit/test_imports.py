@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "tfps"
 #: layers below it. ``tfps`` is the package's own ``__init__``; a name stands for a module
 #: or a whole subpackage. docs/design/layers.md says why the order is this one.
 LAYERS = [
-    "tfps tfps.errors tfps.timeouts tfps.exitcodes tfps.logs tfps.compat tfps.jsonfile",
+    "tfps tfps.errors tfps.timeouts tfps.exitcodes tfps.logs tfps.compat tfps.jsonfile tfps.playbooks",
     "tfps.config",
     "tfps.data tfps.csvcheck tfps.tfrecordcheck tfps.demo tfps.models tfps.modelspec tfps.keras_model "
     "tfps.keras_optimizers tfps.layers",
@@ -25,7 +25,7 @@ LAYERS = [
     "tfps.notify",
     "tfps.task",
     "tfps.launch",
-    "tfps.cli tfps.__main__",
+    "tfps.cli tfps.cli_ansible tfps.cli_tools tfps.__main__",
 ]
 
 #: Imports against the order, each with the reason it still stands: (importer, imported) -> why.
@@ -65,6 +65,8 @@ def _graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     the module's own packages (they are loaded before it)."""
     modules = {}
     for path in package.rglob("*.py"):
+        if (package / "ansible") in path.parents:   # the role's Ansible plugins: package data, not modules
+            continue
         name = ".".join(path.relative_to(package.parent).with_suffix("").parts)
         modules[name.removesuffix(".__init__")] = path
     graph: dict[str, set[str]] = {m: set() for m in modules}

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import difflib
 import functools
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -33,9 +31,10 @@ from tfps.cluster.plan import (
 from tfps.config import RunConfig, grace_period
 from tfps.data import LIST_PREFIX
 from tfps.errors import ConfigError
+from tfps.playbooks import role_dir
 
 #: The role whose variables these are (a checkout, or the copy installed with tfps).
-ROLE_DIR = Path(os.environ.get("TFPS_ROLE_DIR", Path(__file__).resolve().parents[2] / "ansible" / "roles" / "tfps"))
+ROLE_DIR = role_dir()
 ARGUMENT_SPECS = ROLE_DIR / "meta" / "argument_specs.yml"
 DEFAULTS = ROLE_DIR / "defaults" / "main.yml"
 def train_list_path(job: str) -> str:

@@ -209,6 +209,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--log_max_file", type=int, default=DEFAULT_LOG_MAX_FILE, metavar="N",
                    help="json-file log rotation: log files kept per task (default %(default)s)")
     add_run_options(parser)
+    # A URL on a command line would end up in the file, readable by everyone: refused
+    # (--notify_urls_file instead), so not offered in the help either.
+    next(a for a in parser._actions if a.dest == "notify").help = argparse.SUPPRESS
     # Checkpoints and results live on the named volume.
     parser.set_defaults(model_dir=MODEL_DIR)
 

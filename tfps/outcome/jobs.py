@@ -15,13 +15,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from tfps import logs
 from tfps.errors import ConfigError
+from tfps.playbooks import ansible_dir, ansible_playbook, playbook_env
+from tfps.playbooks import playbook as packaged_playbook
 
-#: The repository's ansible/ directory (playbooks, role, pinned collections, ansible.cfg).
-ANSIBLE_DIR = Path(__file__).resolve().parents[2] / "ansible"
+#: tfps's Ansible directory (playbooks, role, ansible.cfg), package data.
+ANSIBLE_DIR = ansible_dir()
 _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z) ?(.*)$")
 
 
@@ -29,24 +30,18 @@ def read_hosts(inventories: list[str], playbook_args: list[str] | None = None, j
                task: str = "worker0", since: str = "", lines: int = 100, timeout: float = 300) -> dict:
     """Run ansible/jobs.yml on the inventory's ps and worker hosts; what it read, per host.
     ``playbook_args``: ansible-playbook's own options (``-e VARS``, ``--vault-id ID``, ...)."""
-    playbook = ANSIBLE_DIR / "jobs.yml"
-    if not playbook.is_file():
-        raise ConfigError(f"{playbook} is missing: tfps jobs and tfps logs run the playbooks of a tfps checkout "
-                          "(its ansible/ directory)", "inventory")
-    binary = Path(sys.executable).with_name("ansible-playbook")
-    if not binary.exists():
-        raise ConfigError("ansible-playbook is not installed next to this Python: pip install 'tfps[ansible]'",
-                          "inventory")
+    playbook = packaged_playbook("jobs.yml")
+    binary = ansible_playbook()
     with tempfile.TemporaryDirectory(prefix="tfps-jobs-") as tmp:
         out = os.path.join(tmp, "view.json")
-        argv = [str(binary), str(playbook), "-e", json.dumps({"tfps_jobs_out": out})]
+        argv = [*binary, str(playbook), "-e", json.dumps({"tfps_jobs_out": out})]
         for source in inventories:
             argv += ["-i", os.path.abspath(source) if os.path.exists(source) else source]
         argv += list(playbook_args or [])
         if job is not None:
             argv += ["-e", json.dumps({"tfps_logs_job": job, "tfps_logs_task": task, "tfps_logs_since": since,
                                        "tfps_logs_lines": lines})]
-        env = dict(os.environ, ANSIBLE_CONFIG=str(ANSIBLE_DIR / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+        env = dict(playbook_env(), ANSIBLE_NOCOLOR="1")
         done = subprocess.run(argv, cwd=ANSIBLE_DIR, env=env, capture_output=True, text=True, timeout=timeout)
         if not os.path.exists(out):
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
