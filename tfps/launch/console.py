@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 import time
 
@@ -137,9 +138,10 @@ class JobConsole:
         from rich.live import Live
         self._console = Console(file=self.real_out, highlight=False, markup=False, emoji=False)
         # stderr (the launcher's log lines: tfps.logs writes to whatever sys.stderr is) goes
-        # above the line too; stdout is ours (the tasks' lines, through ``print_line``).
+        # above the line too when it is the terminal as well (``2>file`` keeps its file);
+        # stdout is ours (the tasks' lines, through ``print_line``).
         self._live = Live(self, console=self._console, refresh_per_second=4, transient=False,
-                          redirect_stdout=False, redirect_stderr=True)
+                          redirect_stdout=False, redirect_stderr=is_terminal(sys.stderr))
         self._live.start()
 
     def tick(self) -> None:

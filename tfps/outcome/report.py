@@ -127,6 +127,7 @@ class Reporter:
             self.started_iso = journal.iso(self.started_wall)
         self.notifier = notifier
         self.versions = Versions.current()
+        self.plotted = False
 
     def record(self, status: str, **fields) -> JobResult:
         """A JobResult of this job with ``status``: its head (what ran, where, since when) and ``fields``."""
@@ -170,8 +171,10 @@ class Reporter:
 
     def finished(self, *, status, exit_code, step, checkpoint, export_dir, train_summary, eval_metrics,
                  error, times, workers=None, stalls=(), resumed=(), ps_shares_mb=None,
-                 lost_tasks=()) -> JobResult:
-        """Write results.json (the one writer of the chief's record) and send the end message."""
+                 lost_tasks=(), defer_plots=False) -> JobResult:
+        """Write results.json (the one writer of the chief's record), draw the plots and send the
+        end message. ``defer_plots``: when no message needs them, the caller draws the plots
+        later (``draw_plots``: matplotlib takes seconds, which the ps need not wait for)."""
         ended = time.time()
         summary = dict(train_summary or {})
         final_loss = summary.pop("loss", None)
@@ -206,13 +209,17 @@ class Reporter:
             res = JobResult.load(path)   # the message tells what the file says
         except (OSError, ResultsError) as e:
             log.error("chief: cannot read back %s: %s", path, e)
-        self.plots(res)
+        if not defer_plots or (self.notifier is not None and self.notifier.enabled):
+            self.draw_plots(res)
         self.notify(res)
         return res
 
-    def plots(self, res: JobResult) -> list[str]:
+    def draw_plots(self, res: JobResult) -> list[str]:
         """loss.png (and metrics.png) in model_dir, for every job: the whole job's curves and
-        the final evaluation at its step (tfps.outcome.plot). Never raises."""
+        the final evaluation at its step (tfps.outcome.plot), once. Never raises."""
+        if self.plotted:
+            return []
+        self.plotted = True
         try:
             from tfps.outcome.plot import draw_plots
             return draw_plots(self.cfg.model_dir, results.read_history(self.cfg.model_dir),
@@ -226,7 +233,7 @@ class Reporter:
             return
         attachments = [os.path.join(self.cfg.model_dir, results.RESULTS)]
         png = os.path.join(self.cfg.model_dir, "loss.png")
-        if os.path.exists(png) and os.path.getmtime(png) >= self.started_wall:   # drawn by ``plots`` for this job
+        if os.path.exists(png) and os.path.getmtime(png) >= self.started_wall:   # drawn by ``draw_plots`` for this job
             attachments.append(png)
         self.notifier.send(res.status, res, attachments)
 

@@ -294,17 +294,21 @@ class Chief(Worker):
                      "export hold step %d", step, step - ckpt_step, ckpt_step, ckpt_step)
             step = ckpt_step
         code = {"succeeded": ExitCode.OK, "stopped": self.stop.exit_code()}.get(status, ExitCode.TRAINING_FAILED)
+        result = None
         if not self.claim_report():   # the watchdog reported the job (and ends this process)
             log.info("chief: the job was reported already; not reporting it %s again", status)
         else:
-            reporter.finished(status=status, exit_code=int(code), step=step, checkpoint=ckpt,
-                              export_dir=export_dir, train_summary=progress.summary() if progress else {},
-                              eval_metrics=eval_metrics, error=error, **watch.summary(), ps_shares_mb=shares,
-                              times={"startup_s": round((self.first_step_at or t_train) - self.started_wall, 3),
-                                     "training_s": round(t_trained - (self.first_step_at or t_train), 3),
-                                     "final_save_s": round(t_end - t_trained, 3)})
+            result = reporter.finished(
+                status=status, exit_code=int(code), step=step, checkpoint=ckpt,
+                export_dir=export_dir, train_summary=progress.summary() if progress else {},
+                eval_metrics=eval_metrics, error=error, **watch.summary(), ps_shares_mb=shares,
+                times={"startup_s": round((self.first_step_at or t_train) - self.started_wall, 3),
+                       "training_s": round(t_trained - (self.first_step_at or t_train), 3),
+                       "final_save_s": round(t_end - t_trained, 3)}, defer_plots=True)
         watch.write_status(time.monotonic(), time.time(), phase=status, step=step)   # the status line's last state
         self._send_done(server, graph)
+        if result is not None:
+            reporter.draw_plots(result)   # while the ps exit: the plots hold no task back
         self._wait_for_ps_exit()
         return code
 
