@@ -121,7 +121,7 @@ def test_nothing_left_running(job):
 # its own ("19:43:52 I tfps local: ..."), and the summary at the end.
 TFPS_LINE = re.compile(r"^(\[(ps|worker)\d+\] )?\d\d:\d\d:\d\d [DIWE] \S")
 SUMMARY_LINE = re.compile(r"^(job \S+ (SUCCEEDED|STOPPED|FAILED) at global step |  (final loss|start-up|checkpoint|"
-                          r"export|results) )")
+                          r"export|results|plots|curves) |  \d+ step\(s\) past --train_steps )")
 
 
 def test_console_shows_only_tfps_lines(job):
