@@ -1,0 +1,133 @@
+"""Installed like any tool: the wheel ``pip wheel .`` builds, in a fresh venv outside the
+checkout, run from an empty directory, finds its playbooks, role and catalogue.
+
+The venv reaches the project venv's site-packages through a .pth file (TensorFlow,
+ansible-core and the rest are not downloaded again), but tfps itself is the wheel's copy.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SITE = next(p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())
+
+pytestmark = pytest.mark.timeout(900)
+
+KERAS_MODEL = """\
+import tensorflow as tf
+
+def build_model(params):
+    model = tf.keras.Sequential([
+        tf.keras.Input(shape=params.feature_shape, name="features"),
+        tf.keras.layers.Dense(8, activation="relu"),
+        tf.keras.layers.Dense(params.num_classes, activation="softmax"),
+    ])
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    return model
+"""
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(the venv's tfps command, an empty working directory, the wheel)."""
+    base = tmp_path_factory.mktemp("wheel")
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w",
+                            str(base / "dist")], capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr
+    assert "Warning" not in build.stderr, build.stderr   # no setuptools warning (license, package data)
+    wheel = next((base / "dist").glob("tfps-*.whl"))
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "project-venv.pth").write_text(SITE + "\n")
+    install = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
+                              "--disable-pip-version-check", str(wheel)], capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr
+    work = base / "empty"
+    work.mkdir()
+    return venv / "bin" / "tfps", work, wheel
+
+
+def _tfps(installed, *args, env=None, timeout=300):
+    tfps, work, _ = installed
+    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ANSIBLE_CONFIG")}
+    environ["HOME"] = str(work.parent / "home")
+    environ.update(env or {})
+    return subprocess.run([str(tfps), *args], cwd=work, env=environ, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_the_wheel_ships_the_playbooks_and_role_but_no_collections(installed):
+    names = zipfile.ZipFile(installed[2]).namelist()
+    for path in ("tfps/ansible/deploy.yml", "tfps/ansible/stop.yml", "tfps/ansible/status.yml",
+                 "tfps/ansible/cleanup.yml", "tfps/ansible/jobs.yml", "tfps/ansible/ansible.cfg",
+                 "tfps/ansible/requirements.yml", "tfps/ansible/roles/tfps/meta/argument_specs.yml",
+                 "tfps/ansible/roles/tfps/defaults/main.yml", "tfps/ansible/roles/tfps/tasks/main.yml",
+                 "tfps/ansible/roles/tfps/library/tfps_ports.py", "tfps/ansible/filter_plugins/tfps_jobs.py"):
+        assert path in names, path
+    assert not [n for n in names if "ansible_collections" in n or "__pycache__" in n]
+
+
+def test_version_and_plan_from_an_empty_directory(installed):
+    version = _tfps(installed, "-V")
+    assert version.returncode == 0 and version.stdout.startswith("tfps ") and "ansible-core " in version.stdout
+    inventory = installed[1].parent / "inventory"
+    if not inventory.exists():
+        shutil.copytree(REPO / "inventory" / "example", inventory)
+    plan = _tfps(installed, "plan", "-i", str(inventory))
+    assert plan.returncode == 0, plan.stderr
+    assert "job example" in plan.stdout and "worker0" in plan.stdout
+    where = _tfps(installed, "plan", "-i", str(inventory), "-v")   # the wheel's copy, not the checkout
+    assert str(REPO) not in where.stderr
+
+
+def _unreachable(installed) -> str:
+    path = installed[1].parent / "unreachable.ini"
+    # TEST-NET addresses: nothing answers; a short SSH timeout.
+    path.write_text("[ps]\nh1 ansible_host=192.0.2.1\n[worker]\nh2 ansible_host=192.0.2.2\n[all:vars]\n"
+                    "ansible_ssh_common_args='-o ConnectTimeout=3'\n")
+    return str(path)
+
+
+def test_a_missing_collection_is_one_line_naming_the_command(installed):
+    env = {"TFPS_INSTALL_COLLECTIONS": "0", "ANSIBLE_COLLECTIONS_PATH": str(installed[1].parent / "none")}
+    for command in (["jobs"], ["deploy", "--check"]):
+        done = _tfps(installed, *command, "-i", _unreachable(installed), env=env)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.splitlines() == [
+            "tfps: error: collections: the Ansible collections community.docker 4.8.5, "
+            "community.library_inventory_filtering_v1 1.1.5 are not installed; install with: tfps collections "
+            "(or, in a checkout, make collections)"], done.stderr
+
+
+def test_jobs_and_deploy_find_their_playbooks_and_fail_about_the_hosts(installed):
+    env = {"ANSIBLE_COLLECTIONS_PATH": str(REPO / "tfps" / "ansible" / "collections"),
+           "ANSIBLE_HOST_KEY_CHECKING": "False"}
+    jobs = _tfps(installed, "jobs", "-i", _unreachable(installed), env=env)
+    assert jobs.returncode == 1, jobs.stdout + jobs.stderr
+    lines = jobs.stdout.splitlines()
+    assert lines[0] == "no tfps job on these hosts"
+    assert [line.split(":")[0] for line in lines[1:]] == ["h1", "h2"] and "Failed to connect" in lines[1]
+    deploy = _tfps(installed, "deploy", "--check", "-i", _unreachable(installed), env=env)
+    assert deploy.returncode == 2, deploy.stdout[-3000:] + deploy.stderr
+    assert "h1 (192.0.2.1) cannot be reached over SSH" in deploy.stdout
+    assert deploy.stderr.strip().splitlines()[-1] == (
+        "tfps: error: deploy: ansible-playbook exited 2: a task failed on a host (the output above says which)")
+
+
+def test_local_trains_a_plain_tf_keras_model(installed):
+    work = installed[1]
+    (work / "mymodel.py").write_text(KERAS_MODEL)
+    done = _tfps(installed, "local", "--ps", "1", "--workers", "1", "--model", "mymodel:build_model",
+                 "--train-steps", "20", "--checkpoint-steps", "10", "--model-dir", str(work / "run"),
+                 env={"TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (work / "run" / "results.json").is_file() and (work / "run" / "export" / "saved_model.pb").is_file()
