@@ -42,3 +42,28 @@ def test_the_summary_says_how_far_an_async_job_went_past_its_steps_and_why():
     assert lines[0] == "job j SUCCEEDED at global step 1000/1000 +1", lines
     assert lines[1].startswith("  1 step(s) past --train_steps 1000: asynchronous workers"), lines
     assert not any("1001/1000" in line for line in lines)
+
+
+def test_the_console_drops_only_progress_lines_and_leaves_the_last_state(tmp_path):
+    import io
+    import time
+
+    from tfps.launch.console import JobConsole
+    from tfps.outcome import results
+    for reported in (True, False):
+        buf = io.StringIO()
+        view = JobConsole(str(tmp_path), buf, live=True, launched=time.time(), tasks="1 ps + 2 worker(s)")
+        view.start()
+        view.out.write("[worker1] 18:01:02 I worker1: step 4/10 loss 1.0000 | 90 examples/s\n")
+        view.out.write("[worker0] 18:01:02 W chief: a warning, printed in full\n")
+        if reported:
+            results.write_status(str(tmp_path), {"time": time.time(), "phase": "succeeded", "step": 11,
+                                                 "train_steps": 10, "loss": 0.5, "metrics": {}})
+        else:
+            (tmp_path / results.STATUS).unlink()
+        view.stop()
+        view.out.write("[ps0] 18:01:03 I ps0: every worker is done; exiting\n")
+        out = buf.getvalue()
+        assert "a warning, printed in full" in out and "every worker is done" in out, out
+        assert "step 4/10" not in out and "11/10" not in out, out
+        assert ("step 10/10 +1" in out and "succeeded" in out) if reported else "starting" not in out, out

@@ -35,7 +35,7 @@ PROGRESS_LINE = re.compile(r"^\[worker\d+\] \d\d:\d\d:\d\d I worker\d+: step \d+
 #: Seconds without a step after which the status line names a worker as idle.
 IDLE_SECS = 10.0
 #: Width of the status line's bar, in characters.
-BAR_WIDTH = 24
+BAR_WIDTH = 20
 
 
 def is_terminal(out) -> bool:
@@ -120,6 +120,8 @@ class JobConsole:
         from rich.table import Table
         from rich.text import Text
         st = self.status
+        if st is None and self._live is None:
+            return Text("")   # ended before the chief's first status: no "starting" line left behind
         grid = Table.grid(padding=(0, 1))
         text = status_text(st, time.time(), self.launched, self.tasks)
         if not st:
@@ -128,7 +130,8 @@ class JobConsole:
         step, total = int(st.get("step", 0)), int(st.get("train_steps", 0) or 0)
         grid.add_row(Text(f"step {step_of(step, total)}", style="bold"),
                      ProgressBar(total=max(total, 1), completed=min(step, total), width=BAR_WIDTH),
-                     Text(f"{100 * min(step, total) / max(total, 1):3.0f}%"), Text(text))
+                     Text(f"{100 * min(step, total) / max(total, 1):3.0f}%"),
+                     Text(text, no_wrap=True, overflow="ellipsis"))   # one line, cut on a narrow terminal
         return grid
 
     def start(self) -> None:
@@ -165,6 +168,7 @@ class JobConsole:
         self.tick()
         live, self._live = self._live, None
         try:
+            live.refresh()   # its last state (or nothing, when the chief never reported one)
             live.stop()
         except (OSError, ValueError):
             pass   # the terminal has closed (SIGHUP)
