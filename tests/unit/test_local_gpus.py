@@ -101,6 +101,7 @@ class FakeTask:
     """Stands for a task process: records what the launcher would start, and exits 0 at once."""
 
     started: list[FakeTask] = []
+    ended_why = ""   # why the launcher ended it (TaskProcess.ended_why)
 
     def __init__(self, name, argv, env, out=None, verbose=False):
         self.name, self.argv, self.env = name, argv, env
