@@ -47,6 +47,22 @@ def setup_of(model: str, train: str, **kw) -> JobSetup:
     return JobSetup(RunConfig(model=model, train_data=train, **kw).validate())
 
 
+@pytest.fixture
+def estimate_here(monkeypatch):
+    """``tfps local`` called in this process builds the model's graph for its memory estimate
+    in a new interpreter, which imports TensorFlow and tf_keras again (15-30 s a test). The
+    tests that refuse a model through the command line build it in this process instead, the
+    answer passed through the same JSON; the new interpreter's estimate has its own test
+    (test_memory_plan.py, the controller's estimate is the workers')."""
+    from tfps.launch import estimate
+
+    def here(cfg, num_ps, num_workers, user_model_dir=None):
+        answer = estimate._answer(estimate.try_estimate(estimate.config_of(cfg.to_args()), num_ps, num_workers))
+        return estimate._from_answer(json.loads(json.dumps(answer)))
+
+    monkeypatch.setattr(estimate, "_estimate_in_a_process", here)
+
+
 def refusal(model: str, train: str) -> str:
     with pytest.raises(ConfigError) as info:
         setup_of(model, train)
@@ -86,7 +102,8 @@ REFUSALS = {
 
 
 @pytest.mark.parametrize("model", sorted(REFUSALS))
-def test_a_model_that_does_not_fit_is_refused_by_the_cli_naming_both_sides(model, request, tmp_path, capsys):
+def test_a_model_that_does_not_fit_is_refused_by_the_cli_naming_both_sides(model, request, tmp_path, capsys,
+                                                                          estimate_here):
     """`tfps local` refuses it before anything starts: exit 2, one line, no model_dir."""
     from tfps.cli import main
     data, says = REFUSALS[model]
@@ -123,7 +140,7 @@ def test_import_tfps_leaves_tf_use_legacy_keras_alone_and_entry_points_only_defa
 
 
 def test_a_user_who_set_tf_use_legacy_keras_to_0_is_told_why_a_keras_model_is_refused(csv8, tmp_path, capsys,
-                                                                                      monkeypatch):
+                                                                                      monkeypatch, estimate_here):
     """tf.keras would be Keras 3 in tfps's tasks: one line naming the variable, before anything starts."""
     from tfps.cli import main
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")
@@ -250,7 +267,7 @@ def test_tf_keras_as_tutorials_write_it_is_tf_keras_under_tfps(csv8):
     assert (setup.optimizer, setup.learning_rate) == ("sgd", 0.05)
 
 
-def test_builder_arguments_reach_the_builder_and_unknown_ones_are_refused(csv8, tmp_path, capsys):
+def test_builder_arguments_reach_the_builder_and_unknown_ones_are_refused(csv8, tmp_path, capsys, estimate_here):
     from tfps.cli import main
     from tfps.config import RunConfig, from_args
     from tfps.task.setup import JobSetup
