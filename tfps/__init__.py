@@ -16,7 +16,8 @@ timeout of a job), ``errors`` and ``exitcodes``. Each layer imports only those b
 
 import os as _os
 
-__version__ = "0.1.0"
+#: The one version of tfps (pyproject.toml reads it; CHANGELOG.md says what each brought).
+__version__ = "0.2.0"
 
 #: When this is 1 before TensorFlow is imported, ``tf.keras`` is tf_keras (Keras 2), whose
 #: models build tf.compat.v1 graphs; otherwise it is Keras 3, which cannot train on

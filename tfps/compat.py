@@ -41,7 +41,7 @@ TF_KERAS_VERSION = TENSORFLOW_VERSION
 #: "tensorflow", which tensorflow-cpu is under another name).
 TF_KERAS_INSTALL = f"pip install --no-deps 'tf_keras=={TF_KERAS_VERSION}.*'"
 
-_INSTALL = {"TensorFlow": f"pip install 'tfps[cpu]' (tensorflow-cpu=={TENSORFLOW_VERSION}.*)",
+_INSTALL = {"TensorFlow": f"pip install 'tfps[cpu]' (tensorflow=={TENSORFLOW_VERSION}.*)",
             "tf_keras": TF_KERAS_INSTALL}
 
 

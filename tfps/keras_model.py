@@ -33,6 +33,32 @@ KERAS3_MESSAGE = (
     f"({INSTALL_HINT}); the layers and compile() arguments are the same")
 
 
+def tf_keras_install() -> str:
+    """The command that installs tf_keras here: with --no-deps next to tensorflow-cpu (tf_keras
+    requires the distribution "tensorflow", which would install a second TensorFlow)."""
+    from importlib import metadata
+    try:
+        metadata.version("tensorflow")
+    except metadata.PackageNotFoundError:
+        return INSTALL_HINT
+    return f"pip install 'tf_keras=={compat.TF_KERAS_VERSION}.*'"
+
+
+def missing_tf_keras(exc: BaseException) -> bool:
+    """Whether ``exc`` says tf_keras is missing: ``import tf_keras`` failing, or TensorFlow's
+    "Keras cannot be imported" when ``tf.keras`` is asked for tf_keras that is not there."""
+    if not isinstance(exc, ImportError):
+        return False
+    if (getattr(exc, "name", None) or "").split(".")[0] == "tf_keras":
+        return True
+    import importlib.util
+    try:
+        installed = importlib.util.find_spec("tf_keras") is not None
+    except (ImportError, ValueError):
+        installed = False
+    return "Keras cannot be imported" in str(exc) and not installed
+
+
 def _shape(dims) -> list:
     return [None if d is None else int(d) for d in dims]
 
@@ -97,6 +123,10 @@ class KerasBuilder:
         except ConfigError:
             raise
         except Exception as e:  # noqa: BLE001 - a user's builder: one line, not its traceback
+            if missing_tf_keras(e):
+                raise ConfigError(f"{self.name} builds a Keras model, and tf_keras (Keras 2, what tf.keras is "
+                                  f"under tfps) is not installed here; install it: {tf_keras_install()}",
+                                  "model") from None
             where = ""
             tb = e.__traceback__
             while tb is not None:
@@ -119,7 +149,7 @@ class KerasBuilder:
                 import tf_keras  # noqa: F401
                 hint = "a tf_keras Model (import tf_keras as keras)"
             except ImportError:
-                hint = f"a tf_keras Model, and tf_keras is not installed here ({INSTALL_HINT})"
+                hint = f"a tf_keras Model, and tf_keras is not installed here ({tf_keras_install()})"
             raise ConfigError(f"{self.name} returned {type(model).__name__}; it must return {hint}, or be a "
                               "model_fn (features, labels, mode, params)", "model")
         return model

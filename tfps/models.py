@@ -268,9 +268,11 @@ def resolve(name: str) -> ModelFn:
     except UserCodeExit:
         raise
     except Exception as e:  # ImportError, or any error raised while importing user code
-        hint = (f" tf_keras is not installed: {keras_model.INSTALL_HINT}"
-                if isinstance(e, ImportError) and getattr(e, "name", "") == "tf_keras" else "")
-        raise ConfigError(f"cannot import {module_name!r}: {type(e).__name__}: {e}.{hint} Check PYTHONPATH "
+        if keras_model.missing_tf_keras(e):
+            raise ConfigError(f"{module_name} imports Keras, and tf_keras (Keras 2, what tf.keras is under tfps) "
+                              f"is not installed here; install it: {keras_model.tf_keras_install()}",
+                              "model") from None
+        raise ConfigError(f"cannot import {module_name!r}: {type(e).__name__}: {e}. Check PYTHONPATH "
                           "(the module must be importable by every task; tfps also looks in the working directory)",
                           "model") from None
     fn = getattr(module, attr, None)

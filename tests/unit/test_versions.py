@@ -52,7 +52,8 @@ def test_pyprojects_extras_install_that_tensorflow():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     want = compat.TENSORFLOW_VERSION
-    assert extras["cpu"] == [f"tensorflow-cpu=={want}.*"]
+    # "tensorflow", the distribution tf_keras requires: tfps[cpu,keras] installs one TensorFlow.
+    assert extras["cpu"] == [f"tensorflow=={want}.*"]
     assert extras["gpu"] == [f"tensorflow[and-cuda]=={want}.*"]
     assert extras["keras"] == [f"tf_keras=={want}.*"]
     assert f"tensorboard>={want},<3" in project["dependencies"]
