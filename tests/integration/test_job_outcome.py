@@ -99,10 +99,13 @@ def test_a_frozen_sync_worker_past_sync_timeout_fails_the_job_once(procs: Proces
     frozen.signal(signal.SIGSTOP)
     try:
         assert chief.wait(sync_timeout * 2 + 60) == 1, chief.tail()
-        time.sleep(3)   # a second report would come within a second or two
-        titles = [str(b.get("title")) for b in webhook_server.bodies()]
     finally:
+        # Thawed as soon as the chief has ended (only the chief reports): its step times out
+        # and it tells the ps, still up, that it is done, instead of finding it gone and
+        # waiting out the bound on its end RPCs.
         frozen.signal(signal.SIGCONT)
+    time.sleep(3)   # a second report would come within a second or two
+    titles = [str(b.get("title")) for b in webhook_server.bodies()]
     ended = [t for t in titles if "FAILED" in t.upper() or "SUCCEEDED" in t.upper() or "STOPPED" in t.upper()]
     assert len(ended) == 1, titles
     res = read_results(model_dir)
