@@ -1,7 +1,7 @@
 """Every private attribute of TensorFlow and tf_keras that tfps touches, in one place.
 
 tfps trains with ``tf.compat.v1`` machinery whose public API leaves a few things out
-(changing a built op's input, the sync token queue, a session creator's master, a Keras
+(changing a built op's input, a session creator's master, a Keras
 model's compile() arguments as given). Each such access is a named function here, and
 nothing else in tfps names a private attribute, imports ``tensorflow.python...`` or
 ``tf_keras.src...``, or patches their classes (``tests/unit/test_compat.py`` keeps it so).
@@ -96,10 +96,6 @@ def _tensorflow_missing(tf) -> list[tuple[str, str]]:
 
     has(tf.Operation, "_update_input", "tf.Operation")
     has(tf.Operation, "_add_control_input", "tf.Operation")
-    for attr in ("_sync_token_queue", "_local_step"):
-        stored(getattr(t.SyncReplicasOptimizer, "apply_gradients", None), attr,
-               "tf.compat.v1.train.SyncReplicasOptimizer.apply_gradients")
-    stored(t.SyncReplicasOptimizer.__init__, "_accumulator_list", "tf.compat.v1.train.SyncReplicasOptimizer.__init__")
     for cls, attrs in ((t.ChiefSessionCreator, ("_scaffold", "_master", "_config", "_checkpoint_dir",
                                                 "_session_manager")),
                        (t.WorkerSessionCreator, ("_scaffold", "_master", "_config", "_session_manager"))):
@@ -225,36 +221,7 @@ def literal_checkpoint_directories() -> None:
         module.file_io = _LiteralDirectories(module.file_io)
 
 
-# --------------------------------------------------------------- SyncReplicasOptimizer
-def sync_token_queue(opt):
-    """The token queue of a SyncReplicasOptimizer whose ``apply_gradients`` (``minimize``) ran.
-
-    The chief drains the previous chief's tokens from it (tfps.task.rejoin); without it a
-    restarted sync chief would take stale gradients, so its absence is an error, not a skip.
-    """
-    queue = getattr(opt, "_sync_token_queue", None)
-    if queue is None:
-        import tensorflow as tf
-        if not hasattr(opt, "_sync_token_queue"):
-            _refuse("TensorFlow", tf.__version__,
-                          [("_sync_token_queue", "tf.compat.v1.train.SyncReplicasOptimizer")])
-        raise RuntimeError("SyncReplicasOptimizer has no token queue yet: call it after minimize()")
-    return queue
-
-
-def sync_accumulators(opt) -> list:
-    """(accumulator, device) of each variable with a gradient, in the order of the pairs given
-    to a SyncReplicasOptimizer's ``apply_gradients`` (tfps.task.steps.sync_loop_step); empty
-    before it ran."""
-    return list(opt._accumulator_list)
-
-
-def sync_local_step(opt):
-    """The local variable of a SyncReplicasOptimizer (after ``apply_gradients``) that holds
-    the step of the worker's next gradient (its last token)."""
-    return opt._local_step
-
-
+# --------------------------------------------------------------- session creators
 def session_creator_scaffold(creator):
     """The Scaffold of a Chief/WorkerSessionCreator (a default one when none was given)."""
     return creator._scaffold

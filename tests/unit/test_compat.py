@@ -59,19 +59,6 @@ def test_a_missing_operation_internal_is_named(monkeypatch):
     assert tf.__version__ in str(e.value)
 
 
-def test_a_sync_optimizer_without_its_token_queue_is_named(monkeypatch):
-    """The queue exists on instances only, once apply_gradients ran: its code is checked."""
-    original = v1.train.SyncReplicasOptimizer.apply_gradients
-
-    def apply_gradients(self, grads_and_vars, global_step=None, name=None):   # stores no token queue
-        return original(self, grads_and_vars, global_step, name)
-
-    monkeypatch.setattr(v1.train.SyncReplicasOptimizer, "apply_gradients", apply_gradients)
-    with pytest.raises(ConfigError, match=_needs("_sync_token_queue",
-                                                 "tf.compat.v1.train.SyncReplicasOptimizer.apply_gradients")):
-        compat.check_tensorflow()
-
-
 def test_several_missing_internals_are_one_line(monkeypatch):
     monkeypatch.delattr(tf.Operation, "_update_input")
     monkeypatch.delattr(v1.train.AdamOptimizer, "_get_beta_accumulators")
@@ -126,24 +113,6 @@ def test_update_op_input_rewires_a_built_op():
         compat.update_op_input(c.op, 0, b)
         with v1.Session(graph=g) as s:
             assert s.run(c) == 5.0
-
-
-def test_the_sync_token_queue_after_minimize_and_loudly_before():
-    g = tf.Graph()
-    with g.as_default():
-        step = v1.train.get_or_create_global_step()
-        w = v1.get_variable("w", initializer=1.0)
-        opt = v1.train.SyncReplicasOptimizer(v1.train.GradientDescentOptimizer(0.1), replicas_to_aggregate=1)
-        with pytest.raises(RuntimeError, match="after minimize"):
-            compat.sync_token_queue(opt)
-        opt.minimize(tf.square(w), global_step=step)
-        queue = compat.sync_token_queue(opt)
-        assert isinstance(queue, v1.FIFOQueue)
-        assert queue.queue_ref.op.get_attr("shared_name") == b"sync_token_q"
-        del opt._sync_token_queue   # a TensorFlow that keeps it elsewhere
-        with pytest.raises(ConfigError, match=_needs("_sync_token_queue",
-                                                     "tf.compat.v1.train.SyncReplicasOptimizer")):
-            compat.sync_token_queue(opt)
 
 
 def test_session_creators_give_back_what_they_were_given():

@@ -326,9 +326,10 @@ def test_the_async_step_clips_before_the_gradients_travel():
 
 
 def test_the_sync_step_clips_each_workers_gradient():
+    from tfps.task.syncagg import SyncAggregation
+
     def sync(opt, loss, gs):
-        sync_opt = v1.train.SyncReplicasOptimizer(opt, replicas_to_aggregate=1, total_num_replicas=1)
-        pairs = sync_opt.compute_gradients(loss)
+        pairs = SyncAggregation(opt, gs, 1, 1, "").compute_gradients(loss)
         grad = pairs[0][0]
         assert "clip_by_norm" in grad.name, grad.name   # clipped where computed, before the accumulator
         return opt.apply_gradients(pairs, global_step=gs)

@@ -332,7 +332,7 @@ def test_progress_lines_show_running_metrics_and_reset_them_after_each_line(tmp_
 
 def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = False,
                   probe_step: int | None = None, loop: bool = False, sparse: bool = True) -> tuple[dict, dict]:
-    """``steps`` sync steps of 2 workers on 2 in-process ps (SyncReplicasOptimizer, Adam).
+    """``steps`` sync steps of 2 workers on 2 in-process ps (Adam).
 
     ``workers`` > 2: the job has that many workers and aggregates 2 gradients a step; the
     others never run (frozen). ``backup``: tfps's step for backup workers (``fresh_from``,
@@ -343,8 +343,9 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
     Each worker builds its own graph, as in a job; the chief's update (the queue runner's
     op) runs in the main thread once both workers have sent their gradients and wait for a
     token, so every step aggregates exactly one gradient of each worker: the same training
-    whatever the timing. ``pack``: the step tfps builds (``with_packed_reads`` and
-    ``apply_sync_packed``); else ``SyncReplicasOptimizer.minimize`` as it is. Returns
+    whatever the timing. ``pack``: the step tfps builds (``with_packed_reads``, tfps's own
+    aggregation ``tfps.task.syncagg``); else the reference, ``SyncReplicasOptimizer.minimize``
+    as it is. Returns
     (variables, the tensors worker 1 sends to the ps in a step, by name: its partition graphs).
 
     ``loop``: tfps's loop of sync steps (``sync_step_loop``), each worker running all
@@ -355,7 +356,8 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
     import threading
 
     from tfps.cluster.single_host import free_ports
-    from tfps.task.steps import apply_sync_packed, sync_loop_step, sync_step_loop, with_packed_reads
+    from tfps.task.steps import with_packed_reads
+    from tfps.task.syncagg import SyncAggregation, apply_sync_packed, sync_loop_step, sync_step_loop
     ports = free_ports(2 + workers, "127.0.0.1")
     cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{p}" for p in ports[:2]],
                                     "worker": [f"127.0.0.1:{p}" for p in ports[2:]]})
@@ -376,8 +378,11 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
             head = v1.get_variable("head", initializer=rng.normal(size=(4, 3)).astype(np.float32))
             emb = v1.get_variable("emb", initializer=rng.normal(size=(6, 3)).astype(np.float32))   # sparse gradient
             big = v1.get_variable("big", initializer=np.ones((512, 513), np.float32))   # > PACK_MAX_ELEMENTS
-            opt = v1.train.SyncReplicasOptimizer(v1.train.AdamOptimizer(0.05), replicas_to_aggregate=2,
-                                                 total_num_replicas=workers)
+            if pack:
+                opt = SyncAggregation(v1.train.AdamOptimizer(0.05), gs, 2, workers, device)
+            else:
+                opt = v1.train.SyncReplicasOptimizer(v1.train.AdamOptimizer(0.05), replicas_to_aggregate=2,
+                                                     total_num_replicas=workers)
             with v1.device(gs.device):
                 gs_value = gs.read_value()
             with v1.device(device):
@@ -394,7 +399,7 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
             def one_step():
                 loss = loss_of_step()
                 if pack:
-                    return apply_sync_packed(opt, loss, gs, device, fresh_from=gs_read if backup else None).train
+                    return apply_sync_packed(opt, loss, fresh_from=gs_read if backup else None).train
                 return opt.minimize(loss, global_step=gs)
 
             def loop_step(local_step):   # as tfps.task.worker builds it
@@ -404,21 +409,20 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
                     read = tf.identity(now)
 
                 def step():
-                    s = sync_loop_step(opt, loss_of_step(), gs, device, local_step, read,
-                                       fresh_from=read if backup else None)
+                    s = sync_loop_step(opt, loss_of_step(), local_step, read, fresh_from=read if backup else None)
                     return s.train, tf.constant(0.0), {}, s.token, s.stale
                 return with_packed_reads(step, device, reads_after=now.op if backup else None,
                                          step_read=None if backup else read)()
 
             if loop:
-                train_op, _, _, _, bound, stale = sync_step_loop(loop_step, opt, 10**6, device)
+                train_op, _, _, _, bound, stale = sync_step_loop(loop_step, opt, 10**6)
                 train = [train_op, stale]   # stale: the gradients of the run surely dropped
             else:
                 train = (with_packed_reads(one_step, device, reads_after=gs_value.op if backup else None,
                                            step_read=None if backup else gs_read)()
                          if pack else one_step())
                 train = [train, gs_read]   # the global step as the run read it (packed: with the reads)
-            sync_op = opt.get_chief_queue_runner().enqueue_ops[0]
+            sync_op = (opt.queue_runner if pack else opt.get_chief_queue_runner()).enqueue_ops[0]
             init = (v1.global_variables_initializer(), opt.chief_init_op) if index == 0 else ()
             feed = {bound: steps} if loop else None
             names = {v.op.name: v for v in v1.global_variables()}
@@ -541,7 +545,7 @@ def test_a_loop_of_sync_steps_trains_exactly_as_sync_replicas_optimizer():
     as 4 steps of SyncReplicasOptimizer as it is; with a backup worker (3 workers, one never
     running), 6 steps as 6 of a 2-worker job. A model with a sparse gradient is refused
     (``NotLoopable``: the worker then builds one step per run)."""
-    from tfps.task.steps import NotLoopable
+    from tfps.task.syncagg import NotLoopable
     plain, _ = _sync_cluster(pack=False, sparse=False)
     looped, sent = _sync_cluster(pack=True, loop=True, sparse=False)
     assert plain["global_step"] == looped["global_step"] == 4

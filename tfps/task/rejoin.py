@@ -13,7 +13,7 @@ attempt, when nobody can have initialised them):
   initialises, and logs ``restored checkpoint of step N from PATH``.
 
 In sync mode the token queue on the ps may still hold tokens of the previous chief; they
-are drained before SyncReplicasOptimizer's chief hook puts in one step's tokens, so that
+are drained before the sync hook (tfps.task.syncagg) puts in one step's tokens, so that
 every step again takes exactly one gradient per token.
 
 ``on_session(how, step, lost)`` tells the chief what happened: ``how`` is "joined",

@@ -150,20 +150,20 @@ class Worker:
     # ------------------------------------------------------------------ graph
     def build(self, setup: JobSetup):
         """The training graph: K steps per run (tfps.task.steps), also in sync training,
-        unless a sync model has sparse gradients (then SyncReplicasOptimizer's own step, one
-        per run): that is found while the loop is built, and the graph is built again."""
-        from tfps.task import steps as steps_mod
+        unless a sync model has sparse gradients (then one sync step per run,
+        tfps.task.syncagg): that is found while the loop is built, and the graph is built again."""
+        from tfps.task import syncagg
         if self.cfg.sync_replicas:
             try:
                 return self._build(setup, sync_loop=True)
-            except steps_mod.NotLoopable as e:
+            except syncagg.NotLoopable as e:
                 log.info("%s: sync: one step per run (%s)", self.task.name, e)
         return self._build(setup, sync_loop=False)
 
     def _build(self, setup: JobSetup, sync_loop: bool):
         import tensorflow as tf
 
-        from tfps.task import placement
+        from tfps.task import placement, syncagg
         from tfps.task import steps as steps_mod
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
@@ -193,7 +193,7 @@ class Worker:
                     batches = v1.data.make_one_shot_iterator(ds)
                 log.info("%s: %s", task.name, setup.optimizer_note)
                 opt = _optimizer(setup)
-                backup = False
+                backup, agg = False, None
                 if cfg.sync_replicas:
                     per_step = replicas_per_step(cfg, task.num_workers)
                     backup = per_step < task.num_workers
@@ -201,9 +201,8 @@ class Worker:
                         log.info("%s: sync: each step aggregates %d of %d gradients; the %d slowest are dropped "
                                  "(backup workers)", task.name, per_step, task.num_workers,
                                  task.num_workers - per_step)
-                    opt = v1.train.SyncReplicasOptimizer(
-                        opt, replicas_to_aggregate=per_step,
-                        total_num_replicas=task.num_workers)
+                    agg = syncagg.SyncAggregation(opt, global_step, per_step, task.num_workers,
+                                                  worker_device + "/cpu:0")
 
                 def step(local_step=None, read=None):
                     """One step; sync in a loop: ``local_step`` (the token before) and ``read``
@@ -223,9 +222,9 @@ class Worker:
                     extra = ()
                     with v1.control_dependencies(spec.update_ops):   # e.g. BatchNormalization's moving statistics
                         if local_step is not None:
-                            sync = steps_mod.sync_loop_step(opt, spec.loss, global_step, worker_device + "/cpu:0",
-                                                            local_step, read, fresh_from=read if backup else None,
-                                                            last_step=cfg.train_steps)
+                            sync = syncagg.sync_loop_step(agg, spec.loss, local_step, read,
+                                                          fresh_from=read if backup else None,
+                                                          last_step=cfg.train_steps)
                             train, extra = sync.train, (sync.token, sync.stale)
                         elif cfg.sync_replicas:
                             # The global step as this run starts (read before its gradients reach an
@@ -233,11 +232,11 @@ class Worker:
                             # the run takes at its end: the step of the next gradient. A gradient whose
                             # step is behind the first is stale: the accumulator drops it.
                             # With backup workers the gradient carries the later of its token and
-                            # that read (steps.pack_accumulator_inputs: tokens pile up while a
+                            # that read (syncagg.SyncAggregation.send: tokens pile up while a
                             # worker is frozen), and the step is read again as it reaches the ps.
-                            sync = steps_mod.apply_sync_packed(
-                                opt, spec.loss, global_step, worker_device + "/cpu:0", after=step_read,
-                                fresh_from=step_read if backup else None, last_step=cfg.train_steps)
+                            sync = syncagg.apply_sync_packed(
+                                agg, spec.loss, after=step_read, fresh_from=step_read if backup else None,
+                                last_step=cfg.train_steps)
                             train = sync.train
                             sync_fetch["stale"] = tf.cast(sync.sent_step < sync.arrived_at, tf.int32)
                         else:
@@ -261,8 +260,8 @@ class Worker:
 
                 sync_fetch: dict = {}
                 if cfg.sync_replicas and sync_loop:   # several sync steps per session.run
-                    train_op, ops["steps"], loss, metrics, ops["steps_per_run"], stale = steps_mod.sync_step_loop(
-                        sync_step, opt, cfg.train_steps, worker_device + "/cpu:0")
+                    train_op, ops["steps"], loss, metrics, ops["steps_per_run"], stale = syncagg.sync_step_loop(
+                        sync_step, agg, cfg.train_steps)
                     sync_fetch["stale"] = stale
                 elif cfg.sync_replicas:
                     # Backup workers: a step's variable reads come after its global step read.
@@ -276,13 +275,13 @@ class Worker:
                     train_op, ops["steps"], loss, metrics, ops["steps_per_run"] = steps_mod.step_loop(
                         steps_mod.with_packed_reads(step, worker_device + "/cpu:0"), global_step, cfg.train_steps)
                 ops["release_tokens"] = (None if not cfg.sync_replicas else
-                                         steps_mod.release_tokens(compat.sync_token_queue(opt), global_step,
-                                                                  task.num_workers, ahead=1 if backup else 0,
-                                                                  marked=sync_loop))
+                                         syncagg.release_tokens(agg.token_queue, global_step,
+                                                                task.num_workers, ahead=1 if backup else 0,
+                                                                marked=sync_loop))
                 ops["backup_workers"] = backup
-                ops["token_queue"] = compat.sync_token_queue(opt) if cfg.sync_replicas else None
+                ops["token_queue"] = agg.token_queue if cfg.sync_replicas else None
                 ops["sync_fetch"] = sync_fetch or None
-                ops["sync_hook"] = opt.make_session_run_hook(task.is_chief) if cfg.sync_replicas else None
+                ops["sync_hook"] = agg.hook(task.is_chief) if cfg.sync_replicas else None
                 ops["close_tokens"] = (ops["token_queue"].close() if cfg.sync_replicas and not task.is_chief
                                        else None)
             # Reset by ProgressHook after each progress line: running values since the last line.
