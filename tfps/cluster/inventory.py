@@ -155,6 +155,32 @@ def _ansible():
         ) from None
 
 
+#: The file names Ansible's host_group_vars plugin reads for a group or host NAME.
+_VARS_SUFFIXES = ("", ".yml", ".yaml", ".json")
+
+
+def refuse_shadowed_vars(sources: Sequence[str], playbook_dir: str | None = None) -> None:
+    """Refuse ``group_vars/NAME.yml`` beside a ``group_vars/NAME/`` directory (host_vars too):
+    Ansible then reads only the directory and silently drops the file (a job planned with
+    the defaults is the usual result, e.g. after adding group_vars/all/vault.yml)."""
+    import os
+    bases = [s if os.path.isdir(s) else os.path.dirname(os.path.abspath(s)) for s in sources if os.path.exists(s)]
+    bases += [playbook_dir] if playbook_dir else []
+    for base in dict.fromkeys(bases):
+        for kind in ("group_vars", "host_vars"):
+            folder = os.path.join(base, kind)
+            if not os.path.isdir(folder):
+                continue
+            for name in sorted(os.listdir(folder)):
+                if not os.path.isdir(os.path.join(folder, name)):
+                    continue
+                for suffix in _VARS_SUFFIXES:
+                    if os.path.isfile(os.path.join(folder, name + suffix)):
+                        raise ConfigError(f"{os.path.join(folder, name + suffix)} is ignored by Ansible because "
+                                          f"{os.path.join(folder, name)}/ exists; move the file into the directory "
+                                          f"(e.g. {kind}/{name}/vars.yml)", "inventory")
+
+
 def load_view(
     sources: Sequence[str],
     extra_vars: Sequence[str] = (),
@@ -191,6 +217,7 @@ def load_view(
         if "," not in source and not os.path.exists(source):
             raise ConfigError("no such file or directory; pass an inventory file, directory, script or plugin "
                               "configuration, as for ansible-playbook -i", source)
+    refuse_shadowed_vars(sources, playbook_dir)
     args = ["ansible-inventory", "--list"]
     for source in sources:
         args += [f"--inventory={source}"]
