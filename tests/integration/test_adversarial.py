@@ -35,7 +35,7 @@ from integration_helpers import (
 
 pytestmark = pytest.mark.integration
 
-SYNC_TIMEOUT = 20
+SYNC_TIMEOUT = 10
 
 
 def _progress_at(launcher, task: str) -> int:
@@ -106,14 +106,14 @@ def test_a_killed_ps_ends_the_job_within_sync_timeout_and_reports_once(procs, tm
 def test_a_killed_worker_is_named_and_the_ps_is_not_kept_waiting(procs, tmp_path):
     model_dir = tmp_path / "model"
     launcher = procs.tfps("tfps-local-worker-killed", "local",
-                          *run_flags(model_dir, "--sync_timeout", 300, steps=6000))
+                          *run_flags(model_dir, "--sync_timeout", 300, steps=3000))
     ports = launcher_ports(launcher)
     poll(lambda: _progress_at(launcher, "worker1") > 100, 120, "worker1's progress", launcher)
     os.kill(_task_pid(ports, "--job_name=worker --task_index=1"), signal.SIGKILL)
     rc = launcher.wait(240)   # the ps would wait --sync_timeout (300 s) for worker1's "done"
     assert rc == 0, launcher.tail()
     res = read_results(model_dir)
-    assert res["status"] == "succeeded" and res["global_step"] >= 6000
+    assert res["status"] == "succeeded" and res["global_step"] >= 3000
     assert res["lost_tasks"] == ["worker1"]
     assert "SIGKILL" in res["task_exits"]["worker1"]
     assert "lost tasks worker1" in launcher.output()
@@ -222,7 +222,7 @@ def test_a_builder_that_raises_is_one_line(procs, tmp_path):
 def test_local_restarts_bring_a_killed_ps_back(procs, tmp_path):
     model_dir = tmp_path / "model"
     launcher = procs.tfps("tfps-local-restarts", "local", "--restarts", 1,
-                          *run_flags(model_dir, "--checkpoint_steps", 200, steps=3000))
+                          *run_flags(model_dir, "--checkpoint_steps", 200, steps=2000))
     ports = launcher_ports(launcher)
     poll(lambda: _progress_at(launcher, "worker0") > 300, 120, "training progress", launcher)
     # Under --restarts each task is a supervisor and its task process: kill the ps's task process.
@@ -233,7 +233,7 @@ def test_local_restarts_bring_a_killed_ps_back(procs, tmp_path):
     os.kill(children[0], signal.SIGKILL)
     assert launcher.wait(300) == 0, launcher.tail()
     res = read_results(model_dir)
-    assert res["status"] == "succeeded" and res["global_step"] >= 3000
+    assert res["status"] == "succeeded" and res["global_step"] >= 2000
     assert [r["task"] for r in res["restarts"]] == ["ps0"], res["restarts"]
     assert not res.get("lost_tasks")
     assert_nothing_left(ports, launcher)
