@@ -8,9 +8,11 @@ ansible-core and the rest are not downloaded again), but tfps itself is the whee
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import zipfile
 from pathlib import Path
 
@@ -131,3 +133,39 @@ def test_local_trains_a_plain_tf_keras_model(installed):
                  env={"TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (work / "run" / "results.json").is_file() and (work / "run" / "export" / "saved_model.pb").is_file()
+
+
+def runnable_blocks() -> list[tuple[str, str]]:
+    """Every ```sh block of README.md and docs/*.md whose first line is a ``# test`` comment:
+    (where, the block dedented)."""
+    found = []
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for m in re.finditer(r"^( *)```sh\n(.*?)^ *```", doc.read_text(), re.S | re.M):
+            block = textwrap.dedent(m.group(2))
+            if block.startswith("# test"):
+                found.append((f"{doc.relative_to(REPO)}:{doc.read_text()[:m.start()].count(chr(10)) + 1}", block))
+    return found
+
+
+def test_there_are_runnable_blocks():
+    where = [w for w, _ in runnable_blocks()]
+    assert any(w.startswith("README.md") for w in where) and any(w.startswith("docs/ansible.md") for w in where)
+
+
+@pytest.mark.parametrize("where, block", runnable_blocks(), ids=[w for w, _ in runnable_blocks()])
+def test_runnable_doc_blocks_run_as_written(installed, tmp_path, where, block):
+    """In a fresh directory with a copy of the checkout's inventory/ (inventory/mycluster
+    copied from the example, as the docs tell first), against the installed wheel; HOME holds
+    ~/.vault_pass. The project venv's bin/ comes after the wheel's, for ansible-vault."""
+    tfps, _, _ = installed
+    shutil.copytree(REPO / "inventory", tmp_path / "inventory")
+    shutil.copytree(REPO / "inventory" / "example", tmp_path / "inventory" / "mycluster")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".vault_pass").write_text("docs-test-password\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ANSIBLE_CONFIG")}
+    env.update(HOME=str(home), PATH=f"{tfps.parent}:{Path(sys.executable).parent}:/usr/bin:/bin",
+               TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, f"{where}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
