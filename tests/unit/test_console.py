@@ -67,3 +67,24 @@ def test_the_console_drops_only_progress_lines_and_leaves_the_last_state(tmp_pat
         assert "a warning, printed in full" in out and "every worker is done" in out, out
         assert "step 4/10" not in out and "11/10" not in out, out
         assert ("step 10/10 +1" in out and "succeeded" in out) if reported else "starting" not in out, out
+
+
+def test_the_chief_evaluates_a_saved_checkpoint_at_most_once_a_minute(tmp_path, monkeypatch):
+    import types
+
+    from tfps.task import evaluations, export
+    seen = []
+    monkeypatch.setattr(export, "evaluate", lambda fn, params, path, dataset: {"loss": 0.5, "accuracy": 0.75})
+    monkeypatch.setattr(export, "write_eval_summaries", lambda d, step, m: seen.append((step, m)))
+    cfg = types.SimpleNamespace(model_dir=str(tmp_path), label_column="label")
+    setup = types.SimpleNamespace(model_fn=None, params=None, eval_schema=None)
+    for step in (100, 200):
+        (tmp_path / f"model.ckpt-{step}.index").write_text("")
+    ev = evaluations.Evaluations(setup, cfg, every=0.0)
+    ev.after_save(None, 100)
+    ev.finish()
+    ev.every = 3600.0
+    ev.after_save(None, 200)      # within the interval: not evaluated
+    ev.after_save(None, 300)      # no such checkpoint: not evaluated
+    assert ev.finish() == [{"step": 100, "eval_loss": 0.5, "eval_accuracy": 0.75}]
+    assert seen == [(100, {"loss": 0.5, "accuracy": 0.75})]

@@ -50,3 +50,12 @@ def test_the_loss_curve_is_smoothed_spans_the_whole_job_and_shows_the_evaluation
         str(tmp_path / "loss.png"), str(tmp_path / "metrics.png")]
     assert plot.plot_metrics([{"step": 1, "loss": 1.0}], str(tmp_path / "m.png")) is None
     assert plot.smoothed([2.0, 2.0, 2.0]) == [2.0, 2.0, 2.0]
+
+
+def test_earlier_evaluations_are_points_too(tmp_path):
+    from tfps.outcome import plot
+    history = [{"step": s, "loss": 1.0 / s, "mean": {"loss": 1.0 / s}} for s in range(10, 101, 10)]
+    earlier = [{"step": 40, "eval_loss": 0.05}, {"step": 80, "eval_loss": 0.03}]
+    fig = plot.figure(history + earlier, ["loss"], plot._evaluations(history + earlier, {"loss": 0.02}, 100))
+    ev = {line.get_label(): line for line in fig.axes[0].lines}["eval loss"]
+    assert list(ev.get_xdata()) == [40, 80, 100] and list(ev.get_ydata()) == [0.05, 0.03, 0.02]

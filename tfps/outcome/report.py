@@ -214,15 +214,17 @@ class Reporter:
         self.notify(res)
         return res
 
-    def draw_plots(self, res: JobResult) -> list[str]:
+    def draw_plots(self, res: JobResult, earlier: list[dict] | tuple = ()) -> list[str]:
         """loss.png (and metrics.png) in model_dir, for every job: the whole job's curves and
-        the final evaluation at its step (tfps.outcome.plot), once. Never raises."""
-        if self.plotted:
+        the final evaluation at its step (tfps.outcome.plot); ``earlier`` evaluations
+        (``{"step": 400, "eval_loss": 0.3}``) are drawn as points too. Drawn once, again only
+        for new points. Never raises."""
+        if self.plotted and not earlier:
             return []
         self.plotted = True
         try:
             from tfps.outcome.plot import draw_plots
-            return draw_plots(self.cfg.model_dir, results.read_history(self.cfg.model_dir),
+            return draw_plots(self.cfg.model_dir, results.read_history(self.cfg.model_dir) + list(earlier),
                               dict(res.eval_metrics or {}), res.global_step)
         except Exception as e:  # noqa: BLE001 - a plot never costs a report
             log.warning("chief: no loss plot: %s", e)

@@ -37,6 +37,7 @@ from tfps.task.worker import Worker, WorkerFailed
 log = logging.getLogger("tfps")
 
 
+
 class Chief(Worker):
     """Worker 0 from start to exit code: it alone writes to model_dir and sends messages."""
 
@@ -47,6 +48,7 @@ class Chief(Worker):
     replace = False                       # --replace: go on with settings other than model_dir records
 
     watch: JobWatch | None = None         # the watch of the workers' progress, while the job trains
+    evaluations = None                    # evaluations of checkpoints while it trains (tfps.task.evaluations)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -172,10 +174,14 @@ class Chief(Worker):
         from tfps.task.rejoin import LiveJoiningChiefSessionCreator
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
+        from tfps.task.evaluations import Evaluations
+        if self.setup is not None and self.setup.eval_schema is not None and self.evaluations is None:
+            self.evaluations = Evaluations(self.setup, cfg)
         hooks = [
             CheckpointSaverHook(cfg.model_dir, save_steps=cfg.checkpoint_every_steps,
                                 save_secs=cfg.checkpoint_secs, scaffold=scaffold,
-                                session_step=lambda: self.session_step),
+                                session_step=lambda: self.session_step,
+                                listeners=[self.evaluations] if self.evaluations is not None else None),
             v1.train.SummarySaverHook(save_steps=cfg.summary_steps, output_dir=cfg.model_dir, scaffold=scaffold),
             v1.train.StepCounterHook(every_n_steps=cfg.summary_steps, output_dir=cfg.model_dir),
         ]
@@ -307,8 +313,8 @@ class Chief(Worker):
                        "final_save_s": round(t_end - t_trained, 3)}, defer_plots=True)
         watch.write_status(time.monotonic(), time.time(), phase=status, step=step)   # the status line's last state
         self._send_done(server, graph)
-        if result is not None:
-            reporter.draw_plots(result)   # while the ps exit: the plots hold no task back
+        if result is not None:   # while the ps exit: the plots hold no task back
+            reporter.draw_plots(result, self.evaluations.finish() if self.evaluations is not None else [])
         self._wait_for_ps_exit()
         return code
 
