@@ -290,7 +290,7 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose errors are one line, as every other refusal of bad input.
 
     argparse prints its whole usage (20 lines and more for ``tfps local``) before a type error
-    such as ``--train_steps 1e20``; here it is ``tfps: error: train-steps: invalid int value:
+    such as ``--train_steps 1e20``; here it is ``tfps: error: train_steps: invalid int value:
     '1e20' (see tfps local --help)`` and exit 2, and an unknown option gets "did you mean"
     (difflib, among every option of every command). Help shows option names with dashes,
     the canonical spelling (``normalize_argv`` accepts both). ``examples``, when set, ends the
@@ -327,7 +327,7 @@ class ArgumentParser(argparse.ArgumentParser):
         if sep and field.startswith("argument "):   # "argument --train_steps: invalid int value: '1e20'"
             names = field.removeprefix("argument ").split("/")   # "-n/--lines": the long name
             name = next((n for n in names if n.startswith("--")), names[0]).lstrip("-")
-            message = f"{name.replace('_', '-')}: {rest}"
+            message = f"{name}: {rest}"   # the field's name, as every other refusal names it
         hint = self._did_you_mean(message)
         choice = re.search(r"invalid choice: '([^']+)' \(choose from", message)
         if choice and field == "argument COMMAND":

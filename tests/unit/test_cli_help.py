@@ -42,7 +42,7 @@ def test_dashed_collapses_the_alias_listed_twice():
     (["local", "--train-stpes", "5"],
      "tfps: error: unrecognized arguments: --train-stpes; did you mean --train-steps? (see tfps local --help)"),
     (["locl"], "tfps: error: 'locl' is not a tfps command; did you mean local? (see tfps --help)"),
-    (["local", "--train_steps", "x"], "tfps: error: train-steps: invalid int value: 'x' (see tfps local --help)"),
+    (["local", "--train_steps", "x"], "tfps: error: train_steps: invalid int value: 'x' (see tfps local --help)"),
 ])
 def test_a_usage_error_is_one_line_with_did_you_mean(capsys, argv, line):
     code, out, err = _run(capsys, *argv)
