@@ -110,6 +110,20 @@ def test_a_missing_collection_is_one_line_naming_the_command(installed):
             "(or, in a checkout, make collections)"], done.stderr
 
 
+def test_a_missing_collection_is_installed_once_on_first_use(installed, tmp_path):
+    """From PyPI's ansible wheel (sha256-checked) into tfps's own directory, with one line."""
+    env = {"ANSIBLE_COLLECTIONS_PATH": str(tmp_path / "none"), "XDG_DATA_HOME": str(tmp_path / "data"),
+           "ANSIBLE_HOST_KEY_CHECKING": "False"}
+    jobs = _tfps(installed, "jobs", "-i", _unreachable(installed), env=env, timeout=600)
+    assert jobs.stderr.splitlines()[0] == (
+        "tfps: installing the Ansible collections community.docker 4.8.5, community.library_inventory_filtering_v1 "
+        f"1.1.5 into {tmp_path / 'data' / 'tfps' / 'collections'} (from PyPI's ansible==12.3.0; once)"), jobs.stderr
+    assert jobs.returncode == 1 and jobs.stdout.startswith("no tfps job on these hosts"), jobs.stdout + jobs.stderr
+    assert (tmp_path / "data/tfps/collections/ansible_collections/community/docker/MANIFEST.json").is_file()
+    again = _tfps(installed, "collections", "--check", env=env)
+    assert again.returncode == 0 and again.stdout.startswith("installed: community.docker 4.8.5"), again.stdout
+
+
 def test_jobs_and_deploy_find_their_playbooks_and_fail_about_the_hosts(installed):
     env = {"ANSIBLE_COLLECTIONS_PATH": str(REPO / "tfps" / "ansible" / "collections"),
            "ANSIBLE_HOST_KEY_CHECKING": "False"}
