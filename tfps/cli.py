@@ -96,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "The play computes the same plan. Needs pip install 'tfps[ansible]'.")
     plan.add_argument("--playbook_dir", metavar="DIR",
                       help="also read group_vars/ and host_vars/ beside the playbook in DIR, as the play does")
-    plan.add_argument("--format", choices=("table", "json"), default="table")
+    plan.add_argument("--format", choices=("table", "json"), default="table",
+                      help="table (default): the tasks, the command they run and the memory estimate; json: "
+                           "everything, each task's flags, TF_CONFIG, container name and command included")
 
     for name, helptext in (("jobs", "list every tfps job on an inventory's hosts"),
                            ("logs", "show (or follow) a task's log on an inventory's hosts")):

@@ -132,3 +132,10 @@ def test_the_collections_come_from_the_ansible_release_the_ci_script_pins():
     script = (REPO / ".ci" / "ansible-collections.sh").read_text()
     assert f"ANSIBLE_RELEASE={playbook.ANSIBLE_RELEASE}\n" in script
     assert f"ANSIBLE_WHEEL_SHA256={playbook.ANSIBLE_WHEEL_SHA256}\n" in script
+
+
+def test_every_option_of_every_command_has_help():
+    parser = cli.build_parser()
+    missing = {name: [a.option_strings[-1] if a.option_strings else a.dest for a in sub._actions if a.help is None]
+               for name, sub in parser._subparsers._group_actions[0].choices.items()}
+    assert {name: m for name, m in missing.items() if m} == {}
