@@ -131,7 +131,8 @@ def test_jobs_and_deploy_find_their_playbooks_and_fail_about_the_hosts(installed
     assert jobs.returncode == 1, jobs.stdout + jobs.stderr
     lines = jobs.stdout.splitlines()
     assert lines[0] == "no tfps job on these hosts"
-    assert [line.split(":")[0] for line in lines[1:]] == ["h1", "h2"] and "Failed to connect" in lines[1]
+    assert lines[1:] == [f"{h}: not read: cannot be reached over SSH; check its address, ansible_user and SSH access "
+                         f"(`ansible -i INVENTORY {h} -m ping` shows Ansible's reason)" for h in ("h1", "h2")]
     deploy = _tfps(installed, "deploy", "--check", "-i", _unreachable(installed), env=env)
     assert deploy.returncode == 2, deploy.stdout[-3000:] + deploy.stderr
     assert "h1 (192.0.2.1) cannot be reached over SSH" in deploy.stdout

@@ -76,3 +76,16 @@ def test_log_lines_are_prefixed_like_tfps_local_and_remember_the_newest_time():
     lines, last = jobs.log_lines(hosts, "worker0")
     assert lines == ["[worker0] 10:00:01 I chief: one", "[worker0] 10:00:02 I chief: two"]
     assert last == "2026-12-05T10:00:02.500000000Z"
+
+
+def test_an_unreachable_host_is_named_with_what_to_check():
+    """jobs.yml lists containers with no_log (their records hold environments), which hides
+    Ansible's reason: the line says what to check and how to see the reason."""
+    censored = {"unreachable": True, "msg": "Task failed: Failed to connect to the host via ssh: "
+                                            "<error censored due to no log>"}
+    view = _filters().tfps_jobs_view({"h1": {"tfps_jobs_info": censored}}, ["h1"])
+    assert view["hosts"]["h1"]["error"] == (
+        "cannot be reached over SSH; check its address, ansible_user and SSH access "
+        "(`ansible -i INVENTORY h1 -m ping` shows Ansible's reason)")
+    plain = {"failed": True, "msg": "Error connecting: Error while fetching server API version"}
+    assert _filters().tfps_jobs_view({"h2": {"tfps_jobs_info": plain}}, ["h2"])["hosts"]["h2"]["error"] == plain["msg"]

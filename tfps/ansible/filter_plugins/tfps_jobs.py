@@ -48,6 +48,12 @@ def tfps_jobs_view(hostvars, hosts) -> dict:
         entry = {"error": None, "containers": [], "history": {}, "logs": {}}
         if info.get("unreachable") or info.get("failed"):
             entry["error"] = " ".join(str(info.get("msg") or "no answer").split())[:300]
+            if "censored" in entry["error"]:   # the task's no_log hides Ansible's reason
+                entry["error"] = ("cannot be reached over SSH; check its address, ansible_user and SSH access "
+                                  f"(`ansible -i INVENTORY {host} -m ping` shows Ansible's reason)"
+                                  if "connect" in entry["error"].lower() or info.get("unreachable") else
+                                  "the Docker engine could not be read (`ansible -i INVENTORY "
+                                  f"{host} -m community.docker.docker_host_info -b` shows Ansible's reason)")
         for c in info.get("containers") or []:
             labels = c.get("Labels") or {}
             command = c.get("Command", "")
