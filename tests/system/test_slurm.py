@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -112,6 +113,7 @@ def test_a_job_completes_seconds_after_the_chief(cluster, jobs, smtp):
     results = json.loads(results_path.read_text())
     assert results["status"] == "succeeded"
     assert results["global_step"] >= 200
+    assert results["slurm_job"] == job
     # The roles and the free ports came from Slurm's variables, on three nodes.
     for rank, name in enumerate(("ps0", "worker0", "worker1")):
         assert f"rank {rank} is {name}" in output
@@ -137,6 +139,8 @@ def test_a_job_completes_seconds_after_the_chief(cluster, jobs, smtp):
     assert wait_until(lambda: _messages(smtp, "slurm-done"), timeout=30)
     subjects = _messages(smtp, "slurm-done")
     assert len(subjects) == 1 and "succeeded" in subjects[0], subjects
+    body = next(m for m in smtp.received() if "job slurm-done" in str(m["subject"])).get_body(("plain",))
+    assert re.search(rf"^Slurm job +{job}\r?$", body.get_content(), re.M)
 
 
 def test_scancel_gives_the_final_save_and_a_stopped_job(cluster, jobs, smtp):

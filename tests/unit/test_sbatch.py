@@ -98,3 +98,20 @@ def test_submit_without_sbatch_says_where_to_run_it(tmp_path, monkeypatch, capsy
     monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
     code, out = _tfps(tmp_path, monkeypatch, capsys, "--model_dir", "m", "--submit")
     assert code == 2 and "sbatch is not on the PATH" in out.err
+
+
+def test_results_and_messages_name_the_slurm_job(monkeypatch):
+    from tfps.notify.message import format_message
+    from tfps.outcome.contract import JobResult
+    from tfps.outcome.report import slurm_job
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert slurm_job() is None
+    monkeypatch.setenv("SLURM_JOB_ID", "1234")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    assert slurm_job() == "1234"
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
+    assert slurm_job() == "1234 (requeued 2x)"
+    result = JobResult(job="j", status="succeeded", slurm_job="1234")
+    assert result.to_dict()["slurm_job"] == "1234"
+    assert "slurm_job" not in JobResult(job="j", status="succeeded").to_dict()   # left out elsewhere
+    assert re.search(r"^Slurm job +1234$", format_message("succeeded", result)[1], re.M)

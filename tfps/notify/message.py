@@ -242,6 +242,7 @@ def format_message(event: str, results: JobResult | Mapping[str, Any]) -> tuple[
     row("settings", ", ".join(f"{k} {_pairs(v) if isinstance(v, Mapping) else v}" for k, v in changed.items()))
     row("hosts", _cluster(r.get("cluster")))
     row("image", r.get("image"))
+    row("Slurm job", r.get("slurm_job"))
     where = " on ".join(str(x) for x in (r.get("task"), r.get("host")) if x)
     row("sent by", where)
 

@@ -152,6 +152,7 @@ class JobResult:
     eval_data: str | None = None
     model_dir: str | None = None
     image: str | None = _optional()
+    slurm_job: str | None = _optional()           # the Slurm job id ("1234", "1234 (requeued 1x)") under Slurm
     config: dict[str, Any] = field(default_factory=dict)   # every setting, optimizer and learning rate as used
     versions: Versions = field(default_factory=Versions)
     # When.

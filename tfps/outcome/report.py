@@ -33,6 +33,15 @@ def image_id() -> str | None:
     return os.environ.get(IMAGE_ENV) or None
 
 
+def slurm_job() -> str | None:
+    """The Slurm job this task runs in (``SLURM_JOB_ID``, and how often Slurm requeued it), or None."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
+    return job if restarts in ("", "0") else f"{job} (requeued {restarts}x)"
+
+
 def format_error(error: BaseException | None) -> ErrorInfo | None:
     """An exception as results.json and the message show it: type, first line, traceback tail."""
     if error is None:
@@ -110,7 +119,7 @@ def job_config(cfg, setup=None) -> dict:
 
 #: The keys of a record that name the job: the head of every message (started, progress).
 HEAD_KEYS = ("job", "model", "mode", "task", "host", "cluster", "train_steps", "batch_size", "train_data",
-             "eval_data", "model_dir", "started_at", "image")
+             "eval_data", "model_dir", "started_at", "image", "slurm_job")
 
 
 class Reporter:
@@ -139,6 +148,7 @@ class Reporter:
             train_data=self.setup.train_glob if self.setup else cfg.train_data,
             eval_data=self.setup.eval_glob if self.setup else cfg.eval_data,
             model_dir=os.path.abspath(cfg.model_dir), started_at=self.started_iso, image=image_id(),
+            slurm_job=slurm_job(),
             config=job_config(cfg, self.setup), versions=self.versions, **fields)
 
     def base(self) -> dict:
