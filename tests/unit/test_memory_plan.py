@@ -229,12 +229,13 @@ def test_a_ps_killed_for_memory_is_named_as_such_with_what_to_change(monkeypatch
     assert worker.describe_exit().endswith("(sent by another program, or the kernel's OOM killer)")
 
 
-@pytest.mark.parametrize("model,keras", [("mlp", False), ("cnn", False), (MODEL, True)])
-def test_a_built_in_models_graph_never_imports_tf_keras(tmp_path, model, keras):
+@pytest.mark.parametrize("models,keras", [(("mlp", "cnn"), False), ((MODEL,), True)], ids=["built-in", "user"])
+def test_a_built_in_models_graph_never_imports_tf_keras(tmp_path, models, keras):
     """A built-in model is plain ops: building its worker graph (here, the estimate's) leaves
     tf_keras unimported, which every launch of a built-in model would otherwise pay for
-    (0.3-0.7 s here). A user's model_fn may use ``tf.compat.v1.layers`` (tf_keras): its
-    graph is built with tf_keras imported and its weights partitioned."""
+    (0.3-0.7 s here); both built-in models are built in one new interpreter, one after the
+    other. A user's model_fn may use ``tf.compat.v1.layers`` (tf_keras): its graph is built
+    with tf_keras imported and its weights partitioned."""
     pytest.importorskip("tf_keras")
     import json
     import subprocess
@@ -242,15 +243,19 @@ def test_a_built_in_models_graph_never_imports_tf_keras(tmp_path, model, keras):
     code = ("import json, sys\n"
             "from tfps.config import RunConfig\n"
             "from tfps.launch import estimate\n"
-            "cfg = RunConfig(model=sys.argv[1], model_dir=sys.argv[2], partition_mb=1).validate()\n"
-            "est = estimate.estimate_memory(cfg, 2)\n"
-            "print(json.dumps({'keras': 'tf_keras' in sys.modules, 'mb': sum(est.shares_mb.values())}))\n")
-    p = subprocess.run([sys.executable, "-c", code, model, str(tmp_path / "model")], capture_output=True, text=True,
-                       cwd=REPO, timeout=300)
+            "for model in sys.argv[2:]:\n"
+            "    cfg = RunConfig(model=model, model_dir=sys.argv[1], partition_mb=1).validate()\n"
+            "    est = estimate.estimate_memory(cfg, 2)\n"
+            "    print(json.dumps({'model': model, 'keras': 'tf_keras' in sys.modules,"
+            " 'mb': sum(est.shares_mb.values())}))\n")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "model"), *models], capture_output=True,
+                       text=True, cwd=REPO, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
-    out = json.loads(p.stdout.strip().splitlines()[-1])
-    assert out["mb"] > 0, out                 # the graph was built
-    assert out["keras"] is keras, out
+    outs = [json.loads(line) for line in p.stdout.strip().splitlines() if line.startswith("{")]
+    assert [o["model"] for o in outs] == list(models), p.stdout[-3000:]
+    for out in outs:
+        assert out["mb"] > 0, out                 # the graph was built
+        assert out["keras"] is keras, out
 
 
 @pytest.mark.parametrize("builder, optimizer, note", [
