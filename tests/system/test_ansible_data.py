@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from test_ansible import assert_ok, job_vars, no_containers_anywhere, play_vars, section
+from plays import assert_ok, job_vars, no_containers_anywhere, play_vars, section
 
 from tfps import demo
 
@@ -57,7 +57,7 @@ def test_data_only_on_the_controller_trains_and_is_not_copied_again(bare_metal, 
     inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
         job, image_archive, tfps_data_src=str(src), tfps_train_data="/input/train-*.csv",
         tfps_eval_data="/input/eval.csv", tfps_batch_size=64, tfps_remove_containers=False)})
-    result = run_playbook("deploy.yml", inventory, play_vars(tmp_path), timeout=1500)
+    result = run_playbook("deploy.yml", inventory, play_vars(tmp_path, memory_check=True), timeout=1500)
     print(f"deploy with tfps_data_src (5 files to 2 worker hosts, job trained): {result.seconds:.0f} s")
     assert_ok(result, "deploy.yml")
 
@@ -84,7 +84,7 @@ def test_data_only_on_the_controller_trains_and_is_not_copied_again(bare_metal, 
     assert results["eval_metrics"]["accuracy"] > 0.8, results["eval_metrics"]   # 3 classes: chance is 0.33
 
     # Again: the job has ended and is not started again, and no data file is copied.
-    again = run_playbook("deploy.yml", inventory, play_vars(tmp_path), timeout=1500)
+    again = run_playbook("deploy.yml", inventory, play_vars(tmp_path, memory_check=True), timeout=1500)
     assert_ok(again, "deploy.yml (again)")
     copies = section(again.output, "Copy the data files that are missing or differ")
     # Every one of the 6 files is skipped on its host (and the loops' summary lines say so).

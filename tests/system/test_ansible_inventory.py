@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from test_ansible import IMAGE, assert_ok, no_containers_anywhere, play_vars, recap
+from plays import IMAGE, assert_ok, no_containers_anywhere, play_vars, recap
 
 
 def ini_inventory(bare_metal, path: Path, job: str, archive: Path, steps: int) -> Path:

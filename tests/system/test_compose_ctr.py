@@ -14,7 +14,8 @@ import shutil
 import tempfile
 
 import pytest
-from test_compose import CHIEF, MODEL_DIR, REPO, ComposeJob, exit_codes, generate
+from composejob import CHIEF, MODEL_DIR, ComposeJob
+from test_compose import REPO, exit_codes, generate
 
 from tests.fixtures.ctr_fit import export_auc, fit_auc_in_a_process
 

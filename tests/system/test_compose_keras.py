@@ -15,7 +15,8 @@ import os
 
 import numpy as np
 import pytest
-from test_compose import CHIEF, MODEL_DIR, REPO, ComposeJob, exit_codes, generate
+from composejob import CHIEF, MODEL_DIR, ComposeJob
+from test_compose import REPO, exit_codes, generate
 
 pytestmark = pytest.mark.system
 

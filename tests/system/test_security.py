@@ -14,7 +14,7 @@
   arrives, and neither the ``-vvv`` output of deploy.yml nor ``docker inspect`` of the
   chief on its host holds the password; the chief's file is 0400, uid 10001, read-only.
 * The Ansible firewall: while a job deployed by ansible/deploy.yml trains on the three
-  hosts of conftest_ansible.py, a fourth machine on the same network (and this machine)
+  hosts of conftest.py, a fourth machine on the same network (and this machine)
   cannot open a TCP connection to any TF port, while the cluster's own hosts can; a host
   rebooted mid-job comes back with its rules (netfilter-persistent) before its task does,
   and the job completes.
@@ -29,14 +29,26 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import quote
 
 import docker
 import pytest
+from composejob import CHIEF
 from hardening import assert_hardened
 from hosts import HOST_IMAGE
-from test_ansible import IMAGE, LAYOUT, assert_ok, job_vars, no_containers_anywhere, play_vars
-from test_compose import CHIEF, REPO, compose_job, exit_codes, write_url_file  # noqa: F401 - compose_job is a fixture
+from plays import (
+    ENCODED,
+    IMAGE,
+    LAYOUT,
+    PASSWORD,
+    PIECES,
+    SMTP_USER,
+    assert_ok,
+    job_vars,
+    no_containers_anywhere,
+    paced,
+    play_vars,
+)
+from test_compose import REPO, exit_codes, write_url_file
 
 pytestmark = pytest.mark.system
 
@@ -44,12 +56,9 @@ pytestmark = pytest.mark.system
 UID = 10001
 SERVICES = ("ps0", "worker0", "worker1")
 TASK_PORT = 2222
-USER = "ops"
-#: A password with every character that trips URLs up; its pieces are distinctive enough
-#: to be searched for alone, so a URL that was cut apart and half-masked is found too.
-PASSWORD = "hunter7Qx@ploverK%Zw9rk;mirth4T/oxbow2U"
-ENCODED = quote(PASSWORD, safe="")  # hunter7Qx%40ploverK%25Zw9rk%3Bmirth4T%2Foxbow2U
-PIECES = ("hunter7Qx", "ploverK", "Zw9rk", "mirth4T", "oxbow2U")
+#: The notification password (plays.py): every character that trips URLs up, in pieces
+#: distinctive enough to be searched for alone.
+USER = SMTP_USER
 
 #: Run inside a task container: its user, every process's ids, capabilities and command
 #: line, and whether the task's TF server listens (port 2222 in state LISTEN).
@@ -284,7 +293,7 @@ def test_compose_tasks_are_unprivileged_and_the_password_leaks_nowhere(
 # 900 s per test on a busy 2-core machine.
 @pytest.mark.timeout(1800)
 def test_ansible_firewall_admits_only_the_cluster_also_after_a_reboot(bare_metal, image_archive, run_playbook,
-                                                                     tmp_path):
+                                                                     paced_model_dir, tmp_path):
     """While a job deployed by deploy.yml trains, a fourth container on the hosts' network
     (and this machine, the network's gateway) cannot connect to any TF port; the cluster's
     hosts can. The rules are saved for the next boot; worker1's host reboots mid-job: its
@@ -297,7 +306,8 @@ def test_ansible_firewall_admits_only_the_cluster_also_after_a_reboot(bare_metal
     job = f"fw{uuid.uuid4().hex[:6]}"
     steps = 10_000_000
     inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
-        job, image_archive, tfps_train_steps=steps, tfps_checkpoint_steps=500, tfps_tensorboard=True)})
+        job, image_archive, tfps_train_steps=steps, tfps_checkpoint_steps=500, tfps_tensorboard=True,
+        **paced(paced_model_dir))})
     plan = json.loads(subprocess.run([sys.executable, "-m", "tfps", "plan", "-i", str(inventory), "--format",
                                       "json"], check=True, capture_output=True, text=True, cwd=REPO).stdout)
     targets = {task["name"]: task["target"] for task in plan["tasks"]}
@@ -432,59 +442,33 @@ def test_ansible_firewall_admits_only_the_cluster_also_after_a_reboot(bare_metal
         assert f"tfps {job} " not in host.sh("cat /etc/iptables/rules.v4")[1], host.name
 
 
-# A fresh cluster gets the image archive on all three hosts first (gigabytes over SSH).
+# The job is conftest's finished_job: a fresh cluster gets the image archive on all three
+# hosts first (gigabytes over SSH) when this test is the first to ask for it.
 @pytest.mark.timeout(1800)
-def test_ansible_vault_urls_reach_the_chief_as_a_file_and_leak_nowhere(bare_metal, image_archive, run_playbook,
-                                                                       tmp_path):
+def test_ansible_vault_urls_reach_the_chief_as_a_file_and_leak_nowhere(bare_metal, finished_job):
     """deploy.yml at -vvv with the URL (password full of URL-special characters) in a
     Vault-encrypted group_vars/all/vault.yml: the email arrives through the real SMTP
     server, the chief read the URL from a 0400 file of uid 10001 mounted read-only, and
     the password is neither in the play's output nor in `docker inspect` of any task.
 
-    The same deploy covers one image everywhere: host3 holds a stale, different image
-    under tfps's tag; the play gives it the archive's image, every task runs that
-    image, and results.json and the message record its id."""
-    from servers import SMTPServer
-
-    job = f"vault{uuid.uuid4().hex[:6]}"
-    bin_dir = Path(sys.executable).parent
-    image_id = subprocess.run(["docker", "image", "inspect", IMAGE, "--format", "{{.Id}}"], check=True,
-                              capture_output=True, text=True).stdout.strip()
+    The same deploy covers one image everywhere: host3 held a stale, different image
+    under tfps's tag; the play gave it the archive's image, every task ran that image,
+    and results.json and the message record its id. (The job also is the one whose
+    deploy test_ansible.py checks.)"""
+    job, result, image_id = finished_job.job, finished_job.result, finished_job.image_id
     host3 = bare_metal["host3"]
-    host3.sh(f"tar -cf - --files-from /dev/null | docker import - {IMAGE}")   # an empty image under the tag
-    stale = host3.sh(f"docker image inspect {IMAGE} --format '{{{{.Id}}}}'")[1].strip()
-    assert stale.startswith("sha256:") and stale != image_id
-    with SMTPServer(hostname=bare_metal.gateway, auth=(USER, PASSWORD)) as smtp:
-        url = smtp.url(userinfo=f"{USER}:{ENCODED}")
-        inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT)
-        group_vars = inventory / "group_vars" / "all"
-        group_vars.mkdir(parents=True)
-        (group_vars / "main.yml").write_text(json.dumps(job_vars(job, image_archive, tfps_remove_containers=False)))
-        vault = group_vars / "vault.yml"
-        vault.write_text(json.dumps({"tfps_notify_urls": [url]}))
-        password_file = tmp_path / "vault-pass"
-        password_file.write_text("correct horse battery staple\n")
-        subprocess.run([str(bin_dir / "ansible-vault"), "encrypt", "--vault-password-file", str(password_file),
-                        str(vault)], check=True, capture_output=True, text=True)
-        assert vault.read_text().startswith("$ANSIBLE_VAULT;") and leaks(vault.read_text()) == []
-
-        result = run_playbook("deploy.yml", inventory, play_vars(tmp_path), timeout=1500,
-                              args=["-vvv", "--vault-password-file", str(password_file)])
-        print(f"deploy.yml -vvv with a vaulted URL: {result.seconds:.0f} s")
-        assert_ok(result, "deploy.yml -vvv")
-        assert "SUCCEEDED at global step" in result.output
-        # Really -vvv: connection details and task results are in the output.
-        assert "ESTABLISH SSH CONNECTION" in result.output and "SSH: EXEC" in result.output
-
-        messages = [m for m in smtp.wait_for(1, timeout=30) if f"job {job}" in str(m["Subject"])]
-        assert len(messages) == 1 and "succeeded" in str(messages[0]["Subject"]), \
-            [str(m["Subject"]) for m in smtp.messages]
-        assert (USER, PASSWORD) in {(user, pw) for _, user, pw in smtp.logins}, smtp.logins
+    assert finished_job.stale_image_id.startswith("sha256:") and finished_job.stale_image_id != image_id
+    assert "SUCCEEDED at global step" in result.output
+    # Really -vvv: connection details and task results are in the output.
+    assert "ESTABLISH SSH CONNECTION" in result.output and "SSH: EXEC" in result.output
+    messages = finished_job.messages
+    assert len(messages) == 1 and "succeeded" in str(messages[0]["Subject"]), [str(m["Subject"]) for m in messages]
+    assert (USER, PASSWORD) in {(user, pw) for _, user, pw in finished_job.logins}, finished_job.logins
 
     found = {}
     if leaks(result.output):
         found["deploy.yml -vvv output"] = leaks(result.output)
-    for path in (tmp_path / "results").rglob("*"):
+    for path in finished_job.results_dir.rglob("*"):
         if path.is_file() and leaks(path.read_bytes()):
             found[f"collected {path.name}"] = leaks(path.read_bytes())
 
@@ -514,7 +498,7 @@ def test_ansible_vault_urls_reach_the_chief_as_a_file_and_leak_nowhere(bare_meta
     assert host3.sh(f"docker image inspect {IMAGE} --format '{{{{.Id}}}}'")[1].strip() == image_id
     for host, name in ((bare_metal["host1"], "ps0"), (host2, "worker0"), (host3, "worker1")):
         assert host.sh(f"docker inspect tfps-{job}-{name} --format '{{{{.Image}}}}'")[1].strip() == image_id, name
-    results = json.loads((tmp_path / "results" / "latest" / "results.json").read_text())
+    results = json.loads((finished_job.results_dir / "latest" / "results.json").read_text())
     assert results["status"] == "succeeded" and results["image"] == image_id
     body = next(part.get_payload(decode=True).decode() for part in messages[0].walk()
                 if part.get_content_type() == "text/plain")
