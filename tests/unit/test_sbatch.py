@@ -115,3 +115,39 @@ def test_results_and_messages_name_the_slurm_job(monkeypatch):
     assert result.to_dict()["slurm_job"] == "1234"
     assert "slurm_job" not in JobResult(job="j", status="succeeded").to_dict()   # left out elsewhere
     assert re.search(r"^Slurm job +1234$", format_message("succeeded", result)[1], re.M)
+
+
+def test_the_others_learn_the_chiefs_exit_code_or_that_it_was_killed(tmp_path):
+    from tfps.exitcodes import ExitCode
+    from tfps.launch import slurm_step
+    now = [0.0]
+
+    def sleep(secs):
+        now[0] += secs
+        if now[0] < 10:   # the chief beats for 10 s, then falls silent without an exit code
+            (tmp_path / slurm_step.CHIEF_ALIVE).write_text(f"{int(now[0])}\n")
+
+    assert slurm_step._chief_gone(str(tmp_path), clock=lambda: now[0], sleep=sleep) == ExitCode.KILLED
+    assert 10 + slurm_step.CHIEF_SILENT_SECS <= now[0] <= 10 + slurm_step.CHIEF_SILENT_SECS + 2
+    slurm_step._write_chief_exit(str(tmp_path), 1)
+    assert slurm_step._chief_gone(str(tmp_path), sleep=lambda s: None) == 1
+
+
+@pytest.mark.parametrize("chief_code, step_code, expected", [("0", 0, 0), ("1", 0, 1), ("143", 143, 143),
+                                                              (None, 137, 137), (None, 0, 1)])
+def test_the_script_exits_with_the_chiefs_code(tmp_path, chief_code, step_code, expected):
+    """The script run by bash with a stand-in for srun: the job's code is the chief's, or the
+    step's (never 0) when the chief left none."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write = f'echo {chief_code} > "$dir/chief.exit"' if chief_code is not None else ":"
+    (bin_dir / "srun").write_text(
+        "#!/bin/bash\nwhile [ $# -gt 0 ]; do [ \"$1\" = --rendezvous ] && dir=$2; shift; done\n"
+        f"{write}\nexit {step_code}\n")
+    (bin_dir / "srun").chmod(0o755)
+    script = tmp_path / "job.sbatch"
+    script.write_text(slurm.sbatch_script(**{**BASE, "slurm_dir": str(tmp_path / "m.slurm")}))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "7"}
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert proc.returncode == expected, proc.stdout + proc.stderr
+    assert (tmp_path / "m.slurm" / "rendezvous" / "7-0").is_dir()

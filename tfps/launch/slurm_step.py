@@ -10,7 +10,9 @@ other task's (``--startup_timeout``). It then runs as ``tfps run --ps_hosts ... 
 ... --task_index ...`` with the run options: the same code as every other launcher.
 
 The end: the chief writes its exit code to ``DIR/chief.exit`` (the script exits with it, so
-Slurm records the chief's code). The ps tasks exit by themselves once every worker is done.
+Slurm records the chief's code), and rewrites ``DIR/chief.alive`` every 2 s while it lives:
+a chief killed without a word (SIGKILL) is known to the others by its silence. The ps
+tasks exit by themselves once every worker is done.
 A task still running once the chief has exited is ended here as ``tfps local`` ends it: a
 stop signal after a settling time (``SETTLE_SECS`` after a chief that succeeded, a few
 seconds after one that did not), and a second one past the stop window. Slurm's own
@@ -40,6 +42,13 @@ log = logging.getLogger("tfps")
 CHIEF_EXIT = "chief.exit"
 #: How often a task that is not the chief looks for the chief's exit code.
 CHIEF_POLL_SECS = 1.0
+#: The file the chief's process rewrites every CHIEF_BEAT_SECS while it lives.
+CHIEF_ALIVE = "chief.alive"
+CHIEF_BEAT_SECS = 2.0
+#: A chief whose heartbeat has not changed for this long, without an exit code, was killed
+#: (SIGKILL, the OOM killer): the other tasks stop as after a failed chief. Judged by each
+#: task's own clock on what the file holds (a counter), so the nodes' clocks may differ.
+CHIEF_SILENT_SECS = 60.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     if ns.verbose:
         flags.append("-v")
     chief = me.name == "worker0"
-    if not chief:
+    if chief:
+        threading.Thread(target=_beat, args=(ns.rendezvous,), name="tfps-slurm-beat", daemon=True).start()
+    else:
         threading.Thread(target=_end_after_chief, args=(ns.rendezvous, me.name), name="tfps-slurm-end",
                          daemon=True).start()
     from tfps.task import entry
@@ -115,10 +126,42 @@ def read_chief_exit(directory: str) -> int | None:
         return None
 
 
+def _beat(directory: str) -> None:
+    """The chief's heartbeat: a counter rewritten every CHIEF_BEAT_SECS while its process lives."""
+    path, beat = os.path.join(directory, CHIEF_ALIVE), 0
+    while True:
+        beat += 1
+        try:
+            with open(f"{path}.tmp", "w") as fh:
+                fh.write(f"{beat}\n")
+            os.replace(f"{path}.tmp", path)
+        except OSError:
+            pass
+        time.sleep(CHIEF_BEAT_SECS)
+
+
+def _chief_gone(directory: str, clock=time.monotonic, sleep=time.sleep) -> int:
+    """Wait until the chief has exited; its exit code, or KILLED when its heartbeat stopped without one."""
+    seen, changed = None, None
+    while (code := read_chief_exit(directory)) is None:
+        try:
+            with open(os.path.join(directory, CHIEF_ALIVE)) as fh:
+                beat = fh.read()
+        except OSError:
+            beat = None
+        if beat and beat != seen:
+            seen, changed = beat, clock()
+        elif changed is not None and clock() - changed > CHIEF_SILENT_SECS:
+            log.warning("the chief's process has given no sign of life for %.0f s and left no exit code: it "
+                        "was killed (SIGKILL, the OOM killer?)", CHIEF_SILENT_SECS)
+            return int(ExitCode.KILLED)
+        sleep(CHIEF_POLL_SECS)
+    return code
+
+
 def _end_after_chief(directory: str, name: str) -> None:
     """Once the chief has exited, give this task time to end by itself, then stop it."""
-    while (code := read_chief_exit(directory)) is None:
-        time.sleep(CHIEF_POLL_SECS)
+    code = _chief_gone(directory)
     settle = timeouts.SETTLE_SECS if code == 0 else timeouts.LOCAL_STOP_WAIT_SECS
     time.sleep(settle)
     why = "the chief finished" if code == 0 else f"the chief exited with {code}"
