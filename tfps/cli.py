@@ -7,6 +7,7 @@
     tfps logs         show or follow a task's log on an inventory's hosts
     tfps notify-test  send a test message to every configured notification URL
     tfps compose      a docker-compose.yml for a cluster, from the same plan
+    tfps slurm        an sbatch script that runs the job as one Slurm step (--submit submits it)
     tfps notify-failure  the failure message for a chief that died silently
     tfps healthcheck  container HEALTHCHECK: is this task's gRPC port up
     tfps demo-data    write the demo datasets to a directory
@@ -139,6 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
     compose_parser = sub.add_parser("compose", parents=[verbose], help="write a docker-compose.yml for a cluster plan")
     _add_config_option(compose_parser)
     compose.add_arguments(compose_parser)
+
+    from tfps.launch import slurm as slurm_launch
+    slurm_parser = sub.add_parser("slurm", parents=[verbose], help="write (and --submit) an sbatch script of the job",
+                                  description="The job as one Slurm batch job: every task in one srun step, run by "
+                                              "this tfps installation on a shared filesystem (docs/slurm.md).")
+    _add_config_option(slurm_parser)
+    slurm_launch.add_arguments(slurm_parser)
+    slurm_parser.set_defaults(func=cmd_slurm)
 
     dd = sub.add_parser("demo-data", aliases=["demo_data"], parents=[verbose], help="write the demo datasets",
                         description="Write the demo datasets (the MLP's CSV, the CTR data of wide_deep, ...) into "
@@ -297,6 +306,11 @@ def cmd_healthcheck(ns) -> ExitCode:
 def cmd_compose(ns) -> ExitCode:
     from tfps.launch import compose
     return ExitCode(compose.main(ns))
+
+
+def cmd_slurm(ns) -> ExitCode:
+    from tfps.launch import slurm
+    return slurm.main(ns)
 
 
 def cmd_completion(ns) -> ExitCode:
