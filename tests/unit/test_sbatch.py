@@ -151,3 +151,20 @@ def test_the_script_exits_with_the_chiefs_code(tmp_path, chief_code, step_code, 
     proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
     assert proc.returncode == expected, proc.stdout + proc.stderr
     assert (tmp_path / "m.slurm" / "rendezvous" / "7-0").is_dir()
+
+
+def test_the_run_options_reach_tfps_run_as_given():
+    """What tfps slurm passes on is what tfps run parses back: the same job settings."""
+    import dataclasses
+
+    from tfps.config import from_args
+    from tfps.task import entry
+    given = ["--model", "wide_deep", "--train_steps", "77", "--sync_replicas", "--backup_workers", "1",
+             "--model_arg", "units=8", "--model_arg", "dropout=0.5", "--learning_rate", "0.05",
+             "--notify_started", "--stall_timeout", "0", "--checkpoint_secs", "30", "--run_name", "exp-1"]
+    ns = cli.build_parser().parse_args(["slurm", "--workers", "3", *given])
+    argv = slurm.run_argv(ns, {"model_dir": "/shared/m"})
+    back = entry.build_parser().parse_args(argv)
+    mine, theirs = dataclasses.asdict(from_args(ns)), dataclasses.asdict(from_args(back))
+    mine["model_dir"] = "/shared/m"
+    assert mine == theirs
