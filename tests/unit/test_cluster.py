@@ -1,7 +1,7 @@
 """The cluster plan: task numbering, ports, GPUs, flags/TF_CONFIG and every bad input.
 
 Layout rules are tested on :func:`plan_from_hosts` with the per-host variables as
-Ansible resolves them; reading inventories is Ansible's job (tests/unit/test_inventory.py
+Ansible resolves them; reading inventories is Ansible's job (tests/integration/test_inventory.py
 checks that ``tfps plan`` asks Ansible and agrees with it).
 """
 
