@@ -11,9 +11,11 @@ predictions on held-back data (loaded in a fresh process, by the model's input n
 from __future__ import annotations
 
 import json
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -69,24 +71,88 @@ def blob_data(tmp_path_factory) -> dict:
             "held_x": hx, "held_y": hy}
 
 
-def predict_in_fresh_process(export_dir: str, inputs: dict[str, np.ndarray]) -> dict:
-    """What a serving client does: tf.saved_model.load and serving_default by input name."""
-    d = Path(export_dir).parent
-    np.savez(d / "inputs.npz", **inputs)
-    code = (
-        "import json, sys, numpy as np, tensorflow as tf\n"
-        "m = tf.saved_model.load(sys.argv[1]); fn = m.signatures['serving_default']\n"
-        "z = np.load(sys.argv[2]); out = fn(**{k: tf.constant(z[k]) for k in z.files})\n"
-        "again = fn(**{k: tf.constant(z[k]) for k in z.files})\n"
-        "print(json.dumps({'inputs': sorted(fn.structured_input_signature[1]),"
-        " 'same': all(np.array_equal(out[k].numpy(), again[k].numpy()) for k in out),"
-        " 'outputs': {k: v.numpy().tolist() for k, v in out.items()}}))\n")
-    env = base_env()
-    env.pop("PYTHONPATH", None)    # the client knows nothing about tfps
-    p = subprocess.run([sys.executable, "-c", code, export_dir, str(d / "inputs.npz")], capture_output=True,
-                       text=True, timeout=120, env=env, cwd=str(d))
-    assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
+#: A serving client: a Python without tfps on its path (nor tf_keras imported) that loads
+#: each SavedModel it is sent with tf.saved_model.load and calls serving_default by input name.
+_CLIENT = (
+    "import json, sys, numpy as np, tensorflow as tf\n"
+    "for line in sys.stdin:\n"
+    "    export_dir, inputs = json.loads(line)\n"
+    "    try:\n"
+    "        m = tf.saved_model.load(export_dir); fn = m.signatures['serving_default']\n"
+    "        z = np.load(inputs); out = fn(**{k: tf.constant(z[k]) for k in z.files})\n"
+    "        again = fn(**{k: tf.constant(z[k]) for k in z.files})\n"
+    "        answer = {'inputs': sorted(fn.structured_input_signature[1]),\n"
+    "                  'same': all(np.array_equal(out[k].numpy(), again[k].numpy()) for k in out),\n"
+    "                  'outputs': {k: v.numpy().tolist() for k, v in out.items()}}\n"
+    "    except Exception as e:\n"
+    "        answer = {'error': f'{type(e).__name__}: {e}'}\n"
+    "    print('ANSWER ' + json.dumps(answer), flush=True)\n")
+
+
+class ServingClient:
+    """One client process for the module's exports: TensorFlow is imported once, not once per
+    export. Each request loads its SavedModel afresh, as a new client would."""
+
+    def __init__(self, workdir: Path):
+        env = base_env()
+        env.pop("PYTHONPATH", None)    # the client knows nothing about tfps
+        self.workdir = workdir
+        self.stderr = open(workdir / "client.stderr", "w")
+        self.proc = subprocess.Popen([sys.executable, "-c", _CLIENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr, text=True, env=env, cwd=str(workdir))
+        self.answers: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.n = 0
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("ANSWER "):
+                self.answers.put(json.loads(line[len("ANSWER "):]))
+        self.answers.put(None)   # the client ended
+
+    def predict(self, export_dir: str, inputs: dict[str, np.ndarray]) -> dict:
+        self.n += 1
+        path = self.workdir / f"inputs-{self.n}.npz"
+        np.savez(path, **inputs)
+        self.proc.stdin.write(json.dumps([export_dir, str(path)]) + "\n")
+        self.proc.stdin.flush()
+        try:
+            answer = self.answers.get(timeout=120)
+        except queue.Empty:
+            answer = None
+        assert answer is not None, (self.workdir / "client.stderr").read_text()[-3000:]
+        assert "error" not in answer, answer["error"]
+        return answer
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.stderr.close()
+
+
+_client: dict = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _serving_client(tmp_path_factory):
+    """The module's serving client, started at the first prediction and ended with the module."""
+    _client["dir"] = tmp_path_factory.mktemp("serving-client")
+    yield
+    client = _client.pop("client", None)
+    if client is not None:
+        client.close()
+
+
+def predict_in_a_client(export_dir: str, inputs: dict[str, np.ndarray]) -> dict:
+    """What a serving client does: tf.saved_model.load and serving_default by input name, in a
+    process without tfps (the module's ``ServingClient``)."""
+    if "client" not in _client:
+        _client["client"] = ServingClient(_client["dir"])
+    return _client["client"].predict(export_dir, inputs)
 
 
 def export_variables(export_dir: str) -> dict[str, np.ndarray]:
@@ -137,7 +203,7 @@ def assert_moving_statistics_trained(export_dir: str) -> None:
 
 
 def assert_held_back_accuracy(job: FinishedJob, data: dict, at_least: float) -> float:
-    out = predict_in_fresh_process(job.results["export_dir"], {"measurements": data["held_x"]})
+    out = predict_in_a_client(job.results["export_dir"], {"measurements": data["held_x"]})
     assert out["inputs"] == ["measurements"]
     # Served with training=False: Dropout is off, so the same input gives the same output.
     assert out["same"] is True
@@ -260,7 +326,7 @@ def test_conv2d_keras_model_trains_on_npz_images(procs, tmp_path):
     assert_loss_fell(job, 2)
     assert "acc" in res["metrics"]    # the compiled SparseCategoricalAccuracy(name="acc")
     hx, hy = bars(400, 4)
-    out = predict_in_fresh_process(res["export_dir"], {"image": hx})
+    out = predict_in_a_client(res["export_dir"], {"image": hx})
     assert out["inputs"] == ["image"]
     assert set(out["outputs"]) == {"logits", "probabilities", "classes"}   # from_logits=True: softmax added
     acc = float((np.asarray(out["outputs"]["classes"]) == hy).mean())
@@ -286,7 +352,7 @@ def test_functional_model_with_named_inputs_trains_from_csv_columns(procs, tmp_p
     # Not compiled: tfps's defaults and a cross-entropy on the logits.
     assert job.proc.lines(r"worker0: optimizer adam \(tfps default\), learning_rate 0\.01 \(tfps default\)")
     hx, hy = people(500, 6)
-    out = predict_in_fresh_process(res["export_dir"], {"age": hx[:, :1], "income": hx[:, 1:2], "score": hx[:, 3:]})
+    out = predict_in_a_client(res["export_dir"], {"age": hx[:, :1], "income": hx[:, 1:2], "score": hx[:, 3:]})
     assert out["inputs"] == ["age", "income", "score"]
     acc = float((np.asarray(out["outputs"]["classes"]) == hy).mean())
     assert acc > 0.85, acc
@@ -360,7 +426,7 @@ def test_clipnorm_and_builder_arguments_are_honoured_as_model_fit_honours_them(p
     assert res["config"]["model_args"] == {"clipnorm": 0.02, "units": 48}
     assert clipped.proc.lines(r"worker0: optimizer sgd \(the model's compile\(\)\).*clipnorm 0\.02")
     assert export_variables(res["export_dir"])["hidden/kernel"].shape == (8, 48)
-    out = predict_in_fresh_process(res["export_dir"], {"measurements": hx})
+    out = predict_in_a_client(res["export_dir"], {"measurements": hx})
     acc = float((np.asarray(out["outputs"]["classes"]) == hy).mean())
     assert fit_acc > 0.8 and acc >= fit_acc - 0.08, (acc, fit_acc, fit_loss)
 
