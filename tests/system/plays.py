@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -106,6 +107,14 @@ class FinishedJob:
     logins: list = field(default_factory=list)     # (peer, user, password) of its AUTH logins
 
 
+def archive_image_id(archive: Path) -> str:
+    """The id of the image in a ``docker save`` archive (its manifest's config blob): the
+    image the hosts get, even where this machine's tag has moved on since (a rebuild)."""
+    with tarfile.open(archive) as tar:
+        config = json.load(tar.extractfile("manifest.json"))[0]["Config"]
+    return "sha256:" + config.rsplit("/", 1)[-1].removesuffix(".json")
+
+
 def deploy_finished_job(bare_metal, archive: Path, run_playbook, workdir: Path, smtp) -> FinishedJob:
     """deploy.yml -vvv of job "airgap" on fresh hosts, to its end, with:
 
@@ -119,8 +128,7 @@ def deploy_finished_job(bare_metal, archive: Path, run_playbook, workdir: Path, 
     """
     job = "airgap"
     bin_dir = Path(sys.executable).parent
-    image_id = subprocess.run(["docker", "image", "inspect", IMAGE, "--format", "{{.Id}}"], check=True,
-                              capture_output=True, text=True).stdout.strip()
+    image_id = archive_image_id(archive)
     host3 = bare_metal["host3"]
     host3.sh(f"tar -cf - --files-from /dev/null | docker import - {IMAGE}")   # an empty image under the tag
     stale = host3.sh(f"docker image inspect {IMAGE} --format '{{{{.Id}}}}'")[1].strip()
