@@ -11,6 +11,8 @@ they take about as long as one.
   walltime; its SavedModel loads and scores; one "succeeded" message arrives;
 - scancel of a running job (SIGTERM to every task at once, SIGKILL after KillWait) leaves
   the final checkpoint, a complete export, results.json "stopped" and one "stopped" message;
+- a chief that fails (its loss goes NaN) fails the job: FAILED with tfps's exit code 1, one
+  "FAILED" message;
 - bad input is refused in one line and nothing is submitted.
 """
 
@@ -57,9 +59,9 @@ def smtp(cluster):
         yield server
 
 
-def _submit(cluster, name: str, *args: str, env: str = "") -> str:
+def _submit(cluster, name: str, *args: str, env: str = "", layout: str = "--ps 1 --workers 2 --nodes 3") -> str:
     options = " ".join(shlex.quote(a) for a in args)
-    proc = cluster.run(f"{env} {shlex.quote(sys.executable)} -m tfps slurm --ps 1 --workers 2 --nodes 3 "
+    proc = cluster.run(f"{env} {shlex.quote(sys.executable)} -m tfps slurm {layout} "
                        f"--time {WALLTIME_MIN} --final_save_timeout 60 --run_name {name} "
                        f"--model_dir /shared/jobs/{name} --notify_config /shared/jobs/notify.txt "
                        f"--submit {options}")
@@ -172,3 +174,19 @@ def test_scancel_gives_the_final_save_and_a_stopped_job(cluster, jobs, smtp):
     time.sleep(1)
     subjects = _messages(smtp, "slurm-stop")
     assert len(subjects) == 1 and "stopped" in subjects[0], subjects
+
+
+def test_a_failed_chief_fails_the_job_with_its_exit_code(cluster, smtp):
+    # After the other jobs (they run first, in this file's order): its start-up would take the
+    # cores that the stopped job's final save needs within KillWait.
+    job = _submit(cluster, "slurm-fail", "--train_steps", "1000", "--model", "tests.fixtures.bad_models:nan_loss",
+                  env=f"PYTHONPATH={shlex.quote(str(REPO))}", layout="--ps 1 --workers 1 --nodes 2")
+    info = cluster.wait_state(job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, JOB_TIMEOUT)
+    output = cluster.read(f"/shared/jobs/slurm-fail.slurm/slurm-{job}.out")
+    assert (info["JobState"], info["ExitCode"]) == ("FAILED", "1:0"), output[-3000:]
+    assert "the chief exited with 1" in output
+    results = json.loads(_volume_path(cluster, "/shared/jobs/slurm-fail/results.json").read_text())
+    assert results["status"] == "failed" and "nan" in results["error"]["message"].lower()
+    assert wait_until(lambda: _messages(smtp, "slurm-fail"), timeout=30)
+    subjects = _messages(smtp, "slurm-fail")
+    assert len(subjects) == 1 and "FAILED" in subjects[0], subjects
