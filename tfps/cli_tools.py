@@ -9,7 +9,7 @@ import platform
 import shlex
 from importlib import metadata
 
-from tfps import __version__
+from tfps import __version__, compat
 from tfps.errors import ConfigError
 
 #: The examples at the end of each command's --help (2-3 each, as people type them).
@@ -92,7 +92,7 @@ def versions() -> str:
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     """dest -> action of every option the parser takes (the names a job file may use)."""
-    return {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help", "config")}
+    return {a.dest: a for a in compat.parser_actions(parser) if a.option_strings and a.dest not in ("help", "config")}
 
 
 def load_job_file(path: str) -> dict:
@@ -124,7 +124,7 @@ def expand_config(argv: list[str], parser: argparse.ArgumentParser) -> list[str]
         return argv
     cut = argv.index("--") if "--" in argv else len(argv)
     head, tail = argv[:cut], argv[cut:]
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    commands = compat.subcommands(parser)
     command = next((a for a in head if a in CONFIG_COMMANDS and a in commands), None)
     out, path = [], None
     i = 0
@@ -179,11 +179,12 @@ def expand_config(argv: list[str], parser: argparse.ArgumentParser) -> list[str]
 def completion(shell: str, parser: argparse.ArgumentParser) -> str:
     """A bash or zsh completion script for ``tfps``, generated from the parser: commands,
     and each command's options (dashed names)."""
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    top = sorted(o for a in parser._actions for o in a.option_strings)
-    commands = sorted(n for n in sub.choices if "_" not in n)
+    choices = compat.subcommands(parser)
+    top = sorted(o for a in compat.parser_actions(parser) for o in a.option_strings)
+    commands = sorted(n for n in choices if "_" not in n)
     per = {n: sorted({o.replace("_", "-") if o.startswith("--") else o
-                      for a in p._actions for o in a.option_strings}) for n, p in sub.choices.items() if "_" not in n}
+                      for a in compat.parser_actions(p) for o in a.option_strings})
+           for n, p in choices.items() if "_" not in n}
     cases = "\n".join(f"        {n}) opts={shlex.quote(' '.join(per[n]))} ;;" for n in commands)
     body = f"""_tfps() {{
     local cur cmd opts w

@@ -181,6 +181,20 @@ _CHECKPOINT_MANAGEMENT = "tensorflow.python.checkpoint.checkpoint_management"
 GLOB_SPECIAL = "*?[]\\"
 
 
+def parser_actions(parser) -> list:
+    """Every action (option, positional, subcommand group) of an ``argparse`` parser, in
+    order: argparse keeps them in ``_actions`` and has no public way to list them."""
+    return list(parser._actions)
+
+
+def subcommands(parser) -> dict:
+    """Command name -> sub-parser of an ``argparse`` parser's ``add_subparsers()`` group
+    (aliases included), {} when it has none."""
+    import argparse
+    return {name: sub for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+            for name, sub in a.choices.items()}
+
+
 def escape_glob_directory(pattern: str) -> str:
     """``pattern`` with its directory taken literally (``exp[lr=0.01]/model.ckpt-1.data-?????`` ->
     ``exp\\[lr=0.01\\]/model.ckpt-1.data-?????``): its last part keeps TensorFlow's own wildcards."""

@@ -15,6 +15,7 @@ import os
 import re
 import unicodedata
 
+from tfps import compat
 from tfps.errors import ConfigError
 
 # Re-exported: compose generation and the tests read these from tfps.config.
@@ -311,16 +312,15 @@ class ArgumentParser(argparse.ArgumentParser):
     def option_names(self) -> set[str]:
         """Every long option of this parser and of its subcommands, as typed after normalize_argv."""
         names: set[str] = set()
-        for action in self._actions:
+        for action in compat.parser_actions(self):
             names.update(o for o in action.option_strings if o.startswith("--"))
-            if isinstance(action, argparse._SubParsersAction):
-                for sub in action.choices.values():
-                    if isinstance(sub, ArgumentParser):
-                        names |= sub.option_names()
+        for sub in compat.subcommands(self).values():
+            if isinstance(sub, ArgumentParser):
+                names |= sub.option_names()
         return names
 
     def commands(self) -> list[str]:
-        return [name for a in self._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices]
+        return list(compat.subcommands(self))
 
     def error(self, message: str):   # noqa: D102 - argparse's hook
         field, sep, rest = message.partition(": ")
@@ -340,9 +340,9 @@ class ArgumentParser(argparse.ArgumentParser):
         unknown = re.search(r"unrecognized arguments: (--?[\w-]+)", message)
         if unknown:
             scope = self
-            for action in self._actions:   # the options of the command given (main sets .command)
-                if isinstance(action, argparse._SubParsersAction) and getattr(self, "command", None) in action.choices:
-                    scope = action.choices[self.command]
+            given = compat.subcommands(self).get(getattr(self, "command", None))
+            if given is not None:   # the options of the command given (main sets .command)
+                scope = given
             word, choices = unknown.group(1).split("=")[0], sorted(scope.option_names())
         else:
             choice = re.search(r"invalid choice: '([^']+)'", message)

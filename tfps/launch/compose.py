@@ -49,6 +49,7 @@ import sys
 import tempfile
 import unicodedata
 
+from tfps import compat
 from tfps.cluster import Launch, Plan, Task, local_plan
 from tfps.cluster import gpu as gpu_ids
 from tfps.cluster.plan import DATA_MOUNT, DEFAULT_BASE_PORT, DEFAULT_PIDS_LIMIT, NOTIFY_CONFIG_MOUNT, USER_MODEL_MOUNT
@@ -211,7 +212,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_options(parser)
     # A URL on a command line would end up in the file, readable by everyone: refused
     # (--notify_urls_file instead), so not offered in the help either.
-    next(a for a in parser._actions if a.dest == "notify").help = argparse.SUPPRESS
+    next(a for a in compat.parser_actions(parser) if a.dest == "notify").help = argparse.SUPPRESS
     # Checkpoints and results live on the named volume.
     parser.set_defaults(model_dir=MODEL_DIR)
 

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import sys
 
-from tfps import timeouts
+from tfps import compat, timeouts
 from tfps.config import add_replace_option, add_run_options, from_args
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
@@ -59,7 +59,7 @@ def run_argv(ns: argparse.Namespace, overrides: dict[str, str]) -> list[str]:
     add_run_options(template)
     add_replace_option(template)
     argv: list[str] = []
-    for action in template._actions:
+    for action in compat.parser_actions(template):
         if not action.option_strings:
             continue
         flag = next(s for s in action.option_strings if s.startswith("--"))
