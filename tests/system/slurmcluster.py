@@ -122,7 +122,10 @@ class SlurmCluster:
             "SelectTypeParameters=CR_Core",
             "MpiDefault=none",
             "ReturnToService=2",
-            "KillWait=30",
+            # Slurm's default is 30 s: room for a final save on a quiet node, not always on a
+            # 2-core machine running other test suites beside this cluster. A site whose saves
+            # take longer raises it, or stops with scancel --signal=TERM (docs/slurm.md).
+            "KillWait=90",
             "MinJobAge=3600",
             "SlurmctldLogFile=/var/log/slurm/slurmctld.log",
             "SlurmdLogFile=/var/log/slurm/slurmd.log",

@@ -169,7 +169,7 @@ def test_scancel_gives_the_final_save_and_a_stopped_job(cluster, jobs, smtp):
     assert (model_dir / f"model.ckpt-{step}.index").exists(), sorted(p.name for p in model_dir.iterdir())
     assert (model_dir / "export" / "tfps_export.json").exists()   # the export's completion marker
     print(f"\nSlurm job {job}: scancel; results.json 'stopped' at step {step} "
-          f"{results_path.stat().st_mtime - cancelled_at:.1f} s after it (KillWait 30 s)")
+          f"{results_path.stat().st_mtime - cancelled_at:.1f} s after it (KillWait 90 s)")
     assert wait_until(lambda: _messages(smtp, "slurm-stop"), timeout=30)
     time.sleep(1)
     subjects = _messages(smtp, "slurm-stop")
