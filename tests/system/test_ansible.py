@@ -128,6 +128,7 @@ def test_deploy_trains_a_job_from_the_image_archive(bare_metal, finished_job):
 
 
 @pytest.mark.system
+@pytest.mark.timeout(1800)   # six plays over one job; a loaded CI machine can take past 900 s
 def test_rerun_changes_nothing_and_stop_saves(bare_metal, image_archive, network_smtp_server, run_playbook,
                                               paced_model_dir, tmp_path):
     """deploy.yml again while the job runs changes nothing, and so does --check --diff (which
