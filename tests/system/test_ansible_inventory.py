@@ -8,11 +8,47 @@ INI inventory and ``-e`` work as they do for any Ansible play.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from plays import IMAGE, assert_ok, no_containers_anywhere, play_vars, recap
+
+REPO = Path(__file__).resolve().parents[2]
+SITE = next(p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())
+
+
+@pytest.fixture(scope="module")
+def installed_tfps(tmp_path_factory) -> Path:
+    """The ``tfps`` command of the wheel ``pip wheel .`` builds, installed in a fresh venv
+    outside the checkout (TensorFlow and ansible-core reached through a .pth file to this
+    venv's site-packages, not downloaded again; tfps itself is the wheel's copy)."""
+    base = tmp_path_factory.mktemp("wheel")
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w",
+                            str(base / "dist")], capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (next((venv / "lib").glob("python3*/site-packages")) / "project-venv.pth").write_text(SITE + "\n")
+    install = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
+                              "--disable-pip-version-check", str(next((base / "dist").glob("tfps-*.whl")))],
+                             capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr
+    return venv / "bin" / "tfps"
+
+
+def wheel_tfps(tfps: Path, workdir: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """The installed ``tfps`` run from an empty directory, away from the checkout. The
+    collections are the ones this suite installed (ANSIBLE_COLLECTIONS_PATH, which tfps
+    honours), so nothing is downloaded."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ANSIBLE_CONFIG")}
+    env.update(ANSIBLE_COLLECTIONS_PATH=str(REPO / "tfps" / "ansible" / "collections"),
+               ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
+    return subprocess.run([str(tfps), *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def ini_inventory(bare_metal, path: Path, job: str, archive: Path, steps: int) -> Path:
@@ -50,15 +86,21 @@ def ini_inventory(bare_metal, path: Path, job: str, archive: Path, steps: int) -
 
 
 @pytest.mark.system
-def test_ini_inventory_deploys_and_extra_vars_reach_the_tasks(bare_metal, image_archive, run_playbook,
+def test_ini_inventory_deploys_and_extra_vars_reach_the_tasks(bare_metal, image_archive, installed_tfps,
                                                                 tmp_path):
-    """deploy.yml with an INI inventory: the plan comes from the play (worker1 on host3's
-    own tfps_base_port 2230), and -e tfps_train_steps beats group_vars/all."""
+    """``tfps deploy`` of the installed wheel, from an empty directory, with an INI
+    inventory: the plan comes from the play (worker1 on host3's own tfps_base_port 2230), and
+    -e tfps_train_steps beats group_vars/all. Then the wheel's ``tfps jobs`` sees the finished
+    job, and its ``tfps cleanup`` removes its containers and files from every host."""
     job = "ini"
     inventory = ini_inventory(bare_metal, tmp_path / "inventory" / "hosts.ini", job, image_archive, steps=300)
-    result = run_playbook("deploy.yml", inventory, {**play_vars(tmp_path), "tfps_train_steps": 120})
-    assert_ok(result, "deploy.yml with an INI inventory")
-    assert re.search(r"worker1\s+host3\s+\S+:2230", result.output), result.output[-4000:]
+    extra = tmp_path / "extra.json"
+    extra.write_text(json.dumps({**play_vars(tmp_path), "tfps_train_steps": 120, "tfps_remove_containers": False}))
+    empty = tmp_path / "empty"
+    deploy = wheel_tfps(installed_tfps, empty, "deploy", "-i", str(inventory), "-e", f"@{extra}")
+    output = deploy.stdout + deploy.stderr
+    assert deploy.returncode == 0, output[-6000:]
+    assert re.search(r"worker1\s+host3\s+\S+:2230", output), output[-4000:]
     results = json.loads((tmp_path / "results" / "latest" / "results.json").read_text())
     assert results["status"] == "succeeded"
     # -e reached the tfps: the job ended at 120, not at group_vars/all's 300.
@@ -66,7 +108,19 @@ def test_ini_inventory_deploys_and_extra_vars_reach_the_tasks(bare_metal, image_
     assert 120 <= results["global_step"] < 300
     assert results["export_complete"] is True
     assert bare_metal["host2"].exists(f"/srv/tfps/{job}/export/saved_model.pb")
+    assert bare_metal["host2"].containers(f"tfps.job={job}")   # kept (tfps_remove_containers false)
+
+    jobs = wheel_tfps(installed_tfps, empty, "jobs", "-i", str(inventory), timeout=300)
+    assert jobs.returncode == 0, jobs.stdout + jobs.stderr
+    row = next((line for line in jobs.stdout.splitlines() if line.split()[:1] == [job]), None)
+    assert row is not None and f"/{results['train_steps']}" in row, jobs.stdout
+
+    assert bare_metal["host2"].exists(f"/var/lib/tfps/{job}")   # the job's own files on its hosts
+    cleanup = wheel_tfps(installed_tfps, empty, "cleanup", "-i", str(inventory), timeout=600)
+    assert cleanup.returncode == 0, (cleanup.stdout + cleanup.stderr)[-4000:]
     no_containers_anywhere(bare_metal, job)
+    assert not bare_metal["host2"].exists(f"/var/lib/tfps/{job}")
+    assert list(empty.iterdir()) == []   # nothing written where it ran
 
 
 @pytest.mark.system
