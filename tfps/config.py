@@ -34,6 +34,12 @@ BUILTIN_MODELS = ("linear", "mlp", "cnn", "wide_deep")
 #: Every optimizer tfps trains with (``--optimizer``): the one list of their names, which
 #: tfps.task.optimizers maps to ``tf.compat.v1.train`` classes.
 OPTIMIZERS = ("sgd", "adam", "adagrad", "ftrl")
+#: How wide_deep (and a model_fn that reads params.embedding) keeps its id embeddings
+#: (``--embedding``): a fixed number of shared hash buckets, or a row per admitted id
+#: (tfps.layers.DynamicEmbedding).
+EMBEDDINGS = ("hashed", "dynamic")
+#: The built-in models that have id tables, the only ones --embedding changes.
+EMBEDDING_MODELS = ("wide_deep",)
 #: Used when neither the command line nor a Keras model's compile() chooses
 #: (``tfps.task.setup.choose_optimizer``); RunConfig keeps None for "not given".
 DEFAULT_OPTIMIZER = "adam"
@@ -57,6 +63,8 @@ NUMERIC_LIMITS = {
     "learning_rate": (MAX_LEARNING_RATE, "TensorFlow trains in 32-bit floats"),
     "partition_mb": (MAX_PARTITION_MB, "its size in bytes must be a 64-bit integer"),
     "tf_threads": (MAX_TF_THREADS, "TensorFlow counts threads in 32-bit integers"),
+    **{f: (MAX_INT64_FLAG, "TensorFlow counts in 64-bit integers")
+       for f in ("min_count", "steps_to_live", "expected_ids")},
     **{f: (MAX_SECONDS, "a longer wait is never (about 31 years)")
        for f in ("sync_timeout", "startup_timeout", "final_save_timeout", "notify_every", "stall_timeout")},
 }
@@ -144,6 +152,10 @@ class RunConfig:
     partition_mb: float = 64.0      # variables above this are split over every ps (tfps.task.placement)
     hash_buckets: int = 1 << 20     # wide_deep: rows of its shared id tables
     embedding_dim: int = 16         # wide_deep: embedding width
+    embedding: str = "hashed"       # wide_deep: "hashed" buckets or "dynamic" rows per id (EMBEDDINGS)
+    min_count: int = 1              # dynamic: times an id is seen before it gets its own row
+    steps_to_live: int = 0          # dynamic: free the rows of ids not seen for N global steps; 0 never
+    expected_ids: int = 0           # dynamic: live ids expected per table (the memory plan); 0 unknown
 
     # ------------------------------------------------------------------ derived
     @property
@@ -190,6 +202,7 @@ class RunConfig:
         positive("partition_mb", self.partition_mb, float)
         positive("hash_buckets", self.hash_buckets)
         positive("embedding_dim", self.embedding_dim)
+        self._check_embedding()
         if self.replicas_to_aggregate is not None and not self.sync_replicas:
             raise ConfigError("is used only by synchronous training; add --sync_replicas, or drop "
                               "--replicas_to_aggregate", "replicas_to_aggregate")
@@ -253,6 +266,28 @@ class RunConfig:
         if self.run_name is not None:
             check_run_name(self.run_name)
         return self
+
+    def _check_embedding(self) -> None:
+        """--embedding and the dynamic table's options: one line each for what to change."""
+        if self.embedding not in EMBEDDINGS:
+            raise ConfigError(f"unknown embedding {self.embedding!r}; use hashed (shared hash buckets) or dynamic "
+                              "(a row per id, with admission and eviction)", "embedding")
+        for field, least, what in (("min_count", 1, "the times an id is seen before it gets its own row, 1 or more"),
+                                   ("steps_to_live", 0, "global steps, 0 to never evict"),
+                                   ("expected_ids", 0, "live ids per table, 0 when unknown")):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(f"must be a whole number of {what}; got {value!r}", field)
+        builtin = ":" not in self.model
+        if self.embedding == "dynamic" and builtin and self.model not in EMBEDDING_MODELS:
+            raise ConfigError(f"the built-in model {self.model} has no id tables; --embedding dynamic is for "
+                              f"{', '.join(EMBEDDING_MODELS)} or your own model (tfps.layers.DynamicEmbedding)",
+                              "embedding")
+        if self.embedding == "hashed" and builtin:
+            for field in ("min_count", "steps_to_live", "expected_ids"):
+                if getattr(self, field) != getattr(RunConfig, field):
+                    raise ConfigError(f"is an option of dynamic tables; add --embedding dynamic, or drop "
+                                      f"--{field}", field)
 
     # ------------------------------------------------------------ command line
     def to_args(self) -> list[str]:
@@ -373,6 +408,19 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                    help="wide_deep: rows of the shared tables its text ids are hashed into (default %(default)s)")
     g.add_argument("--embedding_dim", type=int, default=d.embedding_dim,
                    help="wide_deep: width of each id's embedding (default %(default)s)")
+    g.add_argument("--embedding", default=d.embedding, metavar="{hashed,dynamic}",
+                   help="wide_deep: hashed shares --hash_buckets rows among all ids (fixed memory, collisions); "
+                        "dynamic gives each admitted id its own row on the ps that owns it, freed when unseen "
+                        "for --steps_to_live steps (default %(default)s)")
+    g.add_argument("--min_count", type=int, default=d.min_count, metavar="N",
+                   help="dynamic: times an id must be seen before it gets its own row; until then it reads "
+                        "the default row (default %(default)s)")
+    g.add_argument("--steps_to_live", type=int, default=d.steps_to_live, metavar="STEPS",
+                   help="dynamic: free the rows (and optimizer slots) of ids not seen for STEPS global steps; "
+                        "0 never frees them (default %(default)s)")
+    g.add_argument("--expected_ids", type=int, default=d.expected_ids, metavar="N",
+                   help="dynamic: live ids expected per table, for the memory plan printed per ps "
+                        "(tfps plan, tfps local); 0 when unknown (default %(default)s)")
     g = parser.add_argument_group("training")
     g.add_argument("--train_steps", type=int, default=d.train_steps, help="global steps to train (default %(default)s)")
     g.add_argument("--batch_size", type=int, default=d.batch_size,

@@ -31,6 +31,12 @@ class ModelParams:
     embedding_dim: int = 16         # wide_deep's embedding width (--embedding_dim)
     #: --model_arg KEY=VALUE pairs: keyword arguments of a Keras builder; a model_fn reads them here
     model_args: dict = dataclasses.field(default_factory=dict)
+    #: "hashed" (hash_buckets shared rows) or "dynamic" (tfps.layers.DynamicEmbedding: a row
+    #: per admitted id) (--embedding), and the dynamic tables' options:
+    embedding: str = "hashed"
+    min_count: int = 1              # times an id is seen before it gets its own row (--min_count)
+    steps_to_live: int = 0          # free rows of ids unseen for N global steps; 0 never (--steps_to_live)
+    expected_ids: int = 0           # live ids expected per table; 0 unknown (--expected_ids)
 
     def __getitem__(self, key: str) -> Any:   # params["num_classes"] works too
         return getattr(self, key)

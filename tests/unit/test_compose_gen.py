@@ -204,6 +204,15 @@ def test_command_is_run_with_the_job_settings_and_model_dir_on_the_volume():
     assert ns.command == "run" and ns.train_steps == 500 and ns.sync_replicas is True and ns.restarts == 3
 
 
+def test_a_dynamic_tables_settings_reach_every_tasks_command():
+    command = load("--model", "wide_deep", "--embedding", "dynamic", "--min-count", "2", "--steps-to-live", "500",
+                   "--expected_ids", "80000")["x-tfps-task"]["command"]
+    for arg in ("--embedding=dynamic", "--min_count=2", "--steps_to_live=500", "--expected_ids=80000"):
+        assert arg in command
+    ns = cli.build_parser().parse_args(command)
+    assert (ns.embedding, ns.min_count, ns.steps_to_live, ns.expected_ids) == ("dynamic", 2, 500, 80000)
+
+
 def url_file(tmp_path: Path, uid: int = compose.UID, mode: int = 0o400) -> Path:
     path = tmp_path / "notify_urls"
     path.write_text("mailto://user:hunter2222@example.com\n")

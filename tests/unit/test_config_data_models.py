@@ -64,10 +64,34 @@ def test_defaults_are_valid():
     ("hash_buckets", 0, "positive"),
     ("embedding_dim", -1, "positive"),
     ("partition_mb", 0, "positive"),
+    ("embedding", "sparse", "use hashed"),
+    ("min_count", 3, "add --embedding dynamic, or drop --min_count"),
+    ("steps_to_live", 100, "add --embedding dynamic"),
 ])
 def test_bad_run_option_names_its_field(field, value, words):
     msg = refused(field, RunConfig(**{field: value}).validate)
     assert words in msg
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("min_count", 0, "1 or more"),
+    ("steps_to_live", -1, "0 to never evict"),
+    ("expected_ids", -5, "0 when unknown"),
+    ("expected_ids", 2**63, "64-bit"),
+    ("min_count", 2.5, "whole number"),
+])
+def test_bad_dynamic_table_option_names_its_field(field, value, words):
+    cfg = RunConfig(model="wide_deep", embedding="dynamic", **{field: value})
+    assert words in refused(field, cfg.validate)
+
+
+def test_dynamic_tables_are_for_wide_deep_or_your_own_model():
+    assert "the built-in model mlp has no id tables" in \
+        refused("embedding", RunConfig(model="mlp", embedding="dynamic").validate)
+    cfg = RunConfig(model="wide_deep", embedding="dynamic", min_count=3, steps_to_live=100, expected_ids=10**6)
+    assert cfg.validate().to_args() == ["--model=wide_deep", "--embedding=dynamic", "--min_count=3",
+                                        "--steps_to_live=100", "--expected_ids=1000000"]
+    RunConfig(model="my.models:build", embedding="dynamic", steps_to_live=100).validate()
 
 
 def test_replicas_above_the_workers_are_refused_before_start():

@@ -10,7 +10,7 @@ import yaml
 
 from tfps import cli
 from tfps.cluster import settings
-from tfps.cluster.variables import DEFINING_VARS, RUN_FIELDS
+from tfps.cluster.variables import DEFINING_VARS, OMITTED_VARS, RUN_FIELDS
 from tfps.config import RunConfig
 from tfps.errors import ConfigError
 
@@ -29,7 +29,7 @@ def refusal(model_dir, current: dict, replace: bool = False) -> str:
 def test_what_defines_a_job_follows_the_roles_defining_variables_and_adds_the_layout():
     job = defined(model="mlp", batch_size=32, learning_rate=0.1, optimizer="sgd")
     for var in DEFINING_VARS:
-        if var in RUN_FIELDS and var != "tfps_model_dir":
+        if var in RUN_FIELDS and var != "tfps_model_dir" and var not in OMITTED_VARS:
             assert RUN_FIELDS[var] in job, var
     assert job["train_steps"] == 20 and job["batch_size"] == 32 and job["learning_rate"] == 0.1
     assert job["optimizer"] == "sgd" and job["sync_replicas"] is False and job["hidden_units"] == "64,32"
@@ -41,6 +41,11 @@ def test_what_defines_a_job_follows_the_roles_defining_variables_and_adds_the_la
         assert name not in job, name
     # The tables' shapes count for the model that has them only.
     assert "hash_buckets" not in job and defined(model="wide_deep")["hash_buckets"] == 1 << 20
+    # A hashed table records no embedding settings, as before tfps had them; a dynamic one does.
+    assert not set(settings.OMITTED_AT_DEFAULT) & set(defined(model="wide_deep"))
+    dynamic = defined(model="wide_deep", embedding="dynamic", min_count=2, steps_to_live=500, expected_ids=10)
+    assert (dynamic["embedding"], dynamic["min_count"], dynamic["steps_to_live"]) == ("dynamic", 2, 500)
+    assert "expected_ids" not in dynamic   # a hint for the memory plan, free to change
     # JSON values: what the record holds reads back equal.
     with_args = defined(model="m:f", model_args={"units": 4})
     assert json.loads(json.dumps(with_args)) == with_args
@@ -107,6 +112,19 @@ def test_another_model_is_refused_even_with_replace(tmp_path):
         assert "add --replace" not in text
 
 
+def test_a_hashed_table_that_becomes_dynamic_is_another_model(tmp_path):
+    """Its checkpoint holds bucket rows, not id rows: refused even with --replace; the dynamic
+    table's options may change with --replace (its rows stay what they are)."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    settings.record(str(model_dir), defined(model="wide_deep"))
+    text = refusal(model_dir, defined(model="wide_deep", embedding="dynamic"), replace=True)
+    assert 'embedding: null -> "dynamic"' in text and "not even with --replace" in text, text
+    settings.record(str(model_dir), defined(model="wide_deep", embedding="dynamic"))
+    assert settings.check(str(model_dir), defined(model="wide_deep", embedding="dynamic", steps_to_live=100),
+                          replace=True) == ["steps_to_live: null -> 100"]
+
+
 def test_tfps_local_refuses_replace_with_a_script(tmp_path, capsys):
     script = tmp_path / "train.py"
     script.write_text("")
@@ -136,3 +154,20 @@ def test_the_roles_chief_records_without_refusing_and_its_failure_message_takes_
     assert "--replace" in launch.run_args
     ns = cli.build_parser().parse_args(["notify-failure", "--reason", "x", *launch.run_args])
     assert ns.train_steps == 77
+
+
+def test_the_roles_dynamic_table_variables_become_run_flags_and_define_the_job():
+    from tfps.cluster.variables import launch_from_vars
+    _, launch = launch_from_vars({"tfps_model": "wide_deep", "tfps_embedding": "dynamic", "tfps_min_count": "2",
+                                  "tfps_steps_to_live": 500, "tfps_expected_ids": 1000})
+    for arg in ("--embedding=dynamic", "--min_count=2", "--steps_to_live=500", "--expected_ids=1000"):
+        assert arg in launch.run_args
+    assert launch.extra["settings"]["tfps_steps_to_live"] == 500
+    # At their defaults (a hashed table) they are neither flags nor recorded: older labels compare equal.
+    _, hashed = launch_from_vars({"tfps_model": "wide_deep", "tfps_embedding": "hashed", "tfps_min_count": 1,
+                                  "tfps_steps_to_live": 0, "tfps_expected_ids": 0})
+    assert not any("embedding" in a or "count" in a or "live" in a for a in hashed.run_args)
+    assert not set(hashed.extra["settings"]) & {"tfps_embedding", "tfps_min_count", "tfps_steps_to_live"}
+    with pytest.raises(ConfigError) as info:
+        launch_from_vars({"tfps_model": "mlp", "tfps_embedding": "dynamic"})
+    assert info.value.field == "tfps_embedding" and "has no id tables" in str(info.value)

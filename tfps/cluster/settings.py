@@ -22,7 +22,7 @@ import json
 import os
 
 from tfps import models
-from tfps.cluster.variables import DEFINING_VARS, RUN_FIELDS
+from tfps.cluster.variables import DEFINING_VARS, OMITTED_VARS, RUN_FIELDS
 from tfps.config import RunConfig
 from tfps.errors import ConfigError
 from tfps.jsonfile import now_iso, read_json, write_json_atomic
@@ -38,7 +38,10 @@ FIELDS = tuple(RUN_FIELDS[v] for v in DEFINING_VARS if v in RUN_FIELDS and v != 
     "num_classes", "hidden_units", "hash_buckets", "embedding_dim")
 #: Settings whose change makes another model, whose checkpoint cannot be continued (the run
 #: identity of model_dir, ``JobSetup.identity``, refuses them too): no ``--replace`` for them.
-MODEL_SHAPE = ("model", "model_args", "hidden_units", "hash_buckets", "embedding_dim")
+MODEL_SHAPE = ("model", "model_args", "hidden_units", "hash_buckets", "embedding_dim", "embedding")
+#: Settings left out of the record while they hold their default (a hashed table), so that
+#: the record of a job started before tfps had them compares equal.
+OMITTED_AT_DEFAULT = tuple(RUN_FIELDS[v] for v in OMITTED_VARS)
 
 
 def job_settings(cfg: RunConfig, num_ps: int, num_workers: int) -> dict:
@@ -47,6 +50,9 @@ def job_settings(cfg: RunConfig, num_ps: int, num_workers: int) -> dict:
     out = {name: getattr(cfg, name) for name in FIELDS}
     if cfg.model not in models.NAMED_COLUMNS:   # only those models have tables of these shapes
         del out["hash_buckets"], out["embedding_dim"]
+    for name in OMITTED_AT_DEFAULT:
+        if out.get(name) == getattr(RunConfig, name):
+            del out[name]
     out.update(ps=int(num_ps), workers=int(num_workers))
     return json.loads(json.dumps(out))
 

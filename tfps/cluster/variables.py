@@ -63,6 +63,10 @@ RUN_FIELDS = {
     "tfps_stall_timeout": "stall_timeout",
     "tfps_model_dir": "model_dir",
     "tfps_export_dir": "export_dir",
+    "tfps_embedding": "embedding",
+    "tfps_min_count": "min_count",
+    "tfps_steps_to_live": "steps_to_live",
+    "tfps_expected_ids": "expected_ids",
 }
 #: Other job settings that change how tasks start.
 LAUNCH_VARS = ("tfps_extra_args", "tfps_script", "tfps_script_args", "tfps_notify_config", "tfps_data_src")
@@ -74,7 +78,11 @@ JOB_VARS = tuple(RUN_FIELDS) + LAUNCH_VARS
 DEFINING_VARS = ("tfps_model", "tfps_model_args", "tfps_train_data", "tfps_eval_data", "tfps_label_column",
                  "tfps_train_steps", "tfps_batch_size", "tfps_learning_rate", "tfps_optimizer", "tfps_sync_replicas",
                  "tfps_replicas_to_aggregate", "tfps_backup_workers", "tfps_model_dir", "tfps_extra_args",
-                 "tfps_script", "tfps_script_args", "tfps_data_src")
+                 "tfps_script", "tfps_script_args", "tfps_data_src", "tfps_embedding", "tfps_min_count",
+                 "tfps_steps_to_live")
+#: Defining settings left out of the record while they hold their default (a hashed table),
+#: so that the record of a job started before tfps had them compares equal.
+OMITTED_VARS = ("tfps_embedding", "tfps_min_count", "tfps_steps_to_live")
 
 
 @functools.lru_cache(maxsize=1)
@@ -143,7 +151,8 @@ def launch_from_vars(variables: Mapping[str, Any], where: str = "the job") -> tu
     run_args = tuple(cfg.to_args() + ["--replace"] + extra)
     settings = {var: getattr(cfg, RUN_FIELDS[var]) if var in RUN_FIELDS else variables.get(var)
                 for var in DEFINING_VARS}
-    settings = {k: (None if _blank(v) else v) for k, v in settings.items()}
+    settings = {k: (None if _blank(v) else v) for k, v in settings.items()
+                if not (k in OMITTED_VARS and v == getattr(RunConfig, RUN_FIELDS[k]))}
     launch = Launch(
         name=cfg.name,
         run_args=run_args,

@@ -53,7 +53,7 @@ class JobSetup:
             if cfg.model_args:
                 raise ConfigError(f"the built-in model {cfg.model} takes no builder arguments "
                                   f"({', '.join(cfg.model_args)}); its options are flags (--hidden_units, "
-                                  "--hash_buckets, --embedding_dim)", "model_args")
+                                  "--hash_buckets, --embedding_dim, --embedding)", "model_args")
             if self.schema.string_columns and cfg.model not in models.NAMED_COLUMNS:
                 raise ConfigError(f"the data has text columns {self.schema.describe_text()}, and the "
                                   f"built-in model {cfg.model} takes numbers only; use a Keras model with one "
@@ -64,7 +64,8 @@ class JobSetup:
             self.model_fn = models.NamedColumns(self.model_fn, columns)
         self.params = models.ModelParams(self.schema.feature_shape, self.schema.num_classes,
                                          tuple(cfg.hidden), cfg.learning_rate or 0.0, cfg.seed, columns,
-                                         cfg.hash_buckets, cfg.embedding_dim, dict(cfg.model_args or {}))
+                                         cfg.hash_buckets, cfg.embedding_dim, dict(cfg.model_args or {}),
+                                         cfg.embedding, cfg.min_count, cfg.steps_to_live, cfg.expected_ids)
         self.bound = False
         if bind:
             self.bind()
@@ -127,6 +128,8 @@ class JobSetup:
             ident["model_args"] = dict(c.model_args)
         if c.model in models.NAMED_COLUMNS:   # the shapes of its tables
             ident.update(hash_buckets=c.hash_buckets, embedding_dim=c.embedding_dim)
+        if c.embedding != "hashed":   # another kind of table (absent when hashed: older records match)
+            ident["embedding"] = c.embedding
         return ident
 
 
