@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 TF_KERAS ?= 'tf_keras==2.21.*'
 TF_CPU ?= 'tensorflow-cpu==2.21.*'
 
-.PHONY: install demo test lint unit docker image collections compose-files compose-demo bench clean
+.PHONY: install demo test lint unit docker image collections galaxy compose-files compose-demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ compose-demo: image
 # Ansible collections pinned in ansible/requirements.yml, unpacked into ansible/collections.
 collections: install
 	bash .ci/ansible-collections.sh
+
+# The role and playbooks as the Ansible collection tfps.tfps (dist/tfps-tfps-<version>.tar.gz),
+# assembled from tfps/ansible: galaxy/galaxy.yml, galaxy/build.py.
+galaxy: install
+	$(VENV)/bin/python galaxy/build.py dist
 
 # Lint first: the configuration is [tool.ruff] in pyproject.toml.
 lint: install
