@@ -24,6 +24,8 @@ from tfps.launch.tasks import die_with_parent
 
 log = logging.getLogger("tfps")
 
+#: The graph collection of the dynamic tables a model built (tfps.layers.dynamic_embedding.COLLECTION).
+DYNAMIC_TABLES = "tfps_dynamic_tables"
 #: How long an estimate may take (TensorFlow's import and one graph of the model).
 ESTIMATE_TIMEOUT_SECS = 300
 
@@ -45,7 +47,7 @@ def estimate_memory(job, num_ps: int, num_workers: int = 1):
     from tfps.cluster.spec import ClusterSpec, TaskRef
     from tfps.task import import_tensorflow
     from tfps.task.lifecycle import StopSignal
-    from tfps.task.placement import MemoryEstimate
+    from tfps.task.placement import DynamicBudget, MemoryEstimate
     from tfps.task.setup import JobSetup
     from tfps.task.worker import Worker
     tf = import_tensorflow()
@@ -59,8 +61,11 @@ def estimate_memory(job, num_ps: int, num_workers: int = 1):
         cluster = ClusterSpec(tuple(f"127.0.0.1:{1 + i}" for i in range(num_ps)),
                               tuple(f"127.0.0.1:{1 + num_ps + i}" for i in range(max(num_workers, 1))))
         worker = Worker(TaskRef(cluster, "worker", 0), setup.cfg, StopSignal())
-        worker.build(setup)
-    return MemoryEstimate.of(worker.balancer, setup.optimizer)
+        built = worker.build(setup)
+    graph = built[0] if isinstance(built, tuple) and isinstance(built[0], tf.Graph) else None
+    tables = graph.get_collection(DYNAMIC_TABLES) if graph is not None else []
+    budgets = tuple(DynamicBudget.of_table(t, setup.optimizer, num_ps, setup.cfg.expected_ids) for t in tables)
+    return MemoryEstimate.of(worker.balancer, setup.optimizer, budgets)
 
 
 def estimate_shares(job, num_ps: int) -> dict[str, float]:

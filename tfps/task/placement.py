@@ -192,6 +192,57 @@ def fmt_size(mb: float) -> str:
     return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{fmt_mb(round(mb, 2))} MB"
 
 
+#: Bytes a ``MutableHashTable`` int64 -> int64 takes per entry on a ps (TensorFlow 2.21, the
+#: RSS of one process before and after inserting random keys): 40-48 once built (0.6-3 M
+#: entries), 53-55 at its peak while it grows its buckets; the plan takes the peak.
+HASH_TABLE_BYTES_PER_ID = 56
+#: A dynamic table's own bookkeeping per row (tfps.layers.dynamic_embedding): the row's key,
+#: its last-seen step and its place in the free list, an int64 each.
+ROW_BOOKKEEPING_BYTES = 24
+#: Slots per variable of each optimizer (--optimizer): rows of the table's width each.
+OPTIMIZER_SLOTS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicBudget:
+    """A dynamic table's memory per ps task, planned from its expected live ids
+    (``--expected_ids``, else the table's capacity): its ids are spread over the ps tasks by
+    a hash, each id's row of ``width`` floats with the optimizer's ``slots`` rows beside it,
+    and its entry in the shard's hash table and bookkeeping."""
+
+    name: str
+    expected_ids: int       # live ids of the whole table
+    width: int              # floats per row
+    slots: int              # optimizer slot rows per row
+    num_ps: int
+    hint: bool = True       # from --expected_ids (else the table's capacity)
+
+    @property
+    def bytes_per_id(self) -> int:
+        return self.width * 4 * (1 + self.slots) + HASH_TABLE_BYTES_PER_ID + ROW_BOOKKEEPING_BYTES
+
+    @property
+    def ids_per_ps(self) -> int:
+        return math.ceil(self.expected_ids / max(self.num_ps, 1))
+
+    @property
+    def per_ps_mb(self) -> float:
+        return round(self.ids_per_ps * self.bytes_per_id / 2**20, 2)
+
+    def line(self) -> str:
+        source = "--expected_ids" if self.hint else "its capacity; set --expected_ids"
+        return (f"dynamic table {self.name}: {fmt_mb(self.per_ps_mb)} MB per ps task for {self.expected_ids} live "
+                f"ids ({source}): {self.ids_per_ps} ids per ps x ({self.width} floats x (1 + {self.slots} slots) x "
+                f"4 B + {HASH_TABLE_BYTES_PER_ID + ROW_BOOKKEEPING_BYTES} B of hash table and bookkeeping)")
+
+    @classmethod
+    def of_table(cls, table, optimizer: str, num_ps: int, expected_ids: int = 0) -> DynamicBudget:
+        """The budget of a built ``tfps.layers.dynamic_embedding.DynamicTable``."""
+        ids = int(expected_ids or getattr(table, "capacity", 0) or 0)
+        return cls(str(getattr(table, "name", "table")), ids, int(table.dim), OPTIMIZER_SLOTS.get(optimizer, 2),
+                   int(num_ps), bool(expected_ids))
+
+
 @dataclasses.dataclass(frozen=True)
 class MemoryEstimate:
     """What a job's variables need, from the shapes of its training graph (no session, no values).
@@ -208,29 +259,39 @@ class MemoryEstimate:
     largest_mb: float
     optimizer: str
     slots_mb: float = 0.0   # the optimizer's slots among the shares
+    #: The dynamic tables' budgets (``DynamicBudget`` as dicts): their hash tables are no variables.
+    dynamic: tuple = ()
+
+    def budgets(self) -> list[DynamicBudget]:
+        return [DynamicBudget(**b) if isinstance(b, dict) else b for b in self.dynamic]
 
     def shares_text(self) -> str:
         """``ps0 96, ps1 96``: the chief's "variables per ps task" line."""
         return ", ".join(f"{k} {fmt_mb(v)}" for k, v in self.shares_mb.items())
 
     def line(self) -> str:
-        return f"variables per ps task (MB, the optimizer's slots included): {self.shares_text()}"
+        budgets = "".join(f"; {b.line()}" for b in self.budgets())
+        return f"variables per ps task (MB, the optimizer's slots included): {self.shares_text()}{budgets}"
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["dynamic"] = [dataclasses.asdict(b) for b in self.budgets()]
+        return out
 
     @classmethod
     def from_json(cls, data) -> MemoryEstimate:
         return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
 
     @classmethod
-    def of(cls, balancer: ByteBalancer, optimizer: str) -> MemoryEstimate:
-        """What ``balancer`` placed while a worker's training graph was built."""
+    def of(cls, balancer: ByteBalancer, optimizer: str, dynamic: tuple = ()) -> MemoryEstimate:
+        """What ``balancer`` placed while a worker's training graph was built (and the
+        ``DynamicBudget`` of each dynamic table it built)."""
         whole = balancer.variables_bytes()
         largest = max(whole, key=whole.get) if whole else ""
         slots = sum(balancer.placed[n][1] for n in balancer.slots)
         return cls(balancer.shares_mb(), round(sum(whole.values()) / 2**20, 2), largest,
-                   round(whole.get(largest, 0) / 2**20, 2), optimizer, round(slots / 2**20, 2))
+                   round(whole.get(largest, 0) / 2**20, 2), optimizer, round(slots / 2**20, 2),
+                   tuple(dataclasses.asdict(b) for b in dynamic))
 
 
 def _changes(est: MemoryEstimate, *changes: str, last: str = "", slots: bool = True, where: str = "") -> str:
