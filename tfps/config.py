@@ -484,8 +484,9 @@ def add_replace_option(parser, who: str = "") -> None:
     what the job is."""
     parser.add_argument("--replace", action="store_true",
                         help=f"{who}when model_dir holds a job with other settings (steps, batch, optimizer, data, "
-                             "ps and worker counts, ...): go on from its checkpoint with these settings, and record "
-                             "them, instead of refusing (more --train_steps continue its training)")
+                             "worker count, ...): go on from its checkpoint with these settings, and record them, "
+                             "instead of refusing (more --train_steps continue its training; another --ps count "
+                             "needs no --replace: the tables are split again)")
 
 
 def from_args(ns: argparse.Namespace) -> RunConfig:
@@ -544,3 +545,56 @@ def normalize_argv(argv: list[str]) -> list[str]:
             a = f"--{name}{eq}{value}"
         out.append(a)
     return out
+
+
+def load_job_file(path: str) -> dict:
+    """A ``--config`` job file (``tfps local/run/compose/slurm --config``, the role's
+    ``tfps_config``): a YAML mapping of option: value; anything else is one clear line."""
+    import yaml
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as e:
+        raise ConfigError(f"cannot read {path} ({e.strerror}); give a YAML file of option: value lines",
+                          "config") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise ConfigError(f"{path} is not valid YAML{where}; give option: value lines", "config") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} holds a {type(data).__name__}; give a mapping of option: value lines, "
+                          "e.g. train_steps: 1000", "config")
+    return data
+
+
+def unknown_job_key(path: str, key, options, command: str) -> ConfigError:
+    """The refusal of a job file's key that is not an option of ``tfps COMMAND``, by name."""
+    import difflib
+    close = difflib.get_close_matches(str(key).replace("-", "_"), list(options), n=1)
+    hint = f"; did you mean {close[0].replace('_', '-')}?" if close else ""
+    return ConfigError(f"{path}: {key!r} is not an option of tfps {command}{hint}", "config")
+
+
+def job_flags(action: argparse.Action, value) -> list[str]:
+    """A job file's ``option: value`` as the command-line flags that give it."""
+    names = [o[2:] for o in action.option_strings if o.startswith("--")]
+    flag = action.option_strings[-1] if not names else f"--{names[0]}"
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return [flag if value else f"--no-{names[0]}"]
+    if action.nargs == 0:   # store_true and the like
+        return [flag] if value else []
+    if isinstance(value, list):
+        return [f"{flag}={item}" for item in value]
+    if isinstance(value, dict):   # model_arg: {depth: 3}
+        return [f"{flag}={k}={v}" for k, v in value.items()]
+    return [f"{flag}={'true' if value is True else 'false' if value is False else value}"]
+
+
+def run_option_actions() -> dict[str, argparse.Action]:
+    """dest -> action of every run option (:func:`add_run_options`): a job's settings, the
+    keys a job file may give ``tfps run`` besides its cluster flags."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_run_options(parser)
+    return {a.dest: a for a in compat.parser_actions(parser) if a.option_strings}

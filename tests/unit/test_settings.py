@@ -101,6 +101,24 @@ def test_other_settings_are_refused_with_each_change_and_the_ways_on_unless_repl
     assert settings.check(str(model_dir), defined(train_steps=40)) == []
 
 
+def test_another_number_of_ps_tasks_goes_on_from_the_checkpoint_without_replace(tmp_path, caplog):
+    """The checkpoint holds each partitioned variable whole: a job saved from 2 ps tasks goes
+    on with 3 (tests/integration/test_resharding.py); with other changes, --replace still."""
+    import logging
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    settings.record(str(model_dir), defined(2, 2, model="wide_deep"))
+    with caplog.at_level(logging.INFO, logger="tfps"):
+        assert settings.check(str(model_dir), defined(3, 2, model="wide_deep")) == []
+    assert "saved from 2 ps task(s) and goes on with 3" in caplog.text and "split again over the 3" in caplog.text
+    text = refusal(model_dir, defined(3, 2, model="wide_deep", train_steps=40))
+    assert "ps: 2 -> 3; train_steps: 20 -> 40" in text and "add --replace" in text
+    assert settings.check(str(model_dir), defined(3, 2, model="wide_deep", train_steps=40), replace=True) == [
+        "ps: 2 -> 3", "train_steps: 20 -> 40"]
+    # Another number of workers is still another job's layout (sync steps, data shards).
+    assert "workers: 2 -> 3" in refusal(model_dir, defined(2, 3, model="wide_deep"))
+
+
 def test_another_model_is_refused_even_with_replace(tmp_path):
     """Its checkpoint would not fit (the run identity refuses it later too): no --replace offered."""
     model_dir = tmp_path / "model"

@@ -13,12 +13,16 @@ starts a process, the chief again when it starts (a compose job whose file chang
 compared the settings with its containers' labels before it started them.
 
 What may change between starts without that: cadences (log_steps, checkpoint_steps,
-summary_steps), timeouts, ports, notifications and restarts.
+summary_steps), timeouts, ports, notifications and restarts, and the number of ps tasks (the
+checkpoint holds each partitioned variable whole and the others by name, so a job saved from
+2 ps tasks goes on with 3: tfps.task.placement splits its tables again; the role still replaces
+a running job's containers for it, with tfps_replace).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 from tfps import models
@@ -26,6 +30,8 @@ from tfps.cluster.variables import DEFINING_VARS, OMITTED_VARS, RUN_FIELDS
 from tfps.config import RunConfig
 from tfps.errors import ConfigError
 from tfps.jsonfile import now_iso, read_json, write_json_atomic
+
+log = logging.getLogger("tfps")
 
 #: The record in model_dir, written by the chief when the job starts.
 SETTINGS_FILE = "tfps-settings.json"
@@ -39,6 +45,9 @@ FIELDS = tuple(RUN_FIELDS[v] for v in DEFINING_VARS if v in RUN_FIELDS and v != 
 #: Settings whose change makes another model, whose checkpoint cannot be continued (the run
 #: identity of model_dir, ``JobSetup.identity``, refuses them too): no ``--replace`` for them.
 MODEL_SHAPE = ("model", "model_args", "hidden_units", "hash_buckets", "embedding_dim", "embedding")
+#: Recorded settings that may change between starts without --replace: the checkpoint fits any
+#: number of ps tasks (the record is then rewritten with the new one).
+LAYOUT = ("ps",)
 #: Settings left out of the record while they hold their default (a hashed table), so that
 #: the record of a job started before tfps had them compares equal.
 OMITTED_AT_DEFAULT = tuple(RUN_FIELDS[v] for v in OMITTED_VARS)
@@ -80,10 +89,16 @@ def recorded(model_dir: str) -> dict | None:
 def check(model_dir: str, settings: dict, replace: bool = False) -> list[str]:
     """Refuse (ConfigError) a start whose ``settings`` differ from those ``model_dir`` records,
     naming each change and the ways on; with ``replace``, return the changes instead.
-    Writes nothing."""
+    Another number of ps tasks alone (:data:`LAYOUT`) is no change to refuse: it is logged,
+    and [] returned. Writes nothing."""
     record = recorded(model_dir)
     found = changes(record, settings)
     if not found:
+        return []
+    others = [k for k in set(record) | set(settings) if k not in LAYOUT and record.get(k) != settings.get(k)]
+    resharded = record.get("ps") is not None and record.get("ps") != settings.get("ps")
+    if not others:   # another number of ps tasks only: the checkpoint fits it
+        _say_resharded(model_dir, record, settings)
         return []
     listed = "; ".join(found)
     if any(record.get(k) != settings.get(k) for k in MODEL_SHAPE):
@@ -96,7 +111,15 @@ def check(model_dir: str, settings: dict, replace: bool = False) -> list[str]:
                           "-v` removes a compose job's volume); or add --replace (to tfps local, tfps compose or "
                           "tfps run), which goes on from its checkpoint with these settings and records them: more "
                           "train_steps continue its training", "model_dir")
+    if resharded:
+        _say_resharded(model_dir, record, settings)
     return found
+
+
+def _say_resharded(model_dir: str, record: dict, settings: dict) -> None:
+    log.info("%s was saved from %s ps task(s) and goes on with %s: its checkpoint holds each partitioned variable "
+             "whole, so it is split again over the %s", model_dir, record.get("ps"), settings.get("ps"),
+             settings.get("ps"))
 
 
 def record(model_dir: str, settings: dict) -> None:
