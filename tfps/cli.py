@@ -3,8 +3,8 @@
     tfps run          one task of a cluster (classic flags or TF_CONFIG); what containers run
     tfps local        a whole cluster as local processes, or a user's classic script
     tfps plan         the cluster plan of an inventory: tasks, flags, TF_CONFIG
-    tfps jobs         every tfps job on an inventory's hosts: state, step, loss, ETA
-    tfps logs         show or follow a task's log on an inventory's hosts
+    tfps jobs         every tfps job on an inventory's hosts (or under Slurm): state, step, loss, ETA
+    tfps logs         show or follow a task's log on an inventory's hosts (or under Slurm)
     tfps notify-test  send a test message to every configured notification URL
     tfps compose      a docker-compose.yml for a cluster, from the same plan
     tfps slurm        an sbatch script that runs the job as one Slurm step (--submit submits it)
@@ -43,6 +43,24 @@ from tfps.task import entry
 from tfps.task.entry import require_tensorflow
 
 
+def _inventory_options(required: bool) -> argparse.ArgumentParser:
+    """The inventory options of the commands that read one (plan, jobs, logs), as ansible-playbook takes
+    them; jobs and logs take --slurm instead, so there -i is checked by the command."""
+    inventory = argparse.ArgumentParser(add_help=False)
+    inventory.add_argument("-i", "--inventory", action="append", required=required, metavar="SOURCE",
+                           help="inventory source as for ansible-playbook -i: INI or YAML file, directory, "
+                                "executable script, plugin configuration; repeatable"
+                                + ("" if required else "; not with --slurm"))
+    inventory.add_argument("-e", "--extra_vars", action="append", default=[], metavar="VARS",
+                           help="extra variables as for ansible-playbook -e (key=value, YAML/JSON, @file); "
+                                "repeatable")
+    inventory.add_argument("--vault_id", action="append", default=[], metavar="ID",
+                           help="vault identity, as for ansible-playbook; repeatable")
+    inventory.add_argument("--vault_password_file", action="append", default=[],
+                           metavar="FILE", help="vault password file, as for ansible-playbook; repeatable")
+    return inventory
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="tfps", description="TensorFlow parameter-server training that ends cleanly.")
     p.add_argument("-V", "--version", action=_Versions, nargs=0,
@@ -78,17 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.set_defaults(func=cmd_local)
 
     # The inventory options of the commands that read one (plan, jobs, logs), as ansible-playbook takes them.
-    inventory = argparse.ArgumentParser(add_help=False)
-    inventory.add_argument("-i", "--inventory", action="append", required=True, metavar="SOURCE",
-                           help="inventory source as for ansible-playbook -i: INI or YAML file, directory, "
-                                "executable script, plugin configuration; repeatable")
-    inventory.add_argument("-e", "--extra_vars", action="append", default=[], metavar="VARS",
-                           help="extra variables as for ansible-playbook -e (key=value, YAML/JSON, @file); "
-                                "repeatable")
-    inventory.add_argument("--vault_id", action="append", default=[], metavar="ID",
-                           help="vault identity, as for ansible-playbook; repeatable")
-    inventory.add_argument("--vault_password_file", action="append", default=[],
-                           metavar="FILE", help="vault password file, as for ansible-playbook; repeatable")
+    inventory = _inventory_options(required=True)
 
     plan = sub.add_parser("plan", parents=[verbose, inventory],
                           help="print the cluster plan of an inventory, as Ansible resolves it",
@@ -101,13 +109,22 @@ def build_parser() -> argparse.ArgumentParser:
                       help="table (default): the tasks, the command they run and the memory estimate; json: "
                            "everything, each task's flags, TF_CONFIG, container name and command included")
 
-    for name, helptext in (("jobs", "list every tfps job on an inventory's hosts"),
-                           ("logs", "show (or follow) a task's log on an inventory's hosts")):
-        view = sub.add_parser(name, parents=[verbose, inventory], help=helptext,
-                              description=helptext + ", through ansible-playbook (the inventory's own SSH "
-                                                     "settings and become). Needs pip install 'tfps[ansible]'.")
+    # jobs and logs read an inventory, or Slurm (--slurm): -i is required by the command, not the parser.
+    inventory_or_slurm = _inventory_options(required=False)
+    inventory_or_slurm.add_argument("--slurm", action="store_true",
+                                    help="the tfps jobs of this user under Slurm instead: squeue, scontrol and the "
+                                         "jobs' files on the shared filesystem (docs/slurm.md)")
+    inventory_or_slurm.add_argument("--dir", action="append", default=[], metavar="DIR",
+                                    help="with --slurm: where to find jobs Slurm has forgotten (DIR/*.slurm); "
+                                         "repeatable; default . and ./runs")
+    for name, helptext in (("jobs", "list every tfps job on an inventory's hosts (or under Slurm)"),
+                           ("logs", "show (or follow) a task's log on an inventory's hosts (or under Slurm)")):
+        view = sub.add_parser(name, parents=[verbose, inventory_or_slurm], help=helptext,
+                              description=helptext + ": through ansible-playbook (the inventory's own SSH "
+                                                     "settings and become; needs pip install 'tfps[ansible]'), or "
+                                                     "with --slurm through squeue and the shared filesystem.")
         if name == "logs":
-            view.add_argument("job", help="the job's name (tfps_job_name)")
+            view.add_argument("job", help="the job's name (tfps_job_name; under Slurm the job's name or id)")
             view.add_argument("task", nargs="?", default="worker0", help="the task (default worker0, the chief)")
             view.add_argument("-f", "--follow", action="store_true", help="go on printing what the task writes")
             view.add_argument("-n", "--lines", type=int, default=100, help="lines from the end (default 100)")
@@ -235,9 +252,24 @@ def cmd_plan(ns) -> int:
     return ExitCode.OK
 
 
+def _inventory_or_slurm(ns) -> None:
+    if ns.slurm and ns.inventory:
+        raise ConfigError("give -i INVENTORY or --slurm, not both", "slurm")
+    if not ns.slurm and not ns.inventory:
+        raise ConfigError("give -i INVENTORY (the hosts of an Ansible deploy) or --slurm (jobs under Slurm)",
+                          "inventory")
+    if ns.dir and not ns.slurm:
+        raise ConfigError("--dir is where --slurm looks for finished jobs; give it with --slurm", "dir")
+
+
 def cmd_jobs(ns) -> int:
     from tfps.launch.playbook import ensure_collections
     from tfps.outcome import jobs
+    _inventory_or_slurm(ns)
+    if ns.slurm:
+        from tfps.outcome import slurm_jobs
+        print(slurm_jobs.list_jobs(ns.dir or [".", "runs"]), flush=True)
+        return ExitCode.OK
     ensure_collections()
     table, complete = jobs.list_jobs(ns.inventory, _playbook_args(ns))
     print(table, flush=True)
@@ -252,6 +284,14 @@ def cmd_logs(ns) -> int:
                           "task")
     if ns.lines < 1:
         raise ConfigError(f"--lines {ns.lines}: give at least 1", "lines")
+    _inventory_or_slurm(ns)
+    if ns.slurm:
+        from tfps.outcome import slurm_jobs
+        dirs = ns.dir or [".", "runs"]
+        if not slurm_jobs.show_logs(ns.job, ns.task, ns.follow, ns.lines, dirs):
+            raise ConfigError(f"no tfps job {ns.job!r} in squeue or under {', '.join(dirs)}; `tfps jobs --slurm` "
+                              "lists them (--dir DIR for a model_dir elsewhere)", "job")
+        return ExitCode.OK
     ensure_collections()
     if not jobs.show_logs(ns.inventory, ns.job, ns.task, ns.follow, ns.lines, _playbook_args(ns)):
         raise ConfigError(f"no host of the inventory has task {ns.task} of job {ns.job!r}; `tfps jobs -i ...` "

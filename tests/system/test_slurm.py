@@ -13,6 +13,9 @@ they take about as long as one.
   the final checkpoint, a complete export, results.json "stopped" and one "stopped" message;
 - a chief that fails (its loss goes NaN) fails the job: FAILED with tfps's exit code 1, one
   "FAILED" message;
+- tfps jobs --slurm and tfps logs --slurm show both jobs (Slurm's record, results.json, the
+  progress, a task's prefixed lines), and tfps logs -f follows the stopped job's chief until it
+  ends;
 - bad input is refused in one line and nothing is submitted.
 """
 
@@ -24,6 +27,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -145,6 +149,71 @@ def test_a_job_completes_seconds_after_the_chief(cluster, jobs, smtp):
     assert re.search(rf"^Slurm job +{job}\r?$", body.get_content(), re.M)
 
 
+def _table(cluster) -> dict[str, list[str]]:
+    """tfps jobs --slurm as the lab user sees it: each row's columns by the job's name."""
+    proc = cluster.tfps("jobs --slurm")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["JOB", "STATE", "STEP", "LOSS", "EXAMPLES/S", "STARTED", "ETA", "HOSTS"], proc.stdout
+    return {line.split()[0]: line.split() for line in lines[1:]}
+
+
+@pytest.fixture(scope="module")
+def follow(cluster, jobs):
+    """tfps logs --slurm -f of the stopped job's chief, started while the job runs."""
+    out = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(["docker", "exec", "-u", "lab", "-w", "/shared/jobs", cluster.names[0],
+                             sys.executable, "-m", "tfps", "logs", "--slurm", jobs["stopped"], "worker0", "-f",
+                             "-n", "5"], stdout=out, stderr=subprocess.STDOUT, text=True)
+    yield proc, out
+    if proc.poll() is None:
+        proc.kill()
+    out.close()
+
+
+def _followed(follow) -> str:
+    out = follow[1]
+    out.seek(0)
+    return out.read()
+
+
+def test_tfps_jobs_and_logs_show_a_finished_and_a_running_job(cluster, jobs, follow):
+    done, stopped = jobs["done"], jobs["stopped"]
+    cluster.wait_state(done, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, JOB_TIMEOUT)
+    out = f"/shared/jobs/slurm-stop.slurm/slurm-{stopped}.out"
+    assert wait_until(lambda: "first training step" in cluster.read(out), timeout=JOB_TIMEOUT, interval=1)
+    nodes = ",".join(cluster.names)
+
+    def stepping() -> dict[str, list[str]] | None:
+        rows = _table(cluster)
+        return rows if int(rows["slurm-stop"][3].split("/")[0]) > 0 else None   # once its status.json has a step
+
+    assert wait_until(stepping, timeout=60, interval=2)
+    rows = stepping()
+    finished = rows["slurm-done"]
+    assert finished[:5] == ["slurm-done", f"({done})", "succeeded", "(COMPLETED", "0:0)"], finished
+    step, total = finished[5].split("/")
+    assert total == "200" and int(step) >= 200 and float(finished[6]) >= 0 and finished[-1] == nodes, finished
+    running = rows["slurm-stop"]
+    assert running[1:3] == [f"({stopped})", "running"] and running[3].endswith("/1000000"), running
+    assert running[-1] == nodes, running
+
+    # A finished task's log: its rank's lines of the step output, prefixed as the Ansible side does.
+    proc = cluster.tfps("logs --slurm slurm-done ps0 -n 3")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 3 and lines[-1] == f"[slurm] tfps: Slurm job {done}: the chief exited with 0", lines
+    assert re.fullmatch(r"\[ps0\] \d\d:\d\d:\d\d I ps0: every worker is done; exiting", lines[-2]), lines
+    proc = cluster.tfps(f"logs --slurm {done} worker1")   # by id, every line but TensorFlow's banner
+    assert proc.returncode == 0 and f"rank 2 is worker1 on {cluster.names[2]}:" in proc.stdout.splitlines()[0]
+    assert all(line.startswith(("[worker1] ", "[slurm] ")) for line in proc.stdout.splitlines()), proc.stdout
+    proc = cluster.tfps("logs --slurm slurm-done worker2")
+    assert proc.returncode == 2 and "no worker2; give ps0..ps0 or worker0..worker1" in proc.stderr
+    # The running job's chief, followed: it prints as the chief writes (ended by the next test's scancel).
+    assert wait_until(lambda: "[worker0] " in _followed(follow), timeout=60, interval=0.5), _followed(follow)
+    assert follow[0].poll() is None, _followed(follow)
+
+
 def test_scancel_gives_the_final_save_and_a_stopped_job(cluster, jobs, smtp):
     job = jobs["stopped"]
     out = f"/shared/jobs/slurm-stop.slurm/slurm-{job}.out"
@@ -176,6 +245,20 @@ def test_scancel_gives_the_final_save_and_a_stopped_job(cluster, jobs, smtp):
     assert len(subjects) == 1 and "stopped" in subjects[0], subjects
 
 
+def test_tfps_logs_follow_ends_with_the_job_and_jobs_shows_it_stopped(cluster, jobs, follow):
+    stopped = jobs["stopped"]
+    if cluster.job(stopped).get("JobState") == "RUNNING":   # run alone, without the scancel test
+        cluster.run(f"scancel {stopped}")
+    cluster.wait_state(stopped, {"CANCELLED"}, JOB_TIMEOUT)
+    assert follow[0].wait(timeout=60) == 0, _followed(follow)   # ended by itself once the job had
+    followed = _followed(follow).splitlines()
+    assert any(re.search(r"^\[worker0\] .* job slurm-stop stopped at", line) for line in followed), followed
+    assert followed[-1] == f"[slurm] tfps: Slurm job {stopped}: the chief exited with 143", followed
+    rows = _table(cluster)
+    assert rows["slurm-stop"][1:5] == [f"({stopped})", "stopped", "(CANCELLED", "143:0)"], rows["slurm-stop"]
+    assert rows["slurm-stop"][-3:-1] == ["ago", "-"]   # no ETA once stopped
+
+
 def test_a_failed_chief_fails_the_job_with_its_exit_code(cluster, smtp):
     # After the other jobs (they run first, in this file's order): its start-up would take the
     # cores that the stopped job's final save needs within KillWait.
@@ -190,3 +273,4 @@ def test_a_failed_chief_fails_the_job_with_its_exit_code(cluster, smtp):
     assert wait_until(lambda: _messages(smtp, "slurm-fail"), timeout=30)
     subjects = _messages(smtp, "slurm-fail")
     assert len(subjects) == 1 and "FAILED" in subjects[0], subjects
+

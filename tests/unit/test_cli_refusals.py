@@ -35,7 +35,7 @@ def refusal(capsys, argv: list[str]) -> str:
     (["plan", "-i", "x", "--format", "xml"], "tfps: error: format: invalid choice: 'xml'"),
     (["logs", "-i", "x"], "tfps: error: the following arguments are required: job"),
     (["logs", "-i", "x", "job", "-n", "many"], "tfps: error: lines: invalid int value: 'many'"),
-    (["jobs"], "tfps: error: the following arguments are required: -i/--inventory"),
+    (["logs", "--slurm"], "tfps: error: the following arguments are required: job"),
     (["demo-data"], "tfps: error: the following arguments are required: directory"),
     (["notify-failure"], "tfps: error: the following arguments are required: --reason"),
     (["nosuch"], "tfps: error: 'nosuch' is not a tfps command"),
