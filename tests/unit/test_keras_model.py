@@ -397,8 +397,8 @@ def test_running_metrics_of_a_training_step_are_the_workers_own(tmp_path, sync):
     task = TaskRef(ClusterSpec(("127.0.0.1:1",), ("127.0.0.1:2", "127.0.0.1:3")), "worker", 1)
     worker = Worker(task, cfg, StopSignal())
     graph, ops = worker.build(JobSetup(cfg, shard=(2, 1)))
-    assert list(ops["metrics"])[:3] == ["auc", "precision", "recall"], list(ops["metrics"])
-    state = ops["running_state"]
+    assert list(ops.metrics)[:3] == ["auc", "precision", "recall"], list(ops.metrics)
+    state = ops.running_state
     assert len(state) == 4 + 2 + 2   # AUC's four confusion counts per threshold, two each for the others
     assert {v.device for v in state} == {"/job:worker/task:1/device:CPU:0"}
     with graph.as_default():
@@ -408,7 +408,7 @@ def test_running_metrics_of_a_training_step_are_the_workers_own(tmp_path, sync):
         assert not names & {v.op.name for v in v1.trainable_variables()}
     assert not names & set(worker.balancer.placed)
     assert {v.device for v in graph.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES)} == {"/job:ps/task:0"}
-    assert ops["reset_running"] is not None
+    assert ops.reset_running is not None
 
 
 def test_running_metrics_equal_keras_over_the_same_batches(tmp_path):

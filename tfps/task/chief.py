@@ -31,6 +31,7 @@ from tfps.task import diskfull
 from tfps.task.checkpoint import checkpoint_step
 from tfps.task.lifecycle import session_config
 from tfps.task.setup import JobSetup
+from tfps.task.traingraph import TrainGraph
 from tfps.task.watch import JobWatch
 from tfps.task.worker import Worker, WorkerFailed
 
@@ -185,18 +186,18 @@ class Chief(Worker):
             v1.train.SummarySaverHook(save_steps=cfg.summary_steps, output_dir=cfg.model_dir, scaffold=scaffold),
             v1.train.StepCounterHook(every_n_steps=cfg.summary_steps, output_dir=cfg.model_dir),
         ]
-        if self.ops["release_tokens"] is not None:
+        if self.ops.release_tokens is not None:
             # Backup workers: a restarted chief (a later session or attempt) releases the
             # workers that wait for the step the old chief did not finish (steps.release_tokens).
             restarted = (lambda: self.sessions > 1 or (self.story is not None and self.story.attempt > 0))
-            hooks.append(ReleaseSyncTokensHook(self.ops["release_tokens"],
-                                               at_start=restarted if self.ops.get("backup_workers") else None))
-        self.publisher = publish_hook(self.ops["board"], self, {"loss": self.ops["loss"], **self.ops["metrics"]})
+            hooks.append(ReleaseSyncTokensHook(self.ops.release_tokens,
+                                               at_start=restarted if self.ops.backup_workers else None))
+        self.publisher = publish_hook(self.ops.board, self, {"loss": self.ops.loss, **self.ops.metrics})
         hooks.append(self.publisher)
         creator = LiveJoiningChiefSessionCreator(scaffold=scaffold, master=server.target,
                                                  config=session_config(task, cfg), checkpoint_dir=cfg.model_dir,
-                                                 global_step=self.ops["global_step"],
-                                                 token_queue=self.ops["token_queue"], on_session=self._on_session,
+                                                 global_step=self.ops.global_step,
+                                                 token_queue=self.ops.token_queue, on_session=self._on_session,
                                                  first_attempt=self.story is not None and self.story.attempt == 0)
         return hooks, creator
 
@@ -214,7 +215,7 @@ class Chief(Worker):
             self.story.restart(who, "lost peer: the ps came back without its variables", time.time(), step,
                                self.last_seen_step - step, how)
 
-    def _run_trained(self, setup: JobSetup, server, graph, ops) -> ExitCode:
+    def _run_trained(self, setup: JobSetup, server, graph, ops: TrainGraph) -> ExitCode:
         import tensorflow as tf
 
         from tfps.task import export
@@ -229,7 +230,7 @@ class Chief(Worker):
         error = None
         progress = None
         t_train = time.time()
-        watch = self.watch = JobWatch(self, server, graph, ops["board"], ops["global_step"], reporter)
+        watch = self.watch = JobWatch(self, server, graph, ops.board, ops.global_step, reporter)
         try:
             watch.start()
             progress = self._train(server, graph)
@@ -238,7 +239,7 @@ class Chief(Worker):
             error = self.failure(e)
             status = "failed"
             log.error("chief: training failed: %s: %s", type(error).__name__, report.error_line(error))
-            self._end_rpc(server, graph, ops["raise_flag"], "ask the other workers to stop")
+            self._end_rpc(server, graph, ops.raise_flag, "ask the other workers to stop")
         # No progress or stall message may follow the final one.
         watch.stop(reporter.send_budget())
         if watch.failures and error is None:

@@ -144,7 +144,7 @@ class JobWatch:
     def _stop_the_job(self, sess, options) -> None:
         """A worker failed: every worker stops (the chief's stop flag), the chief saves and reports."""
         import tensorflow as tf
-        raise_flag = (getattr(self.chief, "ops", None) or {}).get("raise_flag")
+        raise_flag = getattr(getattr(self.chief, "ops", None), "raise_flag", None)
         if raise_flag is None:
             return
         try:

@@ -43,6 +43,7 @@ from tfps.task.lifecycle import (
     write_health,
 )
 from tfps.task.setup import JobSetup
+from tfps.task.traingraph import TrainGraph
 from tfps.task.watchdog import StartupWatchdog
 
 log = logging.getLogger("tfps")
@@ -97,6 +98,7 @@ class Worker:
         self.last_seen_step = 0
         self.local_steps = 0                  # steps this process trained (ProgressHook counts them)
         self.setup: JobSetup | None = None
+        self.ops: TrainGraph | None = None    # the training graph's parts, once built
         self.claimed = False   # this chief owns model_dir (results.json may be written there)
         self.watchdog = StartupWatchdog(self)
         self.end_watch: threading.Thread | None = None   # non-chief: the watch for the job's end
@@ -112,11 +114,11 @@ class Worker:
     def _role_hooks(self, server, scaffold) -> tuple[list, object]:
         """(extra hooks, session creator) of this task's MonitoredSession."""
         from tfps.task.hooks import FastWorkerSessionCreator
-        return [publish_hook(self.ops["board"], self)], FastWorkerSessionCreator(
+        return [publish_hook(self.ops.board, self)], FastWorkerSessionCreator(
             scaffold=scaffold, master=server.target, config=session_config(self.task, self.cfg),
             wait_for_chief=self._wait_for_chief, job_over=lambda: self.job_over)
 
-    def _run_trained(self, setup: JobSetup, server, graph, ops) -> ExitCode:
+    def _run_trained(self, setup: JobSetup, server, graph, ops: TrainGraph) -> ExitCode:
         return self._run_worker(server, graph, ops)
 
     def failure(self, error: Exception) -> Exception:
@@ -140,8 +142,8 @@ class Worker:
     def _publish_failure(self, server, graph, error: Exception) -> None:
         """Tell the chief why this worker failed (tfps.task.board): the job fails with it."""
         from tfps.outcome.report import error_line
-        board = (getattr(self, "ops", None) or {}).get("board")
-        if board is None or not hasattr(board, "publish_error"):
+        board = self.ops.board if self.ops is not None else None
+        if board is None:
             return
         text = f"{type(error).__name__}: {error_line(error)}"
         self._end_rpc(server, graph, board.publish_error, "tell the chief why it failed",
@@ -160,7 +162,7 @@ class Worker:
                 log.info("%s: sync: one step per run (%s)", self.task.name, e)
         return self._build(setup, sync_loop=False)
 
-    def _build(self, setup: JobSetup, sync_loop: bool):
+    def _build(self, setup: JobSetup, sync_loop: bool) -> tuple[object, TrainGraph]:
         import tensorflow as tf
 
         from tfps.task import placement, syncagg
@@ -168,7 +170,7 @@ class Worker:
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
         g = tf.Graph()
-        ops = {}
+        running_state: list = []   # the running metrics' variables (set as the step is built)
         with g.as_default():
             v1.set_random_seed(cfg.seed)
             worker_device = f"/job:worker/task:{task.index}"
@@ -215,7 +217,7 @@ class Worker:
                     if spec.loss is None:
                         raise ConfigError(f"{cfg.model} returned no loss in train mode", "model")
                     running = _running_metrics(spec, g, task.index, cfg.model)
-                    ops["running_state"] = [v for _, _, variables in spec.streaming.values() for v in variables]
+                    running_state[:] = [v for _, _, variables in spec.streaming.values() for v in variables]
                     # The progress lines' running metrics: updated with the step, read after it.
                     metrics = {**{k: result for k, (_, result) in running.items()},
                                **{k: t for k, t in spec.metrics.items() if k not in running}}
@@ -260,7 +262,7 @@ class Worker:
 
                 sync_fetch: dict = {}
                 if cfg.sync_replicas and sync_loop:   # several sync steps per session.run
-                    train_op, ops["steps"], loss, metrics, ops["steps_per_run"], stale = syncagg.sync_step_loop(
+                    train_op, steps, loss, metrics, steps_per_run, stale = syncagg.sync_step_loop(
                         sync_step, agg, cfg.train_steps)
                     sync_fetch["stale"] = stale
                 elif cfg.sync_replicas:
@@ -270,32 +272,32 @@ class Worker:
                     train_op, loss, metrics = steps_mod.with_packed_reads(
                         step, worker_device + "/cpu:0", reads_after=step_value.op if backup else None,
                         step_read=None if backup else step_read)()
-                    ops["steps"] = ops["steps_per_run"] = None
+                    steps = steps_per_run = None
                 else:   # several steps per session.run (tfps.task.steps)
-                    train_op, ops["steps"], loss, metrics, ops["steps_per_run"] = steps_mod.step_loop(
+                    train_op, steps, loss, metrics, steps_per_run = steps_mod.step_loop(
                         steps_mod.with_packed_reads(step, worker_device + "/cpu:0"), global_step, cfg.train_steps)
-                ops["release_tokens"] = (None if not cfg.sync_replicas else
-                                         syncagg.release_tokens(agg.token_queue, global_step,
-                                                                task.num_workers, ahead=1 if backup else 0,
-                                                                marked=sync_loop))
-                ops["backup_workers"] = backup
-                ops["token_queue"] = agg.token_queue if cfg.sync_replicas else None
-                ops["sync_fetch"] = sync_fetch or None
-                ops["sync_hook"] = agg.hook(task.is_chief) if cfg.sync_replicas else None
-                ops["close_tokens"] = (ops["token_queue"].close() if cfg.sync_replicas and not task.is_chief
-                                       else None)
+                release_tokens = sync_hook = close_tokens = None
+                if cfg.sync_replicas:
+                    release_tokens = syncagg.release_tokens(agg.token_queue, global_step, task.num_workers,
+                                                            ahead=1 if backup else 0, marked=sync_loop)
+                    sync_hook = agg.hook(task.is_chief)
+                    close_tokens = None if task.is_chief else agg.token_queue.close()
             # Reset by ProgressHook after each progress line: running values since the last line.
-            ops["reset_running"] = (v1.variables_initializer(ops["running_state"], name="reset_running_metrics")
-                                    if ops["running_state"] else None)
+            reset_running = (v1.variables_initializer(running_state, name="reset_running_metrics")
+                             if running_state else None)
             flag = stop_flag()
-            ops["flag"], ops["raise_flag"] = flag, flag.assign(True)
-            ops["board"] = Board(task.num_workers, task.index, global_step)
+            raise_flag = flag.assign(True)
+            board = Board(task.num_workers, task.index, global_step)
             v1.summary.scalar("loss", loss)
             for k, t in metrics.items():
                 v1.summary.scalar(k, t)
-            ops["done"] = [done_queue(j, task.num_workers).enqueue(task.index) for j in range(task.num_ps)]
-            ops.update(train_op=train_op, global_step=global_step, global_step_read=step_read, loss=loss,
-                       metrics=metrics)
+            done = [done_queue(j, task.num_workers).enqueue(task.index) for j in range(task.num_ps)]
+            ops = TrainGraph(train_op=train_op, global_step=global_step, global_step_read=step_read, loss=loss,
+                             metrics=metrics, steps=steps, steps_per_run=steps_per_run, flag=flag,
+                             raise_flag=raise_flag, board=board, done=done, running_state=list(running_state),
+                             reset_running=reset_running, sync_hook=sync_hook,
+                             token_queue=agg.token_queue if agg is not None else None, close_tokens=close_tokens,
+                             release_tokens=release_tokens, backup_workers=backup, sync_fetch=sync_fetch or None)
         return g, ops
 
     # -------------------------------------------------------------- run
@@ -339,20 +341,21 @@ class Worker:
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
         scaffold = v1.train.Scaffold(saver=v1.train.Saver(sharded=False, max_to_keep=5, save_relative_paths=True))
-        steps = {} if self.ops["steps"] is None else {"steps": self.ops["steps"]}
-        if self.ops.get("sync_fetch"):   # sync: which gradients arrived stale
-            steps.update(self.ops["sync_fetch"])
-        progress = ProgressHook(self, {"global_step": self.ops["global_step_read"], "loss": self.ops["loss"],
-                                       **self.ops["metrics"], **steps},
+        ops = self.ops
+        steps = {} if ops.steps is None else {"steps": ops.steps}
+        if ops.sync_fetch:   # sync: which gradients arrived stale
+            steps.update(ops.sync_fetch)
+        progress = ProgressHook(self, {"global_step": ops.global_step_read, "loss": ops.loss,
+                                       **ops.metrics, **steps},
                                 cfg.log_steps, cfg.batch_size, cfg.train_steps, task.is_chief, cfg.model_dir, task.name,
-                                reset=self.ops.get("reset_running"))
+                                reset=ops.reset_running)
         all_hooks = [v1.train.StopAtStepHook(last_step=cfg.train_steps),
-                     StopFlagHook(self.ops["flag"], self.ops["raise_flag"], self.stop, task.is_chief),
+                     StopFlagHook(ops.flag, ops.raise_flag, self.stop, task.is_chief),
                      progress] + hooks
-        if self.ops["steps_per_run"] is not None:
-            all_hooks.append(steps_mod.StepsPerRunHook(self.ops["steps_per_run"], cfg.log_steps))
-        if self.ops["sync_hook"] is not None:
-            all_hooks.append(self.ops["sync_hook"])
+        if ops.steps_per_run is not None:
+            all_hooks.append(steps_mod.StepsPerRunHook(ops.steps_per_run, cfg.log_steps))
+        if ops.sync_hook is not None:
+            all_hooks.append(ops.sync_hook)
         role_hooks, creator = self._role_hooks(server, scaffold)
         all_hooks += role_hooks
         return v1.train.MonitoredSession(session_creator=creator, hooks=all_hooks,
@@ -371,7 +374,7 @@ class Worker:
                 sess, progress = self._session(server, graph, [])
                 with sess:
                     while not sess.should_stop():
-                        sess.run(self.ops["train_op"])
+                        sess.run(self.ops.train_op)
                     # Training ends with the last step; closing the session (the final
                     # checkpoint, the teardown of the session) is part of the final save.
                     self.trained_at = time.time()
@@ -409,7 +412,7 @@ class Worker:
                 try:
                     if session is None:
                         session = v1.Session(server.target, graph=graph, config=session_config(self.task, self.cfg))
-                    step = int(session.run(self.ops["global_step"], options=options))
+                    step = int(session.run(self.ops.global_step, options=options))
                 except tf.errors.OpError as e:
                     # a ps restarting, not initialised yet, or this session gone stale: a new one next time
                     log.debug("%s: sync end watch: %s", self.task.name, e.message.splitlines()[0] if e.message else e)
@@ -424,11 +427,11 @@ class Worker:
                 if time.monotonic() - reached_at < timeouts.SYNC_END_GRACE_SECS or ended.is_set():
                     continue
                 self.job_over = True   # a session being created again gives up (tfps.task.hooks.JobOver)
-                if not closed and self.ops.get("close_tokens") is not None:
+                if not closed and self.ops.close_tokens is not None:
                     closed = True
                     log.info("%s: the job reached step %d and this worker has not ended; closing the sync "
                              "token queue ends a wait for a token", self.task.name, step)
-                    session.run(self.ops["close_tokens"], options=options)
+                    session.run(self.ops.close_tokens, options=options)
         except Exception as e:  # noqa: BLE001 - a helper thread: the training loop decides the outcome
             log.warning("%s: the watch for the job's end stopped: %s: %s", self.task.name, type(e).__name__, e)
         finally:
@@ -472,8 +475,9 @@ class Worker:
             return False
         return True
 
-    def _send_done(self, server, graph) -> None:
-        if self._end_rpc(server, graph, self.ops["done"], "tell the ps it is done"):
+    def _send_done(self, server, graph, done: list | None = None) -> None:
+        """Tell every ps this worker is done (``done``: the enqueue ops, else the training graph's)."""
+        if self._end_rpc(server, graph, self.ops.done if done is None else done, "tell the ps it is done"):
             log.info("%s: told %d ps task(s) it is done", self.task.name, self.task.num_ps)
 
     def _abort(self, server, error: Exception, code: ExitCode) -> ExitCode:
@@ -484,13 +488,13 @@ class Worker:
         graph = tf.Graph()
         with graph.as_default():
             flag = stop_flag()
-            self.ops = {"done": [done_queue(j, task.num_workers).enqueue(task.index) for j in range(task.num_ps)]}
+            done = [done_queue(j, task.num_workers).enqueue(task.index) for j in range(task.num_ps)]
             raise_flag = flag.assign(True)
         if task.is_chief:
             # Bad input: model_dir may belong to another job, so only the message is sent.
             self.report_untrained_failure(error, code, write_results=code != ExitCode.BAD_CONFIG)
             self._end_rpc(server, graph, raise_flag, "ask the other workers to stop")
-        self._send_done(server, graph)
+        self._send_done(server, graph, done)
         return code
 
     def _wait_for_chief(self, session, ready, then=None) -> None:
@@ -519,7 +523,7 @@ class Worker:
             if time.monotonic() >= flag_due:   # the give-up is rare: read less often
                 flag_due = time.monotonic() + timeouts.GIVE_UP_POLL_SECS
                 try:
-                    if session.run(self.ops["flag"]):
+                    if session.run(self.ops.flag):
                         log.error("%s: the chief gave up before training started", self.task.name)
                         raise ChiefGaveUp()
                 except tf.errors.OpError:
@@ -528,7 +532,7 @@ class Worker:
         if self.stop.requested:
             raise ChiefGaveUp()
 
-    def _run_worker(self, server, graph, ops) -> ExitCode:
+    def _run_worker(self, server, graph, ops: TrainGraph) -> ExitCode:
         self.ops = ops
         code = ExitCode.OK
         try:
