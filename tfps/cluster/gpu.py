@@ -1,27 +1,9 @@
 """GPU readiness of a host: what a smoke run of ``nvidia-smi`` in a task's container says.
 
-Before a GPU task starts, the Ansible role (tasks/gpu.yml) runs :func:`smoke_argv` on its
-host: a throw-away container of the job's image with the task's device request (its GPU
-only), which prints ``nvidia-smi``'s view of that GPU, the processes on it, the driver's
-CUDA version and the CUDA version the image's TensorFlow was built for. :func:`problems`
-turns that output into what must be fixed before the job can use the GPU:
-
-* the smoke run failed (no NVIDIA Container Toolkit, an unknown device, a driver/library
-  mismatch): the task could not have started either;
-* the image's TensorFlow has no CUDA build (a ``tensorflow-cpu`` image would train on the
-  CPU without a word);
-* the driver supports an older CUDA than the image's TensorFlow was built for (another
-  major version: it cannot run; an older minor version of the same major: only under CUDA's
-  minor version compatibility, reported as a warning);
-* another process already uses the GPU (TensorFlow takes nearly all of a GPU's memory, so
-  the task would fail with out-of-memory, or starve the other job).
-
-``tfps local --gpus 0,1`` uses the same parsing on this machine (:func:`check_local`): the
-listed GPUs must be ones ``nvidia-smi`` lists; :func:`process_env` gives each task process
-its GPU (a worker) or none (a ps).
-
-No GPU was available where this was written: the parsing is tested against recorded
-``nvidia-smi`` outputs (tests/fixtures/nvidia-smi/).
+:func:`smoke_argv` (run by the Ansible role on a GPU task's host) and :func:`problems` (what
+must be fixed before the job can use the GPU); ``tfps local --gpus`` checks this machine
+with the same parsing (:func:`check_local`, :func:`process_env`). What is checked and why,
+and how it is tested without a GPU: docs/design/gpu.md.
 """
 
 from __future__ import annotations

@@ -1,41 +1,12 @@
 """``tfps compose``: a docker-compose.yml for one job on one machine, from the cluster plan.
 
-The services are the plan's tasks, named as tfps names them everywhere (``ps0``,
-``worker0``, ``worker1``, ...: :func:`tfps.cluster.spec.task_name`, also the container
-names of the Ansible role and the log prefixes of ``tfps local``), and the service names
-are the hostnames in the plan: every service has its own network namespace, so every
-task listens on the same port (the plan's default, 2222) and peers reach it by name on
-the project's network. The TF ports are never published on the host (an open TF port
-runs any graph sent to it).
+One service per task of the plan, named as tfps names tasks everywhere (``ps0``,
+``worker0``, ...) and used as its hostname; every task listens on the plan's port in its
+own network namespace, and no TF port is published on the host. Run the job with
+:func:`up_command` (compose watches the chief and returns its exit status).
 
-What the file encodes, and why:
-
-* ``TF_CONFIG`` per service comes from :meth:`TaskRef.to_tf_config`, the same rendering
-  ``tfps plan`` shows and the playbook uses; the task numbering is the plan's.
-* Every task exits by itself (the ps after every worker's "done" token, the chief last,
-  once the ps has gone), so the job ends with the chief. Run it as ``docker compose up --exit-code-from worker0 --attach
-  worker0``: compose then watches only the chief, returns its exit status, and stops
-  whatever is left when it exits. Without ``--attach``, ``--exit-code-from`` aborts the
-  job when any task exits first (a worker that finished, or one that crashed and is
-  being restarted); plain ``up`` always returns 0 (checked on Compose 2.26.1).
-* ``stop_grace_period`` of every task is ``grace_period(final_save_timeout)``: the
-  chief's final checkpoint and export must fit, and the ps must outlive them.
-* ``restart: on-failure:3``: a crashed task (SIGKILL, out of memory) comes back and
-  resumes; a task that exited 0, or that ``docker compose stop`` stopped, stays down.
-* No ``init: true``: the image's entrypoint already runs tini as PID 1, which forwards
-  SIGTERM to tfps; a second init in front of it makes tini warn that it is not PID 1.
-* Checkpoints, the SavedModel, TensorBoard logs and results.json go to the named volume
-  ``tfps-data`` at /data. On first use Docker copies the image's /data into an empty
-  named volume, owner included, so the non-root user (uid 10001) can write it.
-* Hardened like the Ansible role's containers (docs/security.md): every capability
-  dropped, ``no-new-privileges``, a read-only root filesystem with a tmpfs on /tmp
-  (the plan's ``tmpfs``; XDG_CACHE_HOME and MPLCONFIGDIR point there), a pids limit,
-  optional memory/CPU limits per role, and json-file logs that rotate.
-* Notification URLs are secrets: they never go into this file, nor into any task's
-  environment (``docker inspect`` shows it). ``--notify_urls_file FILE`` names a host file
-  of URLs, owned by the image's user with mode 0400; it becomes the compose secret
-  ``notify_urls``, mounted read-only into the chief only, which finds it through
-  ``APPRISE_URLS_FILE``.
+What the file encodes and why (restart policy, grace periods, the data volume, the
+hardening, the notification secret): docs/design/compose.md.
 """
 
 from __future__ import annotations
