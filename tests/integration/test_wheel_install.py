@@ -7,6 +7,7 @@ ansible-core and the rest are not downloaded again), but tfps itself is the whee
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,9 +18,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import wheelbuild
 
 REPO = Path(__file__).resolve().parents[2]
-SITE = next(p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -41,21 +42,13 @@ def build_model(params):
 def installed(tmp_path_factory):
     """(the venv's tfps command, an empty working directory, the wheel)."""
     base = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w",
-                            str(base / "dist")], capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, build.stderr
-    assert "Warning" not in build.stderr, build.stderr   # no setuptools warning (license, package data)
-    wheel = next((base / "dist").glob("tfps-*.whl"))
+    built = wheelbuild.wheel()   # shared with the other wheel tests, built once per version of the sources
+    assert "Warning" not in built.build_log, built.build_log   # no setuptools warning (license, package data)
+    wheelbuild.venv(base / "venv")
     venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = next((venv / "lib").glob("python3*/site-packages"))
-    (site / "project-venv.pth").write_text(SITE + "\n")
-    install = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
-                              "--disable-pip-version-check", str(wheel)], capture_output=True, text=True, timeout=300)
-    assert install.returncode == 0, install.stderr
     work = base / "empty"
     work.mkdir()
-    return venv / "bin" / "tfps", work, wheel
+    return venv / "bin" / "tfps", work, built.path
 
 
 def _tfps(installed, *args, env=None, timeout=300):
@@ -184,3 +177,55 @@ def test_runnable_doc_blocks_run_as_written(installed, tmp_path, where, block):
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, f"{where}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+
+
+#: Distributions that each install the ``tensorflow/`` package (two of them would overwrite each other).
+TENSORFLOWS = {"tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
+               "tensorflow-rocm", "tensorflow-aarch64"}
+
+
+def _stub_wheel(directory: Path, meta: dict) -> None:
+    """A wheel holding only ``meta`` as its METADATA: what pip's resolver reads of it."""
+    name, version = meta["name"], meta["version"]
+    stem = f"{re.sub(r'[-_.]+', '_', name)}-{version}"
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    if meta.get("requires_python"):
+        lines.append(f"Requires-Python: {meta['requires_python']}")
+    lines += [f"Provides-Extra: {e}" for e in meta.get("provides_extra", [])]
+    lines += [f"Requires-Dist: {r}" for r in meta.get("requires_dist", [])]
+    with zipfile.ZipFile(directory / f"{stem}-py3-none-any.whl", "w") as whl:
+        whl.writestr(f"{stem}.dist-info/METADATA", "\n".join(lines) + "\n")
+        whl.writestr(f"{stem}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
+                                                "Tag: py3-none-any\n")
+        whl.writestr(f"{stem}.dist-info/RECORD", "")
+
+
+def test_the_documented_extras_install_exactly_one_tensorflow(installed, tmp_path):
+    """pip's resolver, run on the wheel's own extras: `pip install 'tfps[cpu,keras]'` (the README's
+    line) gives one distribution that writes tensorflow/, where tensorflow-cpu beside tf_keras
+    would give two. No index is contacted: each candidate is a wheel holding the real metadata
+    PyPI served for that release (tests/fixtures/tf_resolution.json, tensorflow-cpu included)."""
+    snapshot = json.loads((REPO / "tests" / "fixtures" / "tf_resolution.json").read_text())
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for meta in snapshot["distributions"]:
+        _stub_wheel(wheels, meta)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull   # no site index, find-links or constraints of this machine
+
+    def resolve(*requirements: str) -> list[str]:
+        report = tmp_path / "report.json"
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+                               "--disable-pip-version-check", "--no-index", "--find-links", str(wheels),
+                               "--report", str(report), *requirements], capture_output=True, text=True, env=env,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        return sorted(re.sub(r"[-_.]+", "-", i["metadata"]["name"]).lower()
+                      for i in json.loads(report.read_text())["install"])
+
+    names = resolve(f"tfps[cpu,keras] @ {installed[2].as_uri()}")
+    assert [n for n in names if n.startswith("tensorflow")] == ["tensorflow"], names   # pip list | grep -c ^tensorflow
+    assert "tf-keras" in names and "tfps" in names
+    # What the check guards against: the CPU-only distribution next to tf_keras is two.
+    two = resolve("tensorflow-cpu==2.21.*", "tf_keras==2.21.*")
+    assert [n for n in two if n in TENSORFLOWS] == ["tensorflow", "tensorflow-cpu"], two
