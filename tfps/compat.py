@@ -126,6 +126,10 @@ def _tensorflow_missing(tf) -> list[tuple[str, str]]:
     checkpoints = importlib.import_module(_CHECKPOINT_MANAGEMENT)
     if not callable(getattr(getattr(checkpoints, "file_io", None), "get_matching_files", None)):
         missing.append(("file_io.get_matching_files", _CHECKPOINT_MANAGEMENT))
+    saveables = importlib.import_module(_SAVEABLE_OBJECT)
+    for attr in ("SaveableObject", "SaveSpec"):
+        if not isinstance(getattr(saveables, attr, None), type):
+            missing.append((attr, _SAVEABLE_OBJECT))
     if not glob.glob(os.path.join(os.path.dirname(tf.__file__), TF_CC_LIBRARY + "*")):
         missing.append((TF_CC_LIBRARY, "package directory"))
     return missing
@@ -154,6 +158,19 @@ def update_op_input(op, index: int, tensor) -> None:
 def add_control_input(op, before) -> None:
     """Make the built op ``op`` wait for the op ``before`` (no public way exists)."""
     op._add_control_input(before)
+
+
+# --------------------------------------------------------------- saveables of our own
+_SAVEABLE_OBJECT = "tensorflow.python.training.saving.saveable_object"
+
+
+def saveable_classes() -> tuple[type, type]:
+    """(SaveableObject, SaveSpec): what a ``tf.compat.v1.train.Saver`` takes besides variables.
+
+    ``tfps.layers.DynamicEmbedding`` saves its live rows through one (the Saver's public
+    ``var_list`` accepts them; the classes themselves have no public name)."""
+    module = importlib.import_module(_SAVEABLE_OBJECT)
+    return module.SaveableObject, module.SaveSpec
 
 
 # --------------------------------------------------------------- the global step's read

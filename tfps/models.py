@@ -137,7 +137,11 @@ def wide_deep(features, labels, mode, params: ModelParams) -> ModelSpec:
     binary = params.num_classes == 2
     units = 1 if binary or not params.num_classes else params.num_classes
     parts = []
-    if text:
+    dynamic = getattr(params, "embedding", "hashed") == "dynamic"
+    if text and dynamic:
+        deep_in, wide_part = _dynamic_ids(cols, text, units, params, training=mode == "train")
+        parts.append(wide_part)
+    elif text:
         ids_of = {n: cols[n] if cols[n].dtype == tf.string else tf.strings.as_string(tf.cast(cols[n], tf.int64))
                   for n in text}
         keyed = tf.stack([tf.strings.join([f"{n}=", ids_of[n]]) for n in text], axis=1)    # [batch, columns]
@@ -160,6 +164,38 @@ def wide_deep(features, labels, mode, params: ModelParams) -> ModelSpec:
     if binary:
         return _binary_head(tf.reshape(logits, [-1]), labels, mode)
     return _head(logits, labels, mode, params)
+
+
+def _dynamic_ids(cols: dict, text: list, units: int, params: ModelParams, training: bool) -> tuple:
+    """``--embedding dynamic``: each id of each column its own row (``tfps.layers.DynamicTable``),
+    the embedding and the wide weights side by side in one row of ``embedding_dim + units``.
+
+    String ids are keyed ``column=value`` (as the hashed table); when every id column is
+    int64, an id is keyed by itself XOR a 64-bit constant of its column's name (distinct ids
+    of one column stay distinct). Returns (deep input, wide logits)."""
+    import hashlib
+
+    import tensorflow as tf
+
+    from tfps.layers.dynamic_embedding import DynamicTable
+    v1 = tf.compat.v1
+    dim = params.embedding_dim
+    if all(cols[n].dtype.is_integer for n in text):
+        def salt(n):
+            return int.from_bytes(hashlib.blake2b(n.encode(), digest_size=8).digest(), "little", signed=True)
+        keys = tf.stack([tf.bitwise.bitwise_xor(tf.cast(cols[n], tf.int64), tf.constant(salt(n), tf.int64))
+                         for n in text], axis=1)
+    else:
+        keys = tf.stack([tf.strings.join([f"{n}=", cols[n] if cols[n].dtype == tf.string
+                                          else tf.strings.as_string(tf.cast(cols[n], tf.int64))]) for n in text],
+                        axis=1)
+    table = DynamicTable(dim + units, min_count=getattr(params, "min_count", 1) or 1,
+                         steps_to_live=getattr(params, "steps_to_live", None) or None,
+                         capacity=getattr(params, "expected_ids", None) or None,
+                         initializer=v1.random_normal_initializer(0.0, 0.05, seed=params.seed), name="embeddings")
+    rows = table.lookup(keys, training=training)                         # [batch, columns, dim + units]
+    deep_in = tf.reshape(rows[:, :, :dim], [-1, len(text) * dim])
+    return deep_in, tf.reduce_sum(rows[:, :, dim:], axis=1)
 
 
 def _binary_head(logit, labels, mode: str) -> ModelSpec:

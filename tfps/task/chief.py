@@ -192,6 +192,9 @@ class Chief(Worker):
             restarted = (lambda: self.sessions > 1 or (self.story is not None and self.story.attempt > 0))
             hooks.append(ReleaseSyncTokensHook(self.ops.release_tokens,
                                                at_start=restarted if self.ops.backup_workers else None))
+        from tfps.task.tables import DynamicTablesHook
+        hooks.append(DynamicTablesHook(   # dynamic tables: eviction and their log line, off the step path
+            self.ops.global_step_read, cfg.log_steps, task.name))
         self.publisher = publish_hook(self.ops.board, self, {"loss": self.ops.loss, **self.ops.metrics})
         hooks.append(self.publisher)
         creator = LiveJoiningChiefSessionCreator(scaffold=scaffold, master=server.target,

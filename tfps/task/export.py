@@ -53,8 +53,16 @@ def nonfinite_variables(checkpoint: str) -> list[str]:
 def _restore(sess, checkpoint: str):
     import tensorflow as tf
 
+    from tfps.layers import dynamic_embedding
     from tfps.task.checkpoint import glob_free_checkpoint
-    tf.compat.v1.train.Saver(sharded=False).restore(sess, glob_free_checkpoint(checkpoint))
+    var_list = dynamic_embedding.saver_var_list(sess.graph)
+    if var_list is not None:   # dynamic tables: their saveables; serving variables are fed, not restored
+        serving = {id(v) for t in dynamic_embedding.tables(sess.graph) if t.serving_feed is not None
+                   for v in (t.serving_keys, t.serving_values)}
+        var_list = [v for v in var_list if id(v) not in serving]
+    tf.compat.v1.train.Saver(var_list, sharded=False).restore(sess, glob_free_checkpoint(checkpoint))
+    for init, feed in dynamic_embedding.serving_initializers(sess.graph):
+        sess.run(init, feed)
 
 
 def export_saved_model(model_fn, params, checkpoint: str, export_dir: str, global_step: int) -> str:
@@ -84,7 +92,11 @@ def _write_export(tf, model_fn, params, checkpoint: str, tmp: str, global_step: 
         else:
             features = v1.placeholder(tf.float32, [None, *params.feature_shape], name="features")
         inputs = features if named else {"features": features}
-        spec = model_fn(features, None, "predict", params)
+        from tfps.layers import dynamic_embedding
+        from tfps.task.checkpoint import glob_free_checkpoint
+        # Dynamic tables serve their live rows as plain variables.
+        with dynamic_embedding.serving_from(glob_free_checkpoint(checkpoint)):
+            spec = model_fn(features, None, "predict", params)
         with v1.Session(graph=graph) as sess:
             _restore(sess, checkpoint)
             signature = v1.saved_model.predict_signature_def(inputs=inputs,
@@ -92,7 +104,9 @@ def _write_export(tf, model_fn, params, checkpoint: str, tmp: str, global_step: 
             builder = v1.saved_model.Builder(tmp)
             builder.add_meta_graph_and_variables(
                 sess, [v1.saved_model.tag_constants.SERVING],
-                signature_def_map={"serving_default": signature}, strip_default_attrs=True)
+                signature_def_map={"serving_default": signature}, strip_default_attrs=True,
+                saver=v1.train.Saver(dynamic_embedding.saver_var_list(graph), sharded=True, allow_empty=True)
+                if dynamic_embedding.tables(graph) else None)
             builder.save()
     with open(os.path.join(tmp, EXPORT_MARKER), "w") as fh:
         json.dump({"global_step": global_step, "checkpoint": checkpoint,

@@ -165,6 +165,7 @@ class Worker:
     def _build(self, setup: JobSetup, sync_loop: bool) -> tuple[object, TrainGraph]:
         import tensorflow as tf
 
+        from tfps.layers import dynamic_embedding
         from tfps.task import placement, syncagg
         from tfps.task import steps as steps_mod
         v1 = tf.compat.v1
@@ -212,7 +213,8 @@ class Worker:
                     with v1.device(worker_device + "/cpu:0"):
                         features, labels = batches.get_next()
                     with placement.partitioned(task.num_ps, cfg.partition_mb, keras=models.may_use_keras(cfg.model)), \
-                            modelspec.on_worker(worker_device + "/cpu:0"):
+                            modelspec.on_worker(worker_device + "/cpu:0"), \
+                            dynamic_embedding.shard_devices([f"/job:ps/task:{i}" for i in range(task.num_ps)]):
                         spec = setup.model_fn(features, labels, "train", setup.params)
                     if spec.loss is None:
                         raise ConfigError(f"{cfg.model} returned no loss in train mode", "model")
@@ -340,7 +342,10 @@ class Worker:
         from tfps.task.hooks import ProgressHook, StopFlagHook
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
-        scaffold = v1.train.Scaffold(saver=v1.train.Saver(sharded=False, max_to_keep=5, save_relative_paths=True))
+        from tfps.layers import dynamic_embedding
+        # Dynamic tables save their live rows (one saveable each) instead of their variables.
+        scaffold = v1.train.Scaffold(saver=v1.train.Saver(dynamic_embedding.saver_var_list(graph), sharded=False,
+                                                          max_to_keep=5, save_relative_paths=True))
         ops = self.ops
         steps = {} if ops.steps is None else {"steps": ops.steps}
         if ops.sync_fetch:   # sync: which gradients arrived stale

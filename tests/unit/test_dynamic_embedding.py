@@ -1,0 +1,214 @@
+"""tfps.layers' DynamicTable in one process: admission, eviction with the optimizer's slots,
+the allocation race and checkpoints taken while threads write (one local graph per test)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfps.layers import dynamic_embedding as de
+
+v1 = tf.compat.v1
+
+
+def _session(graph):
+    return v1.Session(graph=graph, config=v1.ConfigProto(inter_op_parallelism_threads=2,
+                                                          intra_op_parallelism_threads=1))
+
+
+def _build(dim=2, devices=("/cpu:0",), lr=0.1, zeros=False, **kwargs):
+    """A graph with a table, a loss sum(rows * weight) over int64 ids, Adagrad and the table's ops."""
+    g = tf.Graph()
+    with g.as_default():
+        step = v1.train.get_or_create_global_step()
+        ids = v1.placeholder(tf.int64, [None], name="ids")
+        weight = v1.placeholder_with_default(tf.ones_like(ids, tf.float32), [None], name="weight")
+        table = de.DynamicTable(dim, devices=list(devices), name="emb",
+                                initializer=v1.zeros_initializer() if zeros else None, **kwargs)
+        rows = table.lookup(ids, training=True)
+        train = v1.train.AdagradOptimizer(lr, use_locking=True).minimize(
+            tf.reduce_sum(rows * weight[:, None]), global_step=step)
+        ops = {"ids": ids, "weight": weight, "rows": rows, "train": train, "step": step,
+               "evict": table.evict_op(), "stats": table.stats_op(),
+               "saver": v1.train.Saver(de.saver_var_list()), "init": v1.global_variables_initializer()}
+    return g, table, ops
+
+
+def _live(sess, table) -> dict[int, int]:
+    """key -> row of every live id, over all shards."""
+    out = {}
+    for s in table.shards:
+        keys, rows = sess.run(tf.raw_ops.LookupTableExportV2(table_handle=s.table, Tkeys=tf.int64,
+                                                             Tvalues=tf.int64))
+        out.update(zip(keys.tolist(), rows.tolist()))
+    return out
+
+
+def test_an_id_seen_fewer_than_min_count_times_reads_zeros_then_gets_its_own_row():
+    g, table, ops = _build(min_count=3)
+    with g.as_default(), _session(g) as sess:
+        sess.run(ops["init"])
+        for seen in (1, 2):
+            rows = sess.run(ops["rows"], {ops["ids"]: [7]})
+            assert not rows.any(), (seen, rows)                  # not admitted: the default, zeros
+            assert sess.run(ops["stats"])[0][0] == 0
+        rows = sess.run(ops["rows"], {ops["ids"]: [7, 8]})      # 7's third time; 8's first
+        assert rows[0].any() and not rows[1].any(), rows
+        assert sess.run(ops["stats"]).tolist() == [[1, 1, 0, 0]]   # live 1, admitted 1
+        # Two occurrences in one batch count twice.
+        sess.run(ops["rows"], {ops["ids"]: [9, 9, 9]})
+        assert set(_live(sess, table)) == {7, 9}
+
+
+def test_eviction_frees_rows_with_their_adagrad_slots_and_the_rows_are_reused():
+    g, table, ops = _build(steps_to_live=2, capacity=4)
+    slot = table._slots(table.shards[0])[0]
+    with g.as_default(), _session(g) as sess:
+        sess.run(ops["init"])
+        for _ in range(3):                                      # 1 and 2 trained three times
+            sess.run(ops["train"], {ops["ids"]: [1, 2]})
+        old = _live(sess, table)
+        accum = sess.run(slot)
+        assert all(accum[r].min() > 0.1 + 2.9 for r in old.values()), accum
+        for _ in range(3):                                      # then only 3 for three steps
+            sess.run(ops["train"], {ops["ids"]: [3]})
+        assert sess.run(ops["evict"]) == 2
+        assert set(_live(sess, table)) == {3}
+        accum, weights = sess.run([slot, table.shards[0].weights])
+        for r in old.values():                                  # slots back to Adagrad's initial 0.1
+            np.testing.assert_allclose(accum[r], [0.1, 0.1])
+            assert np.abs(weights[r]).max() <= 0.05             # a fresh row of the initializer
+        assert sess.run(table.shards[0].free_top) == 3
+        # The table holds 4 rows: 3 more ids fit only in the freed ones.
+        sess.run(ops["train"], {ops["ids"]: [4, 5, 6]})
+        now = _live(sess, table)
+        assert set(now) == {3, 4, 5, 6} and set(old.values()) <= set(now.values()), (old, now)
+        assert sess.run(ops["stats"]).tolist() == [[4, 6, 2, 0]]
+        sess.run(ops["train"], {ops["ids"]: [7]})               # full: refused, reads zeros
+        assert sess.run(ops["stats"])[0][3] == 1 and 7 not in _live(sess, table)
+
+
+def test_two_threads_that_insert_the_same_new_ids_leave_one_live_row_per_id():
+    g, table, ops = _build(devices=("/cpu:0", "/cpu:0"), capacity=4000)
+    with g.as_default(), _session(g) as sess:
+        sess.run(ops["init"])
+        batches = [np.arange(k * 100, k * 100 + 100) for k in range(15)]
+        start = threading.Barrier(2)
+
+        def insert():
+            start.wait()
+            for b in batches:
+                sess.run(ops["rows"], {ops["ids"]: b})
+
+        threads = [threading.Thread(target=insert) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        live = _live(sess, table)
+        assert set(live) == set(range(1500))
+        for s in table.shards:                                  # no row given twice, none leaked
+            keys, rows = sess.run(tf.raw_ops.LookupTableExportV2(table_handle=s.table, Tkeys=tf.int64,
+                                                                 Tvalues=tf.int64))
+            assert len(set(rows.tolist())) == len(rows)
+            row_keys, top = sess.run([s.row_keys, s.free_top])
+            assert (row_keys[rows] == keys).all()
+            assert top == table.shard_capacity - len(rows)
+        assert sess.run(ops["stats"])[:, 1].sum() == 1500     # admitted once each
+
+
+def _adagrad_rows(g: float, lr: float, n_max: int) -> np.ndarray:
+    """The weight after n = 0..n_max Adagrad steps of gradient g from 0 (accumulator 0.1)."""
+    acc, w, out = 0.1, 0.0, [0.0]
+    for _ in range(n_max):
+        acc += g * g
+        w -= lr * g / np.sqrt(acc)
+        out.append(w)
+    return np.array(out)
+
+
+def test_checkpoints_taken_while_threads_train_and_evict_restore_each_key_with_its_own_row_and_slot(tmp_path):
+    """The DeepRec #1023 case: rows are evicted and reused by other ids while checkpoints are
+    written. Every id's gradient is its own constant (1 + id % 3), so an id's Adagrad
+    accumulator says how many updates it had and its weight must match that count: a
+    weight or a slot saved under another id (a reused row) or from another moment would not.
+    The restored key set is exactly the saved one, into another number of shards too."""
+    lr = 0.1
+    # steps_to_live well above the steps a session.run of another thread takes: a gradient
+    # still in flight when its row is freed would land on the row's next owner (documented).
+    g, table, ops = _build(dim=1, lr=lr, zeros=True, steps_to_live=40, capacity=1200,
+                           devices=("/cpu:0", "/cpu:0"))
+    curves = {gk: _adagrad_rows(gk, lr, 2000) for gk in (1.0, 2.0, 3.0)}
+    saved, evicted_before = [], []
+    with g.as_default(), _session(g) as sess:
+        sess.run(ops["init"])
+        stop = threading.Event()
+
+        def train(seed):
+            rng = np.random.default_rng(seed)
+            base = 0
+            while not stop.is_set():   # a window of ids that moves on: old ones stop appearing
+                base += 10
+                ids = np.unique(rng.integers(base, base + 100, 40))
+                sess.run(ops["train"], {ops["ids"]: ids, ops["weight"]: 1.0 + ids % 3})
+
+        def evict():
+            while not stop.is_set():
+                sess.run(ops["evict"])
+
+        threads = [threading.Thread(target=train, args=(i,)) for i in range(2)] + [threading.Thread(target=evict)]
+        for t in threads:
+            t.start()
+        try:
+            for k in range(200):   # until rows have been evicted (and reused) before two saves
+                if len(saved) >= 2 and evicted_before[-2]:
+                    break
+                evicted_before.append(sess.run(ops["stats"])[:, 2].sum())
+                saved.append(ops["saver"].save(sess, str(tmp_path / "ckpt"), global_step=k))
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        assert evicted_before[-2] > 0                          # rows were evicted meanwhile
+
+    for path in saved[-2:]:
+        reader = tf.train.load_checkpoint(path)
+        keys, values = reader.get_tensor("emb/keys"), reader.get_tensor("emb/values")[:, 0]
+        accum = reader.get_tensor("emb/slots/Adagrad")[:, 0]
+        assert len(keys) == len(set(keys.tolist())) > 0
+        for k, w, a in zip(keys.tolist(), values, accum):
+            gk = 1.0 + k % 3
+            n = round((a - 0.1) / gk**2)
+            assert abs(0.1 + n * gk**2 - a) < 1e-3, (k, w, a)   # n 0: allocated, its update not yet in
+            assert abs(curves[gk][n] - w) < 1e-4, (k, n, w, curves[gk][n])
+        # Restored into three shards: exactly the saved keys, each with its saved row and slot.
+        g3, table3, ops3 = _build(dim=1, lr=lr, zeros=True, steps_to_live=40, capacity=1200,
+                                  devices=("/cpu:0",) * 3)
+        with g3.as_default(), _session(g3) as sess:
+            ops3["saver"].restore(sess, path)
+            live = _live(sess, table3)
+            assert sorted(live) == sorted(keys.tolist())
+            got = sess.run(ops3["rows"], {ops3["ids"]: keys})[:, 0]
+            np.testing.assert_allclose(got, values)
+            slots = sess.run([table3._slots(sh)[0] for sh in table3.shards])
+            shards = sess.run(de.shard_of(tf.constant(keys, tf.int64), 3))
+            for k, a, shard in zip(keys.tolist(), accum, shards.tolist()):
+                assert abs(slots[shard][live[k], 0] - a) < 1e-6
+
+
+def test_a_table_takes_strings_and_refuses_other_ids():
+    g = tf.Graph()
+    with g.as_default():
+        table = de.DynamicTable(3, name="s", devices=["/cpu:0"])
+        rows = table.lookup(tf.constant([["a", "b"], ["a", "c"]]), training=True)
+        assert rows.shape.as_list() == [2, 2, 3] or rows.shape.rank == 3
+        with pytest.raises(TypeError, match="string or integer ids"):
+            table.lookup(tf.constant([1.5]), training=True)
+        with _session(g) as sess:
+            sess.run(v1.global_variables_initializer())
+            out = sess.run(rows)
+        np.testing.assert_array_equal(out[0, 0], out[1, 0])     # the same id, the same row
+        assert not np.array_equal(out[0, 1], out[1, 1])
