@@ -1,10 +1,10 @@
 """Every private attribute of TensorFlow and tf_keras that tfps touches, in one place.
 
 tfps trains with ``tf.compat.v1`` machinery whose public API leaves a few things out
-(changing a built op's input, a session creator's master, a Keras
-model's compile() arguments as given). Each such access is a named function here, and
-nothing else in tfps names a private attribute, imports ``tensorflow.python...`` or
-``tf_keras.src...``, or patches their classes (``tests/unit/test_compat.py`` keeps it so).
+(a session creator's master, a Keras model's compile() arguments as given). Each such
+access is a named function here, and nothing else in tfps names a private attribute,
+imports ``tensorflow.python...`` or ``tf_keras.src...``, or patches their classes
+(``tests/unit/test_compat.py`` keeps it so).
 
 A new TensorFlow or tf_keras may rename any of them. Rather than fail in the middle of a
 job (or, worse, silently train differently), every task checks them when it starts:
@@ -94,8 +94,6 @@ def _tensorflow_missing(tf) -> list[tuple[str, str]]:
         if func is None or not _stores(func, attr):
             missing.append((attr, where))
 
-    has(tf.Operation, "_update_input", "tf.Operation")
-    has(tf.Operation, "_add_control_input", "tf.Operation")
     for cls, attrs in ((t.ChiefSessionCreator, ("_scaffold", "_master", "_config", "_checkpoint_dir",
                                                 "_session_manager")),
                        (t.WorkerSessionCreator, ("_scaffold", "_master", "_config", "_session_manager"))):
@@ -147,17 +145,6 @@ def check_tensorflow() -> None:
         _refuse("TensorFlow", tf.__version__, missing)
     if "tf_keras" in sys.modules:
         check_tf_keras()
-
-
-# --------------------------------------------------------------- graph surgery
-def update_op_input(op, index: int, tensor) -> None:
-    """Make input ``index`` of the built op ``op`` read ``tensor`` (no public way exists)."""
-    op._update_input(index, tensor)
-
-
-def add_control_input(op, before) -> None:
-    """Make the built op ``op`` wait for the op ``before`` (no public way exists)."""
-    op._add_control_input(before)
 
 
 # --------------------------------------------------------------- saveables of our own

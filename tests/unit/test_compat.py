@@ -28,7 +28,7 @@ PACKAGE = REPO / "tfps"
 
 #: The private names of TensorFlow and tf_keras that tfps uses: only tfps/compat.py may name them.
 PRIVATE = {
-    "_update_input", "_sync_token_queue", "_timer", "_global_step_tensor", "_session_manager",
+    "_sync_token_queue", "_timer", "_global_step_tensor", "_session_manager",
     "_get_session_manager", "_master", "_config", "_checkpoint_dir", "_scaffold", "_compile_config",
     "_fn", "_fn_kwargs", "_apply_sparse", "_resource_apply_sparse", "_get_beta_accumulators", "_lr_t",
     "_beta1_t", "_beta2_t", "_epsilon_t", "_use_locking", "_create_slots", "_zeros_slot",
@@ -51,18 +51,18 @@ def test_the_check_passes_on_this_tensorflow_and_tf_keras():
     compat.check_tf_keras()
 
 
-def test_a_missing_operation_internal_is_named(monkeypatch):
-    monkeypatch.delattr(tf.Operation, "_update_input")
-    with pytest.raises(ConfigError, match=_needs("_update_input", "tf.Operation")) as e:
+def test_a_missing_optimizer_internal_is_named(monkeypatch):
+    monkeypatch.delattr(v1.train.Optimizer, "_resource_apply_sparse")
+    with pytest.raises(ConfigError, match=_needs("_resource_apply_sparse", "tf.compat.v1.train.Optimizer")) as e:
         compat.check_tensorflow()
     assert "\n" not in str(e.value)
     assert tf.__version__ in str(e.value)
 
 
 def test_several_missing_internals_are_one_line(monkeypatch):
-    monkeypatch.delattr(tf.Operation, "_update_input")
+    monkeypatch.delattr(v1.train.Optimizer, "_resource_apply_sparse")
     monkeypatch.delattr(v1.train.AdamOptimizer, "_get_beta_accumulators")
-    with pytest.raises(ConfigError, match=r"_update_input .*\(and 1 more\)\. Install TensorFlow 2\.21") as e:
+    with pytest.raises(ConfigError, match=r"_resource_apply_sparse .*\(and 1 more\)\. Install TensorFlow 2\.21") as e:
         compat.check_tensorflow()
     assert "\n" not in str(e.value)
 
@@ -90,7 +90,7 @@ def test_a_task_refuses_to_start_with_one_line():
             s.bind(("127.0.0.1", 0))
             ports.append(s.getsockname()[1])
     code = ("import sys, tensorflow as tf\n"
-            "del tf.Operation._update_input\n"
+            "del tf.compat.v1.train.Optimizer._resource_apply_sparse\n"
             "from tfps.cli import main\n"
             f"sys.exit(main(['run', '--ps_hosts', '127.0.0.1:{ports[0]}', '--worker_hosts', "
             f"'127.0.0.1:{ports[1]}', '--job_name', 'ps', '--task_index', '0']))\n")
@@ -100,21 +100,12 @@ def test_a_task_refuses_to_start_with_one_line():
     assert r.returncode == 2, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("tfps")]
     assert len(lines) == 1, r.stderr
-    assert re.match(r"^tfps: error: " + _needs("_update_input", "tf.Operation")[1:], lines[0]), lines[0]
+    assert re.match(r"^tfps: error: " + _needs("_resource_apply_sparse", "tf.compat.v1.train.Optimizer")[1:],
+                    lines[0]), lines[0]
     assert "Traceback" not in r.stderr
 
 
 # ----------------------------------------------------------------------- the accessors
-def test_update_op_input_rewires_a_built_op():
-    g = tf.Graph()
-    with g.as_default():
-        a, b = tf.constant(1.0), tf.constant(5.0)
-        c = tf.identity(a)
-        compat.update_op_input(c.op, 0, b)
-        with v1.Session(graph=g) as s:
-            assert s.run(c) == 5.0
-
-
 def test_session_creators_give_back_what_they_were_given():
     config = v1.ConfigProto(intra_op_parallelism_threads=1)
     scaffold = v1.train.Scaffold()
@@ -228,8 +219,8 @@ def test_the_quarantine_test_sees_an_offence(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("from tensorflow.python.ops import array_ops\n"
                    "def f(op, opt, m):\n"
-                   "    op._update_input(0, None)\n"
+                   "    op._zeros_slot(None, 'm', 'm')\n"
                    "    return getattr(opt, '_sync_token_queue', None), getattr(m, '_anything')\n")
     found = " ".join(_offences(bad, tmp_path))
-    for word in ("tensorflow.python.ops", "._update_input", "'_sync_token_queue'", "'_anything'"):
+    for word in ("tensorflow.python.ops", "._zeros_slot", "'_sync_token_queue'", "'_anything'"):
         assert word in found

@@ -187,7 +187,7 @@ def _cluster_loop(pack: bool, k: int = 3) -> tuple[dict, dict]:
     import collections
 
     from tfps.cluster.single_host import free_ports
-    from tfps.task.steps import apply_packed, step_loop, with_packed_reads
+    from tfps.task.steps import PackedReads, apply_packed, step_loop
     ports = free_ports(3, "127.0.0.1")
     cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"],
                                     "worker": [f"127.0.0.1:{ports[2]}"]})
@@ -198,23 +198,28 @@ def _cluster_loop(pack: bool, k: int = 3) -> tuple[dict, dict]:
     y = rng.integers(0, 3, size=(16,))
     g = tf.Graph()
     setter = v1.train.replica_device_setter(cluster=cluster, worker_device="/job:worker/task:0")
+    initial = [rng.normal(size=(4, 4)).astype(np.float32) for _ in range(4)] + [
+        rng.normal(size=(4, 3)).astype(np.float32)]
     with g.as_default(), v1.device(setter):
         gs = v1.train.get_or_create_global_step()                              # ps 0
-        ws = [v1.get_variable(f"w{i}", initializer=rng.normal(size=(4, 4)).astype(np.float32)) for i in range(4)]
-        head = v1.get_variable("head", initializer=rng.normal(size=(4, 3)).astype(np.float32))
-        big = v1.get_variable("big", initializer=np.ones((512, 513), np.float32))   # > PACK_MAX_ELEMENTS
         opt = v1.train.AdamOptimizer(0.05)
 
-        def one_step():
-            h = tf.constant(x)
+        def model(features):
+            ws = [v1.get_variable(f"w{i}", initializer=initial[i]) for i in range(4)]
+            head = v1.get_variable("head", initializer=initial[4])
+            big = v1.get_variable("big", initializer=np.ones((512, 513), np.float32))   # > PACK_MAX_ELEMENTS
+            h = features
             for w in ws:
                 h = tf.nn.tanh(tf.matmul(h, w)) + tf.matmul(h, w)   # each variable read and used twice
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h @ head))
-            loss += 1e-3 * tf.reduce_mean(tf.square(big))
-            return apply_packed(opt, loss, gs, "/job:worker/task:0"), loss, {}
+            return loss + 1e-3 * tf.reduce_mean(tf.square(big))
 
-        step_fn = with_packed_reads(one_step, "/job:worker/task:0") if pack else one_step
-        train_op, steps, _, _, bound = step_loop(step_fn, gs, last_step=100)
+        def one_step():
+            reads = PackedReads("/job:worker/task:0") if pack else None
+            loss = reads.build(model, tf.constant(x)) if pack else model(tf.constant(x))
+            return apply_packed(opt, loss, gs, "/job:worker/task:0", reads=reads), loss, {}
+
+        train_op, steps, _, _, bound = step_loop(one_step, gs, last_step=100)
         meta = v1.RunMetadata()
         with v1.Session(servers[2].target) as s:
             s.run(v1.global_variables_initializer())
@@ -249,6 +254,62 @@ def test_a_step_receives_the_variables_of_each_ps_as_one_tensor():
     assert plain.keys() == packed.keys() and plain["global_step"] == packed["global_step"] == 3
     for name in plain:
         np.testing.assert_allclose(packed[name], plain[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_packed_reads_leave_rows_and_variable_objects_to_the_model_and_keep_every_gradient():
+    """What ``PackedReads`` packs and what it leaves: an embedding (its rows are gathered)
+    keeps its variable; a variable also read by a regularizer is packed and its gradient is
+    the sum of both paths (as without packing); a model that needs a variable object (here
+    ``assign_add``) gets no packed reads and builds as it is."""
+    from tfps.cluster.single_host import free_ports
+    from tfps.task.steps import PackedReads
+    ports = free_ports(2, "127.0.0.1")
+    cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]})
+    servers = [tf.distribute.Server(cluster, job_name=job, task_index=0) for job in ("ps", "worker")]
+    rng = np.random.default_rng(2)
+    a0, a1, e0 = (rng.normal(size=shape).astype(np.float32) for shape in ((3, 4), (4, 2), (5, 2)))
+
+    def model(x):
+        w0 = v1.get_variable("w0", initializer=a0)
+        w1 = v1.get_variable("w1", initializer=a1, regularizer=lambda w: 0.1 * tf.reduce_sum(tf.square(w)))
+        emb = v1.get_variable("emb", initializer=e0)
+        h = tf.matmul(tf.matmul(x, w0), w1) + tf.nn.embedding_lookup(emb, [0, 3])
+        return tf.reduce_sum(tf.square(h)) + v1.losses.get_regularization_loss()
+
+    def gradients(pack: bool) -> dict:
+        g = tf.Graph()
+        with g.as_default(), v1.device(v1.train.replica_device_setter(cluster=cluster,
+                                                                      worker_device="/job:worker/task:0")):
+            x = tf.constant(xs)
+            opt = v1.train.GradientDescentOptimizer(0.1)
+            if pack:
+                reads = PackedReads("/job:worker/task:0")
+                loss = reads.build(model, x)
+                assert list(reads.plan) == ["w0", "w1"], reads.plan
+                pairs = reads.compute_gradients(opt.compute_gradients, loss)
+                # The embedding's rows are gathered on its ps: its gradient is those rows'.
+                assert isinstance(pairs[2][0], tf.IndexedSlices), pairs
+            else:
+                pairs = opt.compute_gradients(model(x))
+            with v1.Session(servers[1].target) as s:
+                s.run(v1.global_variables_initializer())
+                return {v.op.name: s.run(tf.convert_to_tensor(grad)) for grad, v in pairs}
+
+    xs = rng.normal(size=(2, 3)).astype(np.float32)
+    plain, packed = gradients(False), gradients(True)
+    assert list(plain) == list(packed) == ["w0", "w1", "emb"]
+    for name in plain:
+        np.testing.assert_allclose(packed[name], plain[name], rtol=1e-6, err_msg=name)
+
+    def counting(x):
+        n = v1.get_variable("n", initializer=0.0)
+        with tf.control_dependencies([n.assign_add(1.0)]):
+            return model(x) * n
+
+    with tf.Graph().as_default():
+        reads = PackedReads("/job:worker/task:0")
+        loss = reads.build(counting, tf.constant(xs))
+        assert reads.plan == {} and loss.shape == ()
 
 
 # ----------------------------------------------------------------------------- running metrics
@@ -343,7 +404,7 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
     Each worker builds its own graph, as in a job; the chief's update (the queue runner's
     op) runs in the main thread once both workers have sent their gradients and wait for a
     token, so every step aggregates exactly one gradient of each worker: the same training
-    whatever the timing. ``pack``: the step tfps builds (``with_packed_reads``, tfps's own
+    whatever the timing. ``pack``: the step tfps builds (``PackedReads``, tfps's own
     aggregation ``tfps.task.syncagg``); else the reference, ``SyncReplicasOptimizer.minimize``
     as it is. Returns
     (variables, the tensors worker 1 sends to the ps in a step, by name: its partition graphs).
@@ -356,7 +417,7 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
     import threading
 
     from tfps.cluster.single_host import free_ports
-    from tfps.task.steps import with_packed_reads
+    from tfps.task.steps import PackedReads
     from tfps.task.syncagg import SyncAggregation, apply_sync_packed, sync_loop_step, sync_step_loop
     ports = free_ports(2 + workers, "127.0.0.1")
     cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{p}" for p in ports[:2]],
@@ -371,13 +432,11 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
         y = data.integers(0, 3, size=(16,))
         ids = data.integers(0, 6, size=(16,))
         device = f"/job:worker/task:{index}"
+        initial = [rng.normal(size=(4, 4)).astype(np.float32) for _ in range(4)] + [
+            rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=(6, 3)).astype(np.float32)]
         g = tf.Graph()
         with g.as_default(), v1.device(v1.train.replica_device_setter(cluster=cluster, worker_device=device)):
             gs = v1.train.get_or_create_global_step()
-            ws = [v1.get_variable(f"w{i}", initializer=rng.normal(size=(4, 4)).astype(np.float32)) for i in range(4)]
-            head = v1.get_variable("head", initializer=rng.normal(size=(4, 3)).astype(np.float32))
-            emb = v1.get_variable("emb", initializer=rng.normal(size=(6, 3)).astype(np.float32))   # sparse gradient
-            big = v1.get_variable("big", initializer=np.ones((512, 513), np.float32))   # > PACK_MAX_ELEMENTS
             if pack:
                 opt = SyncAggregation(v1.train.AdamOptimizer(0.05), gs, 2, workers, device)
             else:
@@ -388,7 +447,11 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
             with v1.device(device):
                 gs_read = tf.identity(gs_value)
 
-            def loss_of_step():
+            def loss_of_step():   # the model: creates its variables, as a model_fn does
+                ws = [v1.get_variable(f"w{i}", initializer=initial[i]) for i in range(4)]
+                head = v1.get_variable("head", initializer=initial[4])
+                emb = v1.get_variable("emb", initializer=initial[5])   # sparse gradient
+                big = v1.get_variable("big", initializer=np.ones((512, 513), np.float32))   # > PACK_MAX_ELEMENTS
                 h = tf.constant(x)
                 for w in ws:
                     h = tf.nn.tanh(tf.matmul(h, w)) + tf.matmul(h, w)
@@ -397,31 +460,29 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
                 return loss + 1e-3 * tf.reduce_mean(tf.square(big))
 
             def one_step():
-                loss = loss_of_step()
-                if pack:
-                    return apply_sync_packed(opt, loss, fresh_from=gs_read if backup else None).train
-                return opt.minimize(loss, global_step=gs)
+                if not pack:
+                    return opt.minimize(loss_of_step(), global_step=gs), gs_read
+                # As tfps.task.worker builds it: backup workers read the global step before the
+                # variables; else it travels with the packed reads of its ps.
+                reads = PackedReads(device, step_value=gs_value, wait_for_step=backup)
+                loss = reads.build(loss_of_step)
+                read = reads.step_read()
+                return apply_sync_packed(opt, loss, fresh_from=read if backup else None, reads=reads).train, read
 
             def loop_step(local_step):   # as tfps.task.worker builds it
                 with v1.device(gs.device):
                     now = gs.read_value()
-                with v1.device(device):
-                    read = tf.identity(now)
-
-                def step():
-                    s = sync_loop_step(opt, loss_of_step(), local_step, read, fresh_from=read if backup else None)
-                    return s.train, tf.constant(0.0), {}, s.token, s.stale
-                return with_packed_reads(step, device, reads_after=now.op if backup else None,
-                                         step_read=None if backup else read)()
+                reads = PackedReads(device, step_value=now, wait_for_step=backup)
+                loss = reads.build(loss_of_step)
+                read = reads.step_read()
+                s = sync_loop_step(opt, loss, local_step, read, fresh_from=read if backup else None, reads=reads)
+                return s.train, tf.constant(0.0), {}, s.token, s.stale
 
             if loop:
                 train_op, _, _, _, bound, stale = sync_step_loop(loop_step, opt, 10**6)
                 train = [train_op, stale]   # stale: the gradients of the run surely dropped
             else:
-                train = (with_packed_reads(one_step, device, reads_after=gs_value.op if backup else None,
-                                           step_read=None if backup else gs_read)()
-                         if pack else one_step())
-                train = [train, gs_read]   # the global step as the run read it (packed: with the reads)
+                train = list(one_step())   # and the global step as the run read it (packed: with the reads)
             sync_op = (opt.queue_runner if pack else opt.get_chief_queue_runner()).enqueue_ops[0]
             init = (v1.global_variables_initializer(), opt.chief_init_op) if index == 0 else ()
             feed = {bound: steps} if loop else None

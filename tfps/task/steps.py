@@ -2,21 +2,24 @@
 the algorithm allows.
 
 ``step_loop`` runs up to K async steps per call (K from ``StepsPerRunHook``: 1, then doubling
-up to about ``timeouts.STEPS_PER_RUN_SECS`` a run); ``with_packed_reads`` brings the values a
-step reads from each ps as one tensor; ``apply_packed`` sends a step's dense gradients to each
+up to about ``timeouts.STEPS_PER_RUN_SECS`` a run); ``PackedReads`` builds a model so that it
+reads the variables of each ps as one tensor; ``apply_packed`` sends a step's dense gradients to each
 ps as one tensor. Sync steps (tfps's own aggregation) are in ``tfps.task.syncagg``. Why and
 the measurements: docs/design/steps.md.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
 import time
 
 import tensorflow as tf
 
-from tfps import compat, timeouts
+from tfps import timeouts
 
 v1 = tf.compat.v1
+log = logging.getLogger("tfps")
 
 #: Tensors of at most this many float32 values (1 MiB) are packed. A transfer's own cost
 #: is that of a small tensor's bytes many times over; a larger tensor travels alone rather
@@ -68,7 +71,7 @@ def _last_values(steps, values, keys: list) -> tuple:
     return values[0], {k: values[j + 1] for j, k in enumerate(keys)}
 
 
-def apply_packed(opt, loss, global_step, worker_device: str):
+def apply_packed(opt, loss, global_step, worker_device: str, reads: PackedReads | None = None):
     """``opt.minimize(loss, global_step)`` with each ps's dense gradients sent as one tensor.
 
     The gradients of the variables on one ps (float32, dense) are flattened and joined on
@@ -77,9 +80,10 @@ def apply_packed(opt, loss, global_step, worker_device: str):
     gradients (``IndexedSlices``), other dtypes, variables larger than
     ``PACK_MAX_ELEMENTS`` and variables without a gradient keep their own path. The
     optimizer's own tensors (its constants, the global step's increment) are made on the
-    global step's ps (the one ps of most jobs), so that no step sends them there.
+    global step's ps (the one ps of most jobs), so that no step sends them there. ``reads``:
+    the step's packed reads (``PackedReads``), whose parts the gradients are taken of.
     """
-    pairs = opt.compute_gradients(loss)
+    pairs = reads.compute_gradients(opt.compute_gradients, loss) if reads else opt.compute_gradients(loss)
     by_ps: dict[str, list] = {}
     kept = []
     for g, v in pairs:
@@ -123,97 +127,183 @@ def _task_of(device: str) -> tuple:
     return spec.job, spec.replica or 0, spec.task or 0
 
 
-def _variable_device(read) -> str:
-    """Where a ReadVariableOp runs: its own device, else the device of the variable it was
-    passed (a read without a device is placed next to its variable at run time; in a loop
-    body the variable is a captured tensor, outside a loop the variable's handle op)."""
-    if read.device:
-        return read.device
-    captured = {inner.ref(): outer for outer, inner in getattr(read.graph, "captures", ())}
-    outer = captured.get(read.inputs[0].ref())
-    if outer is not None:
-        return outer.device
-    return read.inputs[0].op.device
+class PackedReads:
+    """The variables a step reads from each ps, read there as one tensor before the model is built.
 
+    ``build(model, *inputs)`` builds ``model(*inputs)`` (a model function that creates its
+    variables with ``tf.compat.v1.get_variable``) so that it gets, instead of each small
+    float32 variable on a ps, that variable's part of one tensor: its ps reads all of them,
+    flattens and joins them, the worker splits the joined tensor again (one transfer per ps
+    instead of one per variable). ``compute_gradients`` then gives the gradients of the loss
+    with respect to those parts, paired with their variables, as the optimizer's own would.
 
-def _use_instead(tensor, other, users) -> None:
-    """Make each op of ``users`` read ``other`` where it read ``tensor``."""
-    for user in users:
-        for j, x in enumerate(user.inputs):
-            if x is tensor:
-                compat.update_op_input(user, j, other)
+    The model is built twice: first in a graph of its own (its inputs as placeholders), to
+    learn which variables it creates and whether they can be read this way, then for real.
+    The first of those variables the real build asks for creates them all (as the model
+    would, in its order), and the joined reads are built then, before the model uses any.
+    Left to the model (its own read, its own transfer): variables created by tf_keras (its
+    layers read their weights themselves), a variable the model gathers rows from (an
+    embedding: only the rows travel), assigns to, or that is not float32, larger than
+    ``PACK_MAX_ELEMENTS``, split or not trainable; and every variable when the first build
+    fails, or the inputs are not plain tensors.
 
-
-def with_packed_reads(step_fn, worker_device: str, reads_after=None, step_read=None):
-    """``step_fn`` (which builds one step), with the reads of the step it builds packed.
-    ``reads_after``: an op every read the step sends to the worker waits for (backup workers:
-    the global step's read, see ``pack_accumulator_inputs``). ``step_read`` (sync steps, one
-    per run): the worker's copy of the global step's read (an identity of the read on its
-    ps), which then travels in the packed reads of that ps too: one transfer fewer a step."""
-    def step():
-        graph = v1.get_default_graph()   # inside the loop: the loop body's graph
-        first = len(graph.get_operations())
-        built = step_fn()
-        sending = pack_reads(graph.get_operations()[first:], worker_device, step_read)
-        if reads_after is not None:
-            for op in sending:
-                compat.add_control_input(op, reads_after)
-        return built
-    return step
-
-
-def pack_reads(ops, worker_device: str, step_read=None) -> list:
-    """Send the variable values a step reads from each ps as one tensor instead of one per read.
-
-    ``ops`` are the ops a step built. Every float32 variable read that runs on a ps and is
-    used on ``worker_device`` (the forward and backward pass) is rewired: the ps flattens
-    and joins its reads into one tensor, the worker splits it again, and the users of each
-    read take their part, the same values. A read that waits for something (a control
-    input, e.g. after an update) or is larger than ``PACK_MAX_ELEMENTS`` keeps its own
-    transfer. TensorFlow has no public way to change the input of a built op: its internal
-    one is ``compat.update_op_input`` (checked when the task starts).
-
-    ``step_read``: an identity on the worker of the global step's read (int64) on its ps;
-    that read joins the packed reads of its ps (as the two 32-bit halves of its bits) and
-    the identity takes it from there.
-
-    Returns the ops on a ps whose values the worker receives: the joined reads, and the
-    reads that travel alone.
+    ``step_value``: the global step read on its ps (int64), whose copy on the worker
+    ``step_read`` gives. It joins the reads of its ps (as the two 32-bit halves of its bits),
+    or, ``wait_for_step`` (backup workers: the step a gradient is fresh for is read before
+    its variables), every joined read waits for it and it travels alone. ``pack`` False: no
+    rehearsal, the model reads its variables itself (a tf_keras model, whose layers hold
+    their weights: a rehearsal would only cost its build time).
     """
-    worker = _task_of(worker_device)
-    by_ps: dict[str, list] = {}
-    sending = []
-    for op in ops:
-        if op.type != "ReadVariableOp" or op.control_inputs or op.inputs[0].op.inputs:
+
+    def __init__(self, worker_device: str, step_value=None, wait_for_step: bool = False, pack: bool = True):
+        self.worker_device, self.step_value, self.wait_for_step = worker_device, step_value, wait_for_step
+        self.pack = pack
+        self.plan: dict[str, dict] = {}     # full name -> get_variable's arguments, in creation order
+        self.values: dict[str, object] = {}  # full name -> what the model gets (a part, or the variable)
+        self.parts: dict = {}                # variable ref -> its part
+        self._step_part = None
+
+    def build(self, model, *inputs):
+        """``model(*inputs)`` with the packed reads."""
+        self.plan = _rehearse(model, inputs) if self.pack else {}
+        if not self.plan:
+            return model(*inputs)
+        with v1.variable_scope(v1.get_variable_scope(), custom_getter=self._get):
+            return model(*inputs)
+
+    def _get(self, getter, name, *args, **kwargs):
+        if name in self.values:
+            return self.values[name]
+        if name not in self.plan:
+            return getter(name, *args, **kwargs)
+        self._read_all(getter)
+        return self.values[name]
+
+    def _read_all(self, getter) -> None:
+        by_ps: dict[str, list] = {}
+        for name, kwargs in self.plan.items():
+            var = getter(name, **{**kwargs, "reuse": v1.AUTO_REUSE})
+            self.values[name] = var
+            if (isinstance(var, tf.Variable) and _packable(var.dtype.base_dtype, var.shape)
+                    and _task_of(var.device)[0] == "ps" and var.trainable):
+                by_ps.setdefault(var.device, []).append((name, var))
+        step = None if self.wait_for_step else self.step_value
+        with v1.control_dependencies([self.step_value.op] if self.wait_for_step else []):
+            for device, group in by_ps.items():
+                with tf.device(device):
+                    reads = [var.value() for _, var in group]
+                with_step = step is not None and _task_of(step.device) == _task_of(device)
+                if with_step:
+                    with tf.device(step.device):
+                        reads.append(tf.bitcast(step, tf.float32))
+                if len(reads) == 1:
+                    with tf.device(device):
+                        parts = [tf.stop_gradient(reads[0])]
+                else:
+                    with tf.device(device):
+                        joined = tf.stop_gradient(_join(reads, device))
+                    parts = _split(joined, [r.shape for r in reads], self.worker_device)
+                if with_step:
+                    with tf.device(self.worker_device):
+                        self._step_part = tf.bitcast(parts[-1], tf.int64)
+                for (name, var), part in zip(group, parts):
+                    self.values[name] = part
+                    self.parts[var.ref()] = part
+
+    def step_read(self, name: str = "global_step_read"):
+        """The worker's copy of ``step_value``: from the joined reads of its ps, else its own transfer."""
+        with tf.device(self.worker_device):
+            return tf.identity(self._step_part if self._step_part is not None else self.step_value, name=name)
+
+    def compute_gradients(self, compute, loss) -> list:
+        """``compute(loss)`` (an optimizer's ``compute_gradients``), the packed variables'
+        gradients taken with respect to their parts: the same (gradient, variable) pairs, in
+        the same order. A variable the model also read itself (e.g. a regularizer's loss) gets
+        the sum of both."""
+        if not self.parts:
+            return compute(loss)
+        graph = v1.get_default_graph()
+        variables = list(graph.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES))
+        seen = {v.ref() for v in variables}
+        variables += [v for v in graph.get_collection(v1.GraphKeys.TRAINABLE_RESOURCE_VARIABLES)
+                      if v.ref() not in seen]
+        packed = [v for v in variables if v.ref() in self.parts]
+        pairs = compute(loss, var_list=variables + [self.parts[v.ref()] for v in packed])
+        own = {v.ref(): g for (g, v) in pairs[:len(variables)]}
+        for (g, _), v in zip(pairs[len(variables):], packed):
+            direct = own[v.ref()]
+            own[v.ref()] = g if direct is None else direct if g is None else (
+                tf.convert_to_tensor(g) + tf.convert_to_tensor(direct))
+        return [(own[v.ref()], v) for v in variables]
+
+
+def _from_keras() -> bool:
+    """Whether the caller's caller is tf_keras's (or Keras's) code."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        parts = frame.f_code.co_filename.replace("\\", "/").split("/")
+        if "tf_keras" in parts or "keras" in parts:
+            return True
+        frame = frame.f_back
+    return False
+
+
+#: Ops that may use a variable whose value a model gets as a part of the joined reads.
+_READ_ONLY = {"ReadVariableOp", "VarIsInitializedOp"}
+
+
+def _rehearse(model, inputs) -> dict:
+    """Build ``model(*inputs)`` in a graph of its own, each candidate variable given as a
+    read (a tensor, as the real build will give its part). Returns full name -> arguments of
+    the ``get_variable`` calls whose variables can be packed, {} if none or if the model
+    cannot be built so."""
+    leaves = tf.nest.flatten(inputs)
+    if not all(isinstance(t, tf.Tensor) for t in leaves):
+        return {}
+    calls: dict[str, tuple] = {}
+
+    def record(getter, name, *args, **kwargs):
+        var = getter(name, *args, **kwargs)
+        if name in calls:
+            return calls[name][2]
+        init = kwargs.get("initializer")
+        if (isinstance(var, tf.Variable) and var.trainable and _packable(var.dtype.base_dtype, var.shape)
+                and not isinstance(init, (tf.Tensor, tf.Variable)) and not _from_keras()):
+            value = var.value()
+            calls[name] = (kwargs, var, value)
+            return value
+        calls[name] = (None, var, var)
+        return var
+
+    graph = tf.Graph()
+    try:
+        with graph.as_default():
+            stand_ins = tf.nest.pack_sequence_as(inputs, [v1.placeholder(t.dtype, t.shape) for t in leaves])
+            v1.train.get_or_create_global_step()   # as the real graph has one (a model may read it)
+            with v1.variable_scope(v1.get_variable_scope(), custom_getter=record):
+                model(*stand_ins)
+    except Exception as e:  # noqa: BLE001 - any failure leaves the reads to the model; its own build says why
+        log.info("packed reads off: the model could not be built with its variables' values as tensors (%s: %s)",
+                 type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        return {}
+    plan = {}
+    for name, (kwargs, var, value) in calls.items():
+        if kwargs is None:
             continue
-        device = _variable_device(op)
-        if _task_of(device)[0] != "ps":
-            continue
-        users = [c for c in op.outputs[0].consumers() if _task_of(c.device) == worker]
-        if not users:
-            continue
-        if _packable(op.outputs[0].dtype, op.outputs[0].shape):
-            by_ps.setdefault(device, []).append((op.outputs[0], users))
-        else:
-            sending.append(op)
-    step_value = step_read.op.inputs[0] if step_read is not None else None
-    for device, reads in by_ps.items():
-        with_step = step_value is not None and _task_of(step_value.device) == _task_of(device)
-        if with_step:
-            with tf.device(step_value.device):
-                reads = [*reads, (tf.bitcast(step_value, tf.float32), [])]
-        if len(reads) < 2:
-            sending.append(reads[0][0].op)
-            continue
-        joined = _join([t for t, _ in reads], device)
-        sending.append(joined.op)
-        parts = _split(joined, [t.shape for t, _ in reads], worker_device)
-        if with_step:
-            with tf.device(worker_device):
-                compat.update_op_input(step_read.op, 0, tf.bitcast(parts[-1], tf.int64))
-        for value, (t, users) in zip(parts, reads):
-            _use_instead(t, value, users)
-    return sending
+        users = {op.type for op in var.handle.consumers() if op is not var.initializer}
+        if users <= _READ_ONLY and not _gathered(value):
+            plan[name] = kwargs
+    return plan
+
+
+def _gathered(tensor) -> bool:
+    """Whether rows of ``tensor`` are gathered (an embedding), directly or through identities."""
+    for op in tensor.consumers():
+        if op.type.startswith(("Gather", "ResourceGather", "SparseSegment")):
+            return True
+        if op.type == "Identity" and _gathered(op.outputs[0]):
+            return True
+    return False
 
 
 class StepsPerRunHook(v1.train.SessionRunHook):

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-from tfps import compat, models, modelspec, timeouts
+from tfps import compat, keras_model, models, modelspec, timeouts
 from tfps import data as data_mod
 from tfps.config import RunConfig, replicas_per_step
 from tfps.errors import ConfigError
@@ -182,9 +182,10 @@ class Worker:
                 # it with every run: one read on its ps and one transfer (see share_global_step_read).
                 with v1.device(global_step.device):
                     step_value = global_step.read_value()
-                with v1.device(worker_device + "/cpu:0"):
-                    step_read = tf.identity(step_value, name="global_step_read")
-                compat.share_global_step_read(g, step_read)
+                # One sync step per run: this read travels with the step's packed reads (made there).
+                if not cfg.sync_replicas or sync_loop:
+                    with v1.device(worker_device + "/cpu:0"):
+                        step_read = tf.identity(step_value, name="global_step_read")
                 with v1.device(worker_device + "/cpu:0"):
                     if cfg.train_data and cfg.train_data.startswith(data_mod.LIST_PREFIX):
                         own = data_mod.shard_files(setup.schema.files, task.num_workers, task.index)
@@ -207,15 +208,23 @@ class Worker:
                     agg = syncagg.SyncAggregation(opt, global_step, per_step, task.num_workers,
                                                   worker_device + "/cpu:0")
 
-                def step(local_step=None, read=None):
-                    """One step; sync in a loop: ``local_step`` (the token before) and ``read``
-                    (the global step read before its variables)."""
+                def step(local_step=None, now=None):
+                    """One step; sync in a loop: ``local_step`` (the token before) and ``now``
+                    (the global step read on its ps before the step's variables)."""
                     with v1.device(worker_device + "/cpu:0"):
                         features, labels = batches.get_next()
+                    # The variables of each ps as one tensor (tfps.task.steps.PackedReads). Sync:
+                    # with the global step's read (the dropped count's comparison); backup workers:
+                    # the variables are read after it, and it travels alone.
+                    sync_value = now if now is not None else step_value if cfg.sync_replicas else None
+                    reads = steps_mod.PackedReads(worker_device + "/cpu:0", step_value=sync_value, wait_for_step=backup,
+                                                  pack=not isinstance(setup.model_fn, keras_model.KerasModelFn))
                     with placement.partitioned(task.num_ps, cfg.partition_mb, keras=models.may_use_keras(cfg.model)), \
                             modelspec.on_worker(worker_device + "/cpu:0"), \
                             dynamic_embedding.shard_devices([f"/job:ps/task:{i}" for i in range(task.num_ps)]):
-                        spec = setup.model_fn(features, labels, "train", setup.params)
+                        spec = reads.build(lambda f, lb: setup.model_fn(f, lb, "train", setup.params), features, labels)
+                    read = None if sync_value is None else reads.step_read(
+                        "global_step_at_step" if now is not None else "global_step_read")
                     if spec.loss is None:
                         raise ConfigError(f"{cfg.model} returned no loss in train mode", "model")
                     running = _running_metrics(spec, g, task.index, cfg.model)
@@ -228,7 +237,7 @@ class Worker:
                         if local_step is not None:
                             sync = syncagg.sync_loop_step(agg, spec.loss, local_step, read,
                                                           fresh_from=read if backup else None,
-                                                          last_step=cfg.train_steps)
+                                                          last_step=cfg.train_steps, reads=reads)
                             train, extra = sync.train, (sync.token, sync.stale)
                         elif cfg.sync_replicas:
                             # The global step as this run starts (read before its gradients reach an
@@ -239,12 +248,14 @@ class Worker:
                             # that read (syncagg.SyncAggregation.send: tokens pile up while a
                             # worker is frozen), and the step is read again as it reaches the ps.
                             sync = syncagg.apply_sync_packed(
-                                agg, spec.loss, after=step_read, fresh_from=step_read if backup else None,
-                                last_step=cfg.train_steps)
+                                agg, spec.loss, after=read, fresh_from=read if backup else None,
+                                last_step=cfg.train_steps, reads=reads)
                             train = sync.train
+                            sync_fetch["step_read"] = read
                             sync_fetch["stale"] = tf.cast(sync.sent_step < sync.arrived_at, tf.int32)
                         else:
-                            train = steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0")
+                            train = steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0",
+                                                           reads=reads)
                     if running:
                         train = tf.group(train, *[update for update, _ in running.values()])
                     return (train, spec.loss, metrics, *extra)
@@ -252,15 +263,9 @@ class Worker:
                 def sync_step(local_step):
                     # Each step reads the global step before its variables: the dropped count's
                     # comparison, and with backup workers the step its gradient is fresh for.
-                    # Plain sync: the read travels with the packed reads of its ps. Backup
-                    # workers: the variables are read after it (its own transfer).
                     with v1.device(global_step.device):
                         now = global_step.read_value()
-                    with v1.device(worker_device + "/cpu:0"):
-                        read = tf.identity(now, name="global_step_at_step")
-                    return steps_mod.with_packed_reads(
-                        lambda: step(local_step, read), worker_device + "/cpu:0",
-                        reads_after=now.op if backup else None, step_read=None if backup else read)()
+                    return step(local_step, now)
 
                 sync_fetch: dict = {}
                 if cfg.sync_replicas and sync_loop:   # several sync steps per session.run
@@ -271,13 +276,13 @@ class Worker:
                     # Backup workers: a step's variable reads come after its global step read.
                     # Plain sync: the global step's read travels with the packed reads (one step
                     # per run, so the hooks' read and the step's reads are those of the same run).
-                    train_op, loss, metrics = steps_mod.with_packed_reads(
-                        step, worker_device + "/cpu:0", reads_after=step_value.op if backup else None,
-                        step_read=None if backup else step_read)()
+                    train_op, loss, metrics = step()
+                    step_read = sync_fetch.pop("step_read")
                     steps = steps_per_run = None
                 else:   # several steps per session.run (tfps.task.steps)
                     train_op, steps, loss, metrics, steps_per_run = steps_mod.step_loop(
-                        steps_mod.with_packed_reads(step, worker_device + "/cpu:0"), global_step, cfg.train_steps)
+                        step, global_step, cfg.train_steps)
+                compat.share_global_step_read(g, step_read)
                 release_tokens = sync_hook = close_tokens = None
                 if cfg.sync_replicas:
                     release_tokens = syncagg.release_tokens(agg.token_queue, global_step, task.num_workers,
