@@ -4,12 +4,12 @@ job files, shell completion and the examples that end each command's help."""
 from __future__ import annotations
 
 import argparse
-import difflib
 import platform
 import shlex
 from importlib import metadata
 
 from tfps import __version__, compat
+from tfps.config import did_you_mean, job_flags, load_job_file
 from tfps.errors import ConfigError
 
 #: The examples at the end of each command's --help (2-3 each, as people type them).
@@ -95,26 +95,6 @@ def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     return {a.dest: a for a in compat.parser_actions(parser) if a.option_strings and a.dest not in ("help", "config")}
 
 
-def load_job_file(path: str) -> dict:
-    import yaml
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except OSError as e:
-        raise ConfigError(f"cannot read {path} ({e.strerror}); give a YAML file of option: value lines",
-                          "config") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise ConfigError(f"{path} is not valid YAML{where}; give option: value lines", "config") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} holds a {type(data).__name__}; give a mapping of option: value lines, "
-                          "e.g. train_steps: 1000", "config")
-    return data
-
-
 def expand_config(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
     """``tfps local --config job.yaml --train_steps 5`` -> the file's options as flags, then the
     command line's: flags win (a repeatable option given on the command line replaces the
@@ -152,26 +132,12 @@ def expand_config(argv: list[str], parser: argparse.ArgumentParser) -> list[str]
         dest = str(key).replace("-", "_")
         action = options.get(dest)
         if action is None:
-            close = difflib.get_close_matches(dest, list(options), n=1)
-            hint = f"; did you mean {close[0].replace('_', '-')}?" if close else ""
+            hint = did_you_mean(key, options)
             raise ConfigError(f"{path}: {key!r} is not an option of tfps {command}{hint}", "config")
         names = [o[2:] for o in action.option_strings if o.startswith("--")]
         if any(n in given or f"no-{n}" in given for n in names):
             continue   # the command line wins
-        flag = action.option_strings[-1] if not names else f"--{names[0]}"
-        if isinstance(action, argparse.BooleanOptionalAction):
-            flags.append(flag if value else f"--no-{names[0]}")
-        elif action.nargs == 0:   # store_true and the like
-            if value:
-                flags.append(flag)
-        elif isinstance(value, list):
-            for item in value:
-                flags.append(f"{flag}={item}")
-        elif isinstance(value, dict):
-            for k, v in value.items():   # model_arg: {depth: 3}
-                flags.append(f"{flag}={k}={v}")
-        else:
-            flags.append(f"{flag}={'true' if value is True else 'false' if value is False else value}")
+        flags.extend(job_flags(action, value))
     at = out.index(command) + 1
     return out[:at] + flags + out[at:] + tail
 

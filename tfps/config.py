@@ -547,34 +547,34 @@ def normalize_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def load_job_file(path: str) -> dict:
+def load_job_file(path: str, field: str = "config") -> dict:
     """A ``--config`` job file (``tfps local/run/compose/slurm --config``, the role's
-    ``tfps_config``): a YAML mapping of option: value; anything else is one clear line."""
+    ``tfps_config``): a YAML mapping of option: value; anything else is one clear line
+    (about ``field``)."""
     import yaml
     try:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
     except OSError as e:
         raise ConfigError(f"cannot read {path} ({e.strerror}); give a YAML file of option: value lines",
-                          "config") from None
+                          field) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
-        raise ConfigError(f"{path} is not valid YAML{where}; give option: value lines", "config") from None
+        raise ConfigError(f"{path} is not valid YAML{where}; give option: value lines", field) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path} holds a {type(data).__name__}; give a mapping of option: value lines, "
-                          "e.g. train_steps: 1000", "config")
+                          "e.g. train_steps: 1000", field)
     return data
 
 
-def unknown_job_key(path: str, key, options, command: str) -> ConfigError:
-    """The refusal of a job file's key that is not an option of ``tfps COMMAND``, by name."""
+def did_you_mean(key, options) -> str:
+    """``"; did you mean train-steps?"`` for a job file's unknown key, or nothing."""
     import difflib
     close = difflib.get_close_matches(str(key).replace("-", "_"), list(options), n=1)
-    hint = f"; did you mean {close[0].replace('_', '-')}?" if close else ""
-    return ConfigError(f"{path}: {key!r} is not an option of tfps {command}{hint}", "config")
+    return f"; did you mean {close[0].replace('_', '-')}?" if close else ""
 
 
 def job_flags(action: argparse.Action, value) -> list[str]:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tfps.cluster.plan import LAYOUT_VARS, PS, WORKER, Plan, Task, plan_from_hosts
-from tfps.cluster.variables import DEFAULTS, JOB_VARS, check_names, launch_from_vars
+from tfps.cluster.variables import DEFAULTS, JOB_VARS, check_names, job_file_vars, launch_from_vars
 from tfps.errors import ConfigError
 
 #: The variables the plan reads; only these are templated (a vaulted notification URL
@@ -56,8 +56,19 @@ def origin(value: Any) -> str | None:
 
 
 def _resolve(host: str, raw: Mapping[str, Any], defaults: Mapping[str, Any], template: Template) -> dict:
-    """The plan's variables of one host: role defaults under its own, templates rendered."""
+    """The plan's variables of one host: role defaults under its own, templates rendered.
+
+    A job file in ``tfps_config`` comes between the two: its settings replace the role's
+    defaults, the host's own variables win over it (its extra flags come before theirs)."""
     merged = {**defaults, **raw}
+    config = merged.get("tfps_config")
+    if config not in (None, ""):
+        path = str(plain(template(config, merged)))
+        found = job_file_vars(path) if path.strip() else {}
+        merged = {**defaults, **found, **raw}
+        if "tfps_extra_args" in found and "tfps_extra_args" in raw:
+            own = plain(template(raw["tfps_extra_args"], merged))
+            merged["tfps_extra_args"] = found["tfps_extra_args"] + (own if isinstance(own, list) else [own])
     resolved = {}
     for name in PLAN_VARS:
         if name not in merged:
@@ -115,6 +126,10 @@ def plan_from_view(
                 )
     _, launch = launch_from_vars(job, where=f"host {chief_host!r}")
     data = plan.to_json(launch)
+    if job.get("tfps_config"):
+        # The settings the job file gave, as the job has them (the inventory's where it set
+        # them too): the role sets them as facts, for its tasks that read them.
+        data["job_file"] = {name: job[name] for name in job_file_vars(str(job["tfps_config"])) if name in job}
     data["hosts"] = {host: {k: v for k, v in values.items() if k in LAYOUT_VARS} for host, values in resolved.items()}
     return data
 

@@ -68,8 +68,9 @@ RUN_FIELDS = {
     "tfps_steps_to_live": "steps_to_live",
     "tfps_expected_ids": "expected_ids",
 }
-#: Other job settings that change how tasks start.
-LAUNCH_VARS = ("tfps_extra_args", "tfps_script", "tfps_script_args", "tfps_notify_config", "tfps_data_src")
+#: Other job settings that change how tasks start (tfps_config: a job file that gives the others).
+LAUNCH_VARS = ("tfps_extra_args", "tfps_script", "tfps_script_args", "tfps_notify_config", "tfps_data_src",
+               "tfps_config")
 #: Every variable the plan reads from the chief's host: the job's settings.
 JOB_VARS = tuple(RUN_FIELDS) + LAUNCH_VARS
 #: What defines a job (with its layout and image): a deploy under the same name that changes
@@ -114,6 +115,61 @@ def check_names(names, where: str, origin=None) -> None:
             place = origin(name) if origin else None
             raise ConfigError(f"unknown variable of {where}{f' (set in {place})' if place else ''}; {suggestion}",
                               str(name))
+
+
+#: A job file's keys that are the layout (options of tfps local, compose, slurm and run's
+#: cluster flags): the inventory gives it.
+LAYOUT_KEYS = ("ps", "workers", "gpus", "gpus_per_worker", "nodes", "ps_hosts", "worker_hosts", "job_name",
+               "task_index")
+#: A job file's keys (tfps run's options) that have a role variable besides RUN_FIELDS'.
+JOB_FILE_VARS = {"model_arg": "tfps_model_args", "notify_config": "tfps_notify_config"}
+
+
+def job_file_vars(path: str) -> dict[str, Any]:
+    """The role variables a ``tfps_config`` job file gives: the file ``--config`` reads.
+
+    Its keys are tfps run's options, with dashes or underscores. An option with a role
+    variable of its own becomes that variable (``train_steps`` -> ``tfps_train_steps``,
+    ``model_arg`` -> ``tfps_model_args``); every other one becomes its flag in
+    ``tfps_extra_args`` (``hidden_units: 64,32`` -> ``--hidden_units=64,32``). A key that is
+    not an option of tfps run is refused by name; so are notification URLs (secrets: a
+    vaulted ``tfps_notify_urls``). The inventory's own variables win over the file's (the
+    caller merges them so).
+    """
+    from tfps.config import did_you_mean, job_flags, load_job_file, parse_model_args, run_option_actions
+
+    where = path
+    options = run_option_actions()
+    by_field = {f: v for v, f in RUN_FIELDS.items()}
+    out: dict[str, Any] = {}
+    extra: list[str] = []
+    for key, value in load_job_file(path, "tfps_config").items():
+        dest = str(key).replace("-", "_")
+        if dest == "notify":
+            raise ConfigError(f"{where}: notification URLs are secrets; set tfps_notify_urls in a vaulted "
+                              "group_vars file instead (docs/ansible.md, Security)", "tfps_config")
+        if dest in LAYOUT_KEYS:
+            raise ConfigError(f"{where}: {key!r} is the cluster's layout, which the inventory gives (its groups ps "
+                              "and worker, tfps_ps_tasks, tfps_workers, tfps_gpus); leave it out of the job file",
+                              "tfps_config")
+        if dest not in options and f"tfps_{dest}" in catalogue():
+            raise ConfigError(f"{where}: {key!r} is not a job setting (an option of tfps run); set the role's "
+                              f"tfps_{dest} in the inventory instead", "tfps_config")
+        if dest not in options:
+            hint = did_you_mean(key, options)
+            raise ConfigError(f"{where}: {key!r} is not an option of tfps run{hint}", "tfps_config")
+        if dest == "model_arg":
+            out["tfps_model_args"] = value if isinstance(value, Mapping) or value is None else \
+                parse_model_args([str(v) for v in (value if isinstance(value, list) else [value])])
+        elif dest in JOB_FILE_VARS:
+            out[JOB_FILE_VARS[dest]] = value
+        elif dest in by_field:
+            out[by_field[dest]] = value
+        else:
+            extra.extend(job_flags(options[dest], value))
+    if extra:
+        out["tfps_extra_args"] = extra
+    return out
 
 
 def _blank(value: Any) -> bool:

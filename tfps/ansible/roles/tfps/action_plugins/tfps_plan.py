@@ -29,9 +29,11 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
 
-    def _host_vars(self, hostvars, host: str, derived: dict) -> dict:
+    def _host_vars(self, hostvars, host: str, derived: dict, defaults: dict) -> dict:
         """``host``'s variables in this play and task, untemplated (as ``hostvars.raw_get``),
-        without ``derived`` (the role's vars/main.yml: values derived from the plan, not settings)."""
+        without ``derived`` (the role's vars/main.yml: values derived from the plan, not settings)
+        and without the role's ``defaults`` that nothing else set (a tfps_config job file's
+        settings replace those)."""
         from tfps.compat import ansible_play_facts, ansible_play_variables
 
         manager, inventory = ansible_play_variables(hostvars)
@@ -44,7 +46,9 @@ class ActionModule(ActionBase):
         from tfps.cluster.variables import catalogue
 
         facts = ansible_play_facts(manager, host) - set(catalogue())
-        return {k: v for k, v in found.items() if k not in derived and k not in facts}
+        own = hostvars.raw_get(host)   # inventory, -e and facts: no play, no role defaults
+        return {k: v for k, v in found.items() if k not in derived and k not in facts
+                and (k in own or k not in defaults or v != defaults[k])}
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -67,7 +71,7 @@ class ActionModule(ActionBase):
         role = ansible_task_role(self._task)
         defaults = role.get_default_vars() if role is not None else {}
         derived = role.get_vars(include_params=False) if role is not None else {}
-        raw = {host: self._host_vars(hostvars, host, derived) for host in hosts}
+        raw = {host: self._host_vars(hostvars, host, derived, defaults) for host in hosts}
         # The ports tfps_ports chose on each host where the inventory sets no tfps_base_port.
         for host, port in (self._task.args.get("base_ports") or {}).items():
             if host in raw and port not in (None, "") and "tfps_base_port" not in raw[host]:
