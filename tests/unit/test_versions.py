@@ -74,3 +74,14 @@ def test_tfps_code_derives_the_version_and_writes_no_pin():
     literal = re.compile(rf"""["']{re.escape(compat.TENSORFLOW_VERSION)}["']""")
     written = [str(p.relative_to(REPO)) for p in sorted((REPO / "tfps").rglob("*.py")) if literal.search(p.read_text())]
     assert written == ["tfps/compat.py"]
+
+
+def test_the_changelog_dates_this_version_and_the_collection_takes_it():
+    """tfps's own version, tfps.__version__, has a dated CHANGELOG.md section (Keep a Changelog),
+    and the Galaxy collection writes no version of its own (galaxy/build.py fills it in)."""
+    import yaml
+
+    import tfps
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    assert re.search(rf"^## \[{re.escape(tfps.__version__)}\] - \d{{4}}-\d{{2}}-\d{{2}}$", changelog, re.M)
+    assert "version" not in yaml.safe_load((REPO / "galaxy" / "galaxy.yml").read_text())
