@@ -167,3 +167,42 @@ def test_a_task_process_takes_a_group_signal_as_one_stop_and_a_late_one_as_kill(
         assert "exiting now, without the final save" in proc.stderr.read()
     finally:
         proc.kill()
+
+
+def test_a_second_signal_ends_a_task_blocked_in_tensorflow(tmp_path):
+    """A task whose main thread waits inside a TensorFlow call (a sync step's wait for its
+    token, a dequeue from a ps) cannot run Python's signal handlers until that call returns.
+    The first SIGTERM is still a stop request, and a deliberate second one after the stop
+    window still ends the process at once with KILLED: here the call never returns."""
+    code = textwrap.dedent("""
+        import sys
+        import tensorflow as tf
+        from tfps.task.lifecycle import StopSignal
+        stop = StopSignal()
+        v1 = tf.compat.v1
+        with tf.Graph().as_default():
+            never = v1.FIFOQueue(1, tf.int32).dequeue()   # nothing is ever enqueued
+            with v1.Session() as sess:
+                print("blocked", flush=True)
+                sess.run(never)
+        sys.exit(5)
+    """)
+    env = base_env()
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=str(tmp_path))
+    try:
+        assert proc.stdout.readline().strip() == "blocked", proc.stderr.read()
+        time.sleep(0.5)   # into the dequeue
+        os.kill(proc.pid, signal.SIGTERM)
+        time.sleep(STOP_WINDOW_SECS + 0.5)
+        assert proc.poll() is None, "the first signal ended the process"
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(15) == ExitCode.KILLED, proc.stderr.read()
+        err = proc.stderr.read()
+        assert "received SIGTERM: finishing the current step" in err, err
+        assert "exiting now, without the final save" in err, err
+        with pytest.raises(ProcessLookupError):
+            os.kill(proc.pid, 0)
+    finally:
+        proc.kill()
+        proc.wait(10)

@@ -105,26 +105,41 @@ class StopSignal:
     Signals within the stop window of the first are the same stop (:class:`StopWindow`); a
     deliberate second one after it ends the task at once, without its final save, with
     ``ExitCode.KILLED``. The exit code of a task that stopped is the first signal's
-    (:meth:`exit_code`: 130, 143 or 129)."""
+    (:meth:`exit_code`: 130, 143 or 129).
+
+    Python runs a signal handler in the main thread only, between two bytecodes: a main
+    thread waiting inside TensorFlow (a sync step's wait for its token, a dequeue from a ps)
+    would take neither signal until that call returns, maybe never. So each signal is judged
+    as it arrives by a watcher thread that reads the signal wakeup fd (``signal.set_wakeup_fd``,
+    written by the interpreter's C handler at once); the Python handler then has nothing left
+    to do. Where no wakeup fd can be set (not the main thread), the handler judges."""
 
     def __init__(self) -> None:
         self.window = StopWindow()
         self._event = threading.Event()
+        self._lock = threading.Lock()
         for sig in STOP_SIGNALS:
             signal.signal(sig, self._handle)
+        self._watched = _watch_wakeups(self)
 
     def _handle(self, signum, _frame) -> None:
-        name = signal.Signals(signum).name
-        seen = self.window.note(signum)
-        if seen == "second":
-            log.warning("received %s %.1f s after %s: exiting now, without the final save", name,
-                        self.window.since_first(), self.window.signame)
-            exit_now(ExitCode.KILLED)
-        self._event.set()
-        if seen == "first":
-            log.warning("received %s: finishing the current step, then the final save", name)
-        else:
-            log.info("received %s again within %.0f s: the same stop", name, self.window.window)
+        if not (self._watched and _watcher is not None and _watcher.is_alive()):
+            self.judge(signum)
+
+    def judge(self, signum: int) -> None:
+        """A stop signal arrived: a stop request, the same stop, or a second signal (exit now)."""
+        with self._lock:
+            name = signal.Signals(signum).name
+            seen = self.window.note(signum)
+            if seen == "second":
+                log.warning("received %s %.1f s after %s: exiting now, without the final save", name,
+                            self.window.since_first(), self.window.signame)
+                exit_now(ExitCode.KILLED)
+            self._event.set()
+            if seen == "first":
+                log.warning("received %s: finishing the current step, then the final save", name)
+            else:
+                log.info("received %s again within %.0f s: the same stop", name, self.window.window)
 
     @property
     def requested(self) -> bool:
@@ -145,6 +160,49 @@ class StopSignal:
     def exit_code(self) -> ExitCode:
         """The code of a task stopped by this request: 128 + the first signal's number."""
         return stopped_code(self.window.first_signum)
+
+
+#: The StopSignal the wakeup watcher reports to (the newest; one watcher per process).
+_watched_stop: StopSignal | None = None
+_watcher: threading.Thread | None = None
+
+
+def _watch_wakeups(stop: StopSignal) -> bool:
+    """Judge every stop signal in a thread as it arrives (see :class:`StopSignal`): the signal
+    wakeup fd's bytes are the numbers of the signals caught. False where Python allows no
+    wakeup fd (not the main thread)."""
+    global _watched_stop, _watcher
+    if _watcher is None:
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        try:
+            signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            os.close(read_end)
+            os.close(write_end)
+            return False
+        _watcher = threading.Thread(target=_read_wakeups, args=(read_end,), name="tfps-signals", daemon=True)
+        _watcher.start()
+    _watched_stop = stop
+    return True
+
+
+def _read_wakeups(fd: int) -> None:
+    stops = {int(s) for s in STOP_SIGNALS}
+    while True:
+        try:
+            data = os.read(fd, 64)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        for signum in data:
+            if signum in stops and _watched_stop is not None:
+                _watched_stop.judge(signum)
 
 
 def exit_now(code: int) -> None:
@@ -228,6 +286,7 @@ def start_server(task, cfg):
     import tensorflow as tf
 
     from tfps.cluster.spec import split_target
+    from tfps.task import loopback as guard
     from tfps.task.loopback import bind_address, ensure_loopback_bind, is_loopback_host
     host = split_target(task.target)[0]
     loopback = is_loopback_host(host)
@@ -235,6 +294,10 @@ def start_server(task, cfg):
         raise ConfigError(f"{task.name} would listen on every interface although its address {task.target} is "
                           "loopback, and this TensorFlow build cannot be kept on loopback; give the task the "
                           "address of an interface that the hosts' firewall protects", "ps_hosts")
+    bound = None if loopback else os.environ.get(guard.BIND_ADDRESS_ENV)   # tfps slurm --bind_interface
+    if bound and not guard.ensure_address_bind(bound):
+        raise ConfigError(f"{task.name} cannot be kept on {bound}: this TensorFlow build's bind call was not found; "
+                          "drop --bind-interface (the cluster's network then protects the port)", "bind_interface")
     try:
         with _tf_chatter_hidden():
             server = tf.distribute.Server(cluster_spec(task), job_name=task.job, task_index=task.index,
@@ -250,6 +313,9 @@ def start_server(task, cfg):
     if loopback:
         from tfps.task.listening import require_loopback_only
         require_loopback_only(task.name, task.target, task.port, "ps_hosts" if task.job == "ps" else "worker_hosts")
+    elif bound:
+        from tfps.task.listening import require_address_only
+        require_address_only(task.name, task.target, task.port, bound)
     return server
 
 
