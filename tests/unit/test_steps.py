@@ -247,7 +247,7 @@ def test_a_step_receives_the_variables_of_each_ps_as_one_tensor():
     # Unpacked, each step receives every variable read on its own (6 variables on 2 ps).
     assert len(variable_reads(plain_edges)) >= 6 and min(variable_reads(plain_edges).values()) >= 3 + 1
     # Packed: one tensor per ps per step; only the variable too large to pack comes alone.
-    assert list(variable_reads(packed_edges)) == ["train_steps/body/_1/Square/ReadVariableOp"], packed_edges
+    assert list(variable_reads(packed_edges)) == ["train_steps/body/_1/ReadVariableOp"], packed_edges
     joined = [n for name, n in packed_edges.items() if re.search(r"/concat(_\d+)?$", name)]
     assert joined == [3 + 1, 3 + 1], packed_edges
     # The same training: every variable ends as without packing.

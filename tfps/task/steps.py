@@ -141,16 +141,16 @@ class PackedReads:
     learn which variables it creates and whether they can be read this way, then for real.
     The first of those variables the real build asks for creates them all (as the model
     would, in its order), and the joined reads are built then, before the model uses any.
-    Left to the model (its own read, its own transfer): variables created by tf_keras (its
-    layers read their weights themselves), a variable the model gathers rows from (an
-    embedding: only the rows travel), assigns to, or that is not float32, larger than
-    ``PACK_MAX_ELEMENTS``, split or not trainable; and every variable when the first build
-    fails, or the inputs are not plain tensors.
+    A variable that is not float32 or larger than ``PACK_MAX_ELEMENTS`` is read on its own
+    (its own transfer) but built the same way. Left to the model: variables created by
+    tf_keras (its layers read their weights themselves), a variable the model gathers rows
+    from (an embedding: only the rows travel) or assigns to, split or not trainable; and
+    every variable when the first build fails, or the inputs are not plain tensors.
 
     ``step_value``: the global step read on its ps (int64), whose copy on the worker
     ``step_read`` gives. It joins the reads of its ps (as the two 32-bit halves of its bits),
     or, ``wait_for_step`` (backup workers: the step a gradient is fresh for is read before
-    its variables), every joined read waits for it and it travels alone. ``pack`` False: no
+    its variables), every read built here waits for it and it travels alone. ``pack`` False: no
     rehearsal, the model reads its variables itself (a tf_keras model, whose layers hold
     their weights: a rehearsal would only cost its build time).
     """
@@ -181,14 +181,20 @@ class PackedReads:
 
     def _read_all(self, getter) -> None:
         by_ps: dict[str, list] = {}
+        alone = []   # too large (or not float32) to join: read on their own, as the model would
         for name, kwargs in self.plan.items():
             var = getter(name, **{**kwargs, "reuse": v1.AUTO_REUSE})
             self.values[name] = var
-            if (isinstance(var, tf.Variable) and _packable(var.dtype.base_dtype, var.shape)
-                    and _task_of(var.device)[0] == "ps" and var.trainable):
-                by_ps.setdefault(var.device, []).append((name, var))
+            if isinstance(var, tf.Variable) and var.trainable and _task_of(var.device)[0] == "ps":
+                if _packable(var.dtype.base_dtype, var.shape):
+                    by_ps.setdefault(var.device, []).append((name, var))
+                else:
+                    alone.append((name, var))
         step = None if self.wait_for_step else self.step_value
         with v1.control_dependencies([self.step_value.op] if self.wait_for_step else []):
+            for name, var in alone:
+                with tf.device(var.device):
+                    self.values[name] = self.parts[var.ref()] = tf.stop_gradient(var.value())
             for device, group in by_ps.items():
                 with tf.device(device):
                     reads = [var.value() for _, var in group]
@@ -267,8 +273,8 @@ def _rehearse(model, inputs) -> dict:
         if name in calls:
             return calls[name][2]
         init = kwargs.get("initializer")
-        if (isinstance(var, tf.Variable) and var.trainable and _packable(var.dtype.base_dtype, var.shape)
-                and not isinstance(init, (tf.Tensor, tf.Variable)) and not _from_keras()):
+        if (isinstance(var, tf.Variable) and var.trainable and not isinstance(init, (tf.Tensor, tf.Variable))
+                and not _from_keras()):
             value = var.value()
             calls[name] = (kwargs, var, value)
             return value
