@@ -115,3 +115,19 @@ def _shown(address: str) -> str:
     if address in ("0.0.0.0", "::"):
         return f"{address} (every interface)"
     return address
+
+
+def require_address_only(name: str, target: str, port: int, address: str, field: str = "bind_interface") -> None:
+    """Refuse (one line, exit 2) unless this process's server on ``port`` listens on ``address``
+    alone (``tfps slurm --bind_interface``): checked in the kernel's table after the start."""
+    try:
+        found = addresses_on(port)
+    except OSError as e:
+        raise ConfigError(f"{name} cannot check that its TensorFlow server on {target} listens on {address} only: "
+                          f"{e.strerror or e}; drop --bind-interface or run where /proc/net/tcp is readable",
+                          field) from None
+    if found != [address]:
+        shown = ", ".join(_shown(a) for a in found) or "no address"
+        raise ConfigError(f"{name} listens on {shown} port {port}, not on {address} alone: this TensorFlow build "
+                          "escaped tfps's bind; drop --bind-interface (the cluster's network then protects the "
+                          "port, docs/security.md)", field)

@@ -193,6 +193,26 @@ def ensure_loopback_bind(address: str = "127.0.0.1") -> bool:
     """
     if not ipaddress.ip_address(address).is_loopback:
         raise ValueError(f"{address} is not a loopback address")
+    return _ensure_bind(address)
+
+
+#: Set by ``tfps slurm --bind_interface`` for a task (tfps.launch.slurm_step): the IPv4 address
+#: of that interface on the task's node, which its TensorFlow server listens on alone.
+BIND_ADDRESS_ENV = "TFPS_BIND_ADDRESS"
+
+
+def ensure_address_bind(address: str) -> bool:
+    """The same for one IPv4 address of this machine that is not loopback (an interface's, the
+    cluster network's): TensorFlow's wildcard bind becomes a bind on ``address`` alone.
+    Returns whether the patch is in place; the caller checks the kernel's sockets after the
+    server starts, as for loopback."""
+    ip = ipaddress.ip_address(address)
+    if ip.version != 4 or ip.is_unspecified:
+        raise ValueError(f"{address} is not one IPv4 address")
+    return _ensure_bind(address)
+
+
+def _ensure_bind(address: str) -> bool:
     with _lock:
         _bind_to[0] = socket.inet_aton(address)
         if "ok" in _installed:
