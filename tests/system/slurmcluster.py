@@ -3,9 +3,14 @@
 Debian 12's slurm-wlm (slurmctld, slurmd) and munge from ``tests/system/slurm/Dockerfile``
 (built once, cached by the Dockerfile's hash), three containers on a user-defined network,
 started with ``--init``, without ``--privileged``: node 1 runs slurmctld and slurmd, nodes 2
-and 3 slurmd. Every node mounts one named volume on ``/shared`` (the shared filesystem) and
-this checkout, its venv and the interpreter the venv was made from read-only at the same
-paths, so ``tfps slurm`` run on node 1 writes a script whose ``python`` every node has. The
+and 3 slurmd. Every node mounts one named volume on ``/shared`` (the shared filesystem), and
+this checkout's venv and the interpreter it was made from read-only at the same paths: tfps
+itself is installed from the project's wheel (tests/wheelbuild.py, built once per version of
+the sources) into a venv on the shared volume, ``/shared/venv`` (TensorFlow and the rest
+reached through a .pth file to the mounted venv), as a lab installs it. ``tfps slurm`` run
+with its python on node 1 writes a script whose ``python`` every node has; the checkout is
+not mounted, and the models the tests import come from ``/shared/code`` (a copy of
+tests/fixtures). The
 settings that make Slurm work without cgroups are ENVIRONMENT.md's: proctrack/linuxproc,
 task/none, no accounting (``scontrol show job`` is the record, kept for MinJobAge).
 Jobs run as the unprivileged user ``lab``. :meth:`SlurmCluster.close` removes the
@@ -24,6 +29,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import wheelbuild
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE_DIR = Path(__file__).resolve().parent / "slurm"
@@ -49,10 +56,10 @@ def image() -> str:
     return tag
 
 
-def _mounts() -> list[str]:
-    """The checkout, the venv and its interpreter's installation, read-only at the same paths."""
+def _mounts(wheel_dir: Path) -> list[str]:
+    """The venv, its interpreter's installation and the wheel, read-only at the same paths."""
     base = Path(os.path.realpath(sys.executable)).parents[1]   # e.g. /root/.pyenv/versions/3.11.7 or /usr
-    paths = [REPO, Path(sys.prefix)]
+    paths = [Path(sys.prefix), wheel_dir]
     if base != Path("/usr"):
         paths.append(base)
     args: list[str] = []
@@ -63,6 +70,12 @@ def _mounts() -> list[str]:
 
 class SlurmCluster:
     """Three Slurm nodes; node names ``<prefix>-1..3`` (a hostlist ``<prefix>-[1-3]``)."""
+
+    #: The venv on the shared volume that tfps's wheel is installed into, and its python.
+    VENV = Path("/shared/venv")
+    python = str(VENV / "bin" / "python")
+    #: PYTHONPATH for the test models (tests.fixtures.paced_model, ...): a copy on the shared volume.
+    code = "/shared/code"
 
     def __init__(self) -> None:
         self.prefix = f"tfpsl{os.getpid() % 100000}{secrets.token_hex(2)}"
@@ -75,20 +88,25 @@ class SlurmCluster:
     # ------------------------------------------------------------------ start and stop
     def start(self) -> SlurmCluster:
         tag = image()
+        wheel = wheelbuild.wheel()
         (self.conf_dir / "munge.key").write_bytes(secrets.token_bytes(1024))
         os.chmod(self.conf_dir, 0o755)
         _docker("network", "create", self.network)
         _docker("volume", "create", self.volume)
         for name in self.names:
             _docker("run", "-d", "--init", "--name", name, "--hostname", name, "--network", self.network,
-                    "-v", f"{self.volume}:/shared", "-v", f"{self.conf_dir}:/etc/slurm-test:ro", *_mounts(),
+                    "-v", f"{self.volume}:/shared", "-v", f"{self.conf_dir}:/etc/slurm-test:ro",
+                    *_mounts(wheel.path.parent),
                     tag, "sleep", "infinity")
             self.started.append(name)
         # Each node's CPU and memory line as slurmd itself reads the machine.
         hw = self.sh(self.names[0], "slurmd -C | head -1").strip()
         node_line = re.sub(r"^NodeName=\S+\s*", "", hw)
         (self.conf_dir / "slurm.conf").write_text(self._conf(node_line))
-        self.sh(self.names[0], f"install -d -o {USER} -g {USER} /shared/jobs")
+        self.sh(self.names[0], f"install -d -o {USER} -g {USER} /shared/jobs /shared/venv {self.code}/tests")
+        # tfps from the wheel, installed by the lab user as a lab would, on the shared volume.
+        wheelbuild.venv(self.VENV, runner=lambda argv: self.sh(self.names[0], shlex.join(argv), user=USER))
+        _docker("cp", str(REPO / "tests" / "fixtures"), f"{self.names[0]}:{self.code}/tests/")
         for name in self.names:
             self.sh(name, "ln -sf /etc/slurm-test/slurm.conf /etc/slurm/slurm.conf && "
                           "install -o munge -g munge -m 0400 /etc/slurm-test/munge.key /etc/munge/munge.key && "
@@ -159,7 +177,8 @@ class SlurmCluster:
                        check=False)
 
     def tfps(self, args: str) -> subprocess.CompletedProcess:
-        return self.run(f"{shlex.quote(sys.executable)} -m tfps {args}")
+        """``tfps ARGS`` of the wheel's venv, as the lab user on the login node."""
+        return self.run(f"{self.python} -m tfps {args}")
 
     def job(self, job_id: str) -> dict[str, str]:
         """``scontrol show job`` as key=value pairs (JobState, ExitCode, EndTime, ...)."""

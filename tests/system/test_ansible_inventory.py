@@ -11,14 +11,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import wheelbuild
 from plays import IMAGE, assert_ok, no_containers_anywhere, play_vars, recap
 
 REPO = Path(__file__).resolve().parents[2]
-SITE = next(p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())
 
 
 @pytest.fixture(scope="module")
@@ -27,16 +26,8 @@ def installed_tfps(tmp_path_factory) -> Path:
     outside the checkout (TensorFlow and ansible-core reached through a .pth file to this
     venv's site-packages, not downloaded again; tfps itself is the wheel's copy)."""
     base = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w",
-                            str(base / "dist")], capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, build.stderr
     venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    (next((venv / "lib").glob("python3*/site-packages")) / "project-venv.pth").write_text(SITE + "\n")
-    install = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
-                              "--disable-pip-version-check", str(next((base / "dist").glob("tfps-*.whl")))],
-                             capture_output=True, text=True, timeout=300)
-    assert install.returncode == 0, install.stderr
+    wheelbuild.venv(venv)   # the wheel shared with the other wheel tests (tests/wheelbuild.py)
     return venv / "bin" / "tfps"
 
 

@@ -26,14 +26,13 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 from servers import SMTPServer, wait_until
-from slurmcluster import REPO, SlurmCluster
+from slurmcluster import REPO, USER, SlurmCluster
 
 pytestmark = pytest.mark.system
 
@@ -65,7 +64,7 @@ def smtp(cluster):
 
 def _submit(cluster, name: str, *args: str, env: str = "", layout: str = "--ps 1 --workers 2 --nodes 3") -> str:
     options = " ".join(shlex.quote(a) for a in args)
-    proc = cluster.run(f"{env} {shlex.quote(sys.executable)} -m tfps slurm {layout} "
+    proc = cluster.run(f"{env} {cluster.python} -m tfps slurm {layout} "
                        f"--time {WALLTIME_MIN} --final_save_timeout 60 --run_name {name} "
                        f"--model_dir /shared/jobs/{name} --notify_config /shared/jobs/notify.txt "
                        f"--submit {options}")
@@ -81,7 +80,7 @@ def jobs(cluster, smtp):
     done = _submit(cluster, "slurm-done", "--train_steps", "200")
     stopped = _submit(cluster, "slurm-stop", "--train_steps", "1000000", "--model",
                       "tests.fixtures.paced_model:model_fn",
-                      env=f"PYTHONPATH={shlex.quote(str(REPO))} TFPS_TEST_STEP_SECS=0.05")
+                      env=f"PYTHONPATH={cluster.code} TFPS_TEST_STEP_SECS=0.05")
     return {"done": done, "stopped": stopped}
 
 
@@ -98,6 +97,16 @@ def _volume_path(cluster, path: str) -> Path:
 
 def _messages(smtp, job: str) -> list[str]:
     return [str(m["subject"]) for m in smtp.received() if f"job {job}" in str(m["subject"])]
+
+
+def test_tfps_is_the_wheels_copy_in_a_venv_on_the_shared_volume(cluster):
+    proc = cluster.run(f"cd / && {cluster.python} -c 'import tfps; print(tfps.__file__, tfps.__version__)'")
+    where, version = proc.stdout.split()
+    assert where.startswith(f"{cluster.VENV}/lib/") and where.endswith("/site-packages/tfps/__init__.py"), proc
+    import tfps
+    assert version == tfps.__version__
+    # The checkout's sources are not on the nodes (its venv is, for TensorFlow: .venv/ inside it).
+    assert not cluster.exists(str(REPO / "tfps")) and not cluster.exists(str(REPO / "tests"))
 
 
 def test_bad_input_is_refused_in_one_line_and_nothing_is_submitted(cluster):
@@ -163,7 +172,7 @@ def follow(cluster, jobs):
     """tfps logs --slurm -f of the stopped job's chief, started while the job runs."""
     out = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(["docker", "exec", "-u", "lab", "-w", "/shared/jobs", cluster.names[0],
-                             sys.executable, "-m", "tfps", "logs", "--slurm", jobs["stopped"], "worker0", "-f",
+                             cluster.python, "-m", "tfps", "logs", "--slurm", jobs["stopped"], "worker0", "-f",
                              "-n", "5"], stdout=out, stderr=subprocess.STDOUT, text=True)
     yield proc, out
     if proc.poll() is None:
@@ -263,7 +272,7 @@ def test_a_failed_chief_fails_the_job_with_its_exit_code(cluster, smtp):
     # After the other jobs (they run first, in this file's order): its start-up would take the
     # cores that the stopped job's final save needs within KillWait.
     job = _submit(cluster, "slurm-fail", "--train_steps", "1000", "--model", "tests.fixtures.bad_models:nan_loss",
-                  env=f"PYTHONPATH={shlex.quote(str(REPO))}", layout="--ps 1 --workers 1 --nodes 2")
+                  env=f"PYTHONPATH={cluster.code}", layout="--ps 1 --workers 1 --nodes 2")
     info = cluster.wait_state(job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, JOB_TIMEOUT)
     output = cluster.read(f"/shared/jobs/slurm-fail.slurm/slurm-{job}.out")
     assert (info["JobState"], info["ExitCode"]) == ("FAILED", "1:0"), output[-3000:]
@@ -274,3 +283,54 @@ def test_a_failed_chief_fails_the_job_with_its_exit_code(cluster, smtp):
     subjects = _messages(smtp, "slurm-fail")
     assert len(subjects) == 1 and "FAILED" in subjects[0], subjects
 
+
+def _kill(cluster, node: str, pattern: str) -> int:
+    """SIGKILL the one process of the lab user on ``node`` whose command line matches ``pattern``."""
+    pids = cluster.sh(node, f"pgrep -u {USER} -f -- {shlex.quote(pattern)}", check=False).split()
+    assert len(pids) == 1, (pattern, pids, cluster.sh(node, f"ps -u {USER} -o pid,args", check=False))
+    cluster.sh(node, f"kill -KILL {pids[0]}", user=USER)
+    return int(pids[0])
+
+
+def test_two_jobs_on_the_same_nodes_both_succeed_each_losing_a_worker(cluster, smtp):
+    """Two 1 ps + 2 workers jobs at once on the same three nodes (each with its own free ports),
+    each losing worker1 (rank 2, node 3) to a SIGKILL, as docs/slurm.md says: with --restarts 1
+    the killed process is started again; without, the (async) job goes on without it. Both
+    end COMPLETED 0:0 with results.json "succeeded" and one "succeeded" message."""
+    paced = f"PYTHONPATH={cluster.code} TFPS_TEST_STEP_SECS=0.05"
+    common = ("--train_steps", "1500", "--model", "tests.fixtures.paced_model:model_fn")
+    job_ids = {"slurm-restart": _submit(cluster, "slurm-restart", *common, "--restarts", "1", env=paced),
+               "slurm-lose": _submit(cluster, "slurm-lose", *common, env=paced)}
+    outputs = {name: f"/shared/jobs/{name}.slurm/slurm-{job}.out" for name, job in job_ids.items()}
+    for out in outputs.values():
+        assert wait_until(lambda out=out: re.search(r"^2: .* worker1: first training step", cluster.read(out), re.M),
+                          timeout=JOB_TIMEOUT, interval=1), cluster.read(out)[-3000:]
+    # The running pair: both on node 3, each task on its own port.
+    infos = {name: cluster.job(job) for name, job in job_ids.items()}
+    assert all(i["JobState"] == "RUNNING" and i["NodeList"] == f"{cluster.prefix}-[1-3]" for i in infos.values()), infos
+    ports = [json.loads(cluster.read(f"/shared/jobs/{name}.slurm/rendezvous/{job}-0/rank2.json"))["port"]
+             for name, job in job_ids.items()]
+    assert ports[0] != ports[1]
+    node3 = cluster.names[2]
+    _kill(cluster, node3, r"-m tfps run .*--job_name worker --task_index 1 .*slurm-restart")   # the supervised child
+    _kill(cluster, node3, r"tfps\.launch\.slurm_step .*slurm-lose")   # the task itself: nothing restarts it
+    for name, job in job_ids.items():
+        info = cluster.wait_state(job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, JOB_TIMEOUT)
+        output = cluster.read(outputs[name])
+        assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), (name, output[-3000:])
+        results = json.loads(_volume_path(cluster, f"/shared/jobs/{name}/results.json").read_text())
+        assert results["status"] == "succeeded" and results["global_step"] >= 1500, results
+        assert (_volume_path(cluster, f"/shared/jobs/{name}/export") / "tfps_export.json").exists()
+        assert wait_until(lambda name=name: _messages(smtp, name), timeout=30)
+        subjects = _messages(smtp, name)
+        assert len(subjects) == 1 and "succeeded" in subjects[0], subjects
+        infos[name] = info
+    restarted = cluster.read(outputs["slurm-restart"])
+    assert re.search(r"^2: .* worker1: the task process was killed by SIGKILL; starting it again \(1/1\)$",
+                     restarted, re.M), restarted[-3000:]
+    lost = cluster.read(outputs["slurm-lose"])
+    assert re.search(r"^srun: error: .*: task 2: Killed$", lost, re.M), lost[-3000:]
+    assert "starting it again" not in lost
+    # At once: each started before the other ended.
+    a, b = infos.values()
+    assert _when(a["StartTime"]) < _when(b["EndTime"]) and _when(b["StartTime"]) < _when(a["EndTime"])
