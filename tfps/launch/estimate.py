@@ -24,8 +24,6 @@ from tfps.launch.tasks import die_with_parent
 
 log = logging.getLogger("tfps")
 
-#: The graph collection of the dynamic tables a model built (tfps.layers.dynamic_embedding.COLLECTION).
-DYNAMIC_TABLES = "tfps_dynamic_tables"
 #: How long an estimate may take (TensorFlow's import and one graph of the model).
 ESTIMATE_TIMEOUT_SECS = 300
 
@@ -51,6 +49,7 @@ def estimate_memory(job, num_ps: int, num_workers: int = 1):
     from tfps.task.setup import JobSetup
     from tfps.task.worker import Worker
     tf = import_tensorflow()
+    from tfps.layers import dynamic_embedding  # TensorFlow first, as the tasks import it
     with _quiet():
         if not isinstance(job, JobSetup):
             job = JobSetup(job, evaluates=False, bind=False)
@@ -63,7 +62,7 @@ def estimate_memory(job, num_ps: int, num_workers: int = 1):
         worker = Worker(TaskRef(cluster, "worker", 0), setup.cfg, StopSignal())
         built = worker.build(setup)
     graph = built[0] if isinstance(built, tuple) and isinstance(built[0], tf.Graph) else None
-    tables = graph.get_collection(DYNAMIC_TABLES) if graph is not None else []
+    tables = dynamic_embedding.tables(graph) if graph is not None else []
     budgets = tuple(DynamicBudget.of_table(t, setup.optimizer, num_ps, setup.cfg.expected_ids) for t in tables)
     return MemoryEstimate.of(worker.balancer, setup.optimizer, budgets)
 

@@ -275,12 +275,14 @@ class MemoryEstimate:
 
     def to_json(self) -> dict:
         out = dataclasses.asdict(self)
-        out["dynamic"] = [dataclasses.asdict(b) for b in self.budgets()]
+        out["dynamic"] = [dataclasses.asdict(b) for b in self.budgets()]   # JSON: a list
         return out
 
     @classmethod
     def from_json(cls, data) -> MemoryEstimate:
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+        values = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
+        values["dynamic"] = tuple(values.get("dynamic") or ())
+        return cls(**values)
 
     @classmethod
     def of(cls, balancer: ByteBalancer, optimizer: str, dynamic: tuple = ()) -> MemoryEstimate:
