@@ -13,6 +13,10 @@
 6. CTR: examples/s of a model with a 256 MiB embedding table, tfps (1 and 2 ps) vs TF2's
    ParameterServerStrategy + ClusterCoordinator (bench/ctr_tf2.py) vs one process's
    model.fit; each ps's peak RSS; a 4x larger table; Adam as compiled
+7. dynamic: wide_deep on a stream of churning users (bench/ctr_stream.py: 1.5 M distinct,
+   75 k active at a time; --stream_scale shrinks it), hashed against dynamic tables of the
+   same memory budget, 2 ps + 2 workers: AUC on the next part of the stream, ps RSS at 25 %
+   and 100 % of the steps, examples/s, and a continuation saved on 2 ps resumed on 3
 
 Results go to stdout (a table), docs/benchmarks.md and docs/benchmarks.png. These machines
 are noisy: absolute times are context, ratios measured in the same run are the result.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import json
 import os
 import platform
@@ -645,6 +650,195 @@ def bench_ctr(rows, quick):
     return r
 
 
+# ------------------------------------------------------------------------------ dynamic
+#: The "dynamic" bench: wide_deep on bench/ctr_stream.py's churning users, 2 ps + 2 workers.
+STREAM_BATCH = 512
+STREAM_DIM = 16
+STREAM_OPTIMIZER = "adagrad"
+#: --steps_to_live in inter-arrival times of one active user (active users / examples per step):
+#: a live user is missed that long with probability e**-4.
+STREAM_TTL_ARRIVALS = 4
+
+
+def rss_now(pid: int) -> int:
+    """The process's resident size now in bytes (VmRSS), 0 when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
+def stream_flags(kind: str, stream: dict) -> tuple[list[str], dict]:
+    """The wide_deep flags of one side, and what they plan: the dynamic table's live ids and
+    budget per ps, and the hashed table of the same budget (same bytes per ps task)."""
+    import math
+
+    from tfps.task.placement import OPTIMIZER_SLOTS, DynamicBudget
+    # A global step is one worker's batch (asynchronous training): STREAM_BATCH examples.
+    arrivals = stream["active_users"] / STREAM_BATCH                # steps between two rows of a live user
+    ttl = max(10, math.ceil(STREAM_TTL_ARRIVALS * arrivals))
+    # users leaving per step over one pass of the stream (the same plan for every run on it)
+    slide = (stream["distinct_users"] - stream["active_users"]) / max(stream["train_rows"] // STREAM_BATCH, 1)
+    expected = int(1.2 * (stream["active_users"] + slide * ttl) + stream["ads"] + stream["sites"])
+    width, slots = STREAM_DIM + 1, OPTIMIZER_SLOTS[STREAM_OPTIMIZER]
+    budget = DynamicBudget("embeddings", expected, width, slots, 2)
+    buckets = int(expected * budget.bytes_per_id / (width * 4 * (1 + slots)))   # the same bytes as hashed rows
+    plan = {"expected_ids": expected, "steps_to_live": ttl, "hash_buckets": buckets,
+            "budget_mb_per_ps": budget.per_ps_mb}
+    flags = ["--model", "wide_deep", "--embedding_dim", str(STREAM_DIM), "--optimizer", STREAM_OPTIMIZER,
+             "--learning_rate", "0.1", "--batch_size", str(STREAM_BATCH), "--partition_mb", "1"]
+    if kind == "dynamic":
+        flags += ["--embedding", "dynamic", "--expected_ids", str(expected), "--steps_to_live", str(ttl)]
+    else:
+        flags += ["--hash_buckets", str(buckets)]
+    return flags, plan
+
+
+def run_stream(kind: str, stream: dict, steps: int, ps: int, d: str, train_glob: str | None = None,
+               replace: bool = False, keep: bool = False) -> dict:
+    """``tfps local --ps N --workers 2`` of wide_deep (``kind`` hashed or dynamic) on the stream
+    in model_dir ``d``: examples/s in the steady state, each ps's RSS when the chief passes 25 %
+    of the steps and at the last step, the export's AUC on the next part of the stream."""
+    flags, plan = stream_flags(kind, stream)
+    argv = [PY, "-m", "tfps", "local", "--ps", str(ps), "--workers", "2", *flags,
+            "--train_data", train_glob or stream["train_glob"], "--eval_data", stream["next_csv"],
+            "--train_steps", str(steps), "--model_dir", d, "--log_steps", str(max(10, steps // 40)),
+            "--checkpoint_steps", str(steps * 10), *(["--replace"] if replace else [])]
+    p = Watched(argv, FIRST_RE, time.time())
+    pids: dict[str, int] = {}
+    samples: list[tuple[float, dict]] = []    # (time, each ps's RSS)
+    try:
+        deadline = time.time() + 4 * 3600
+        while p.popen.poll() is None and time.time() < deadline:
+            if len(pids) < ps + 2:
+                pids.update(task_pids(p.popen.pid))
+            rss = {n: rss_now(pid) for n, pid in pids.items() if n.startswith("ps")}
+            if len(rss) == ps and all(rss.values()):
+                samples.append((time.time(), rss))
+            time.sleep(0.25)
+        out, res = local_results(p, d, 300, f"dynamic bench, {kind}, {ps} ps")
+    finally:
+        if p.popen.poll() is None:
+            os.killpg(p.popen.pid, signal.SIGKILL)
+            p.popen.wait()
+        if not keep:
+            shutil.rmtree(d, ignore_errors=True)
+    # The chief's steps in time: its first step, its progress lines, the step it ended at.
+    restored = [int(m.group(1)) for line in p.lines if (m := re.search(r"restored checkpoint of step (\d+)", line))]
+    start = restored[0] if restored else 0
+    points = [(t, int(m.group(1))) for t, line in zip(p.arrived, p.lines) if (m := CHIEF_PROGRESS_RE.search(line))]
+    points += [(t, start) for t, line in zip(p.arrived, p.lines) if FIRST_RE.search(line) and "[worker0]" in line][:1]
+    ended = [t for t, line in zip(p.arrived, p.lines) if re.search(r"chief: job .* succeeded at step", line)]
+    points = sorted(points + [(ended[0], res.global_step)] if ended else points)
+    window = [(t, st) for t, st in points if st >= start + 0.2 * (steps - start) and st < res.global_step]
+    if len(window) >= 2 and window[-1][0] > window[0][0]:
+        speed, how = (window[-1][1] - window[0][1]) * STREAM_BATCH / (window[-1][0] - window[0][0]), "progress lines"
+    else:   # too few progress lines (a short run): over the whole training time
+        speed, how = (res.global_step - start) * STREAM_BATCH / max(res.times.training_s, 1e-9), "training time"
+
+    def step_at(t: float) -> float:
+        before = [x for x in points if x[0] <= t]
+        after = [x for x in points if x[0] >= t]
+        if not before:
+            return float(start)
+        if not after:
+            return float(before[-1][1])
+        (t0, s0), (t1, s1) = before[-1], after[0]
+        return float(s0) if t1 == t0 else s0 + (s1 - s0) * (t - t0) / (t1 - t0)
+
+    def rss_at(share: float) -> dict | None:
+        """Each ps's RSS when the chief passed ``share`` of the run's steps (1: at its last step)."""
+        if share >= 1:
+            at = [x for x in samples if not ended or x[0] <= ended[0]][-1:]
+        else:
+            target = start + share * (steps - start)
+            at = [x for x in samples if step_at(x[0]) >= target][:1]
+        return {n: round(b / 2**20) for n, b in sorted(at[0][1].items())} if at else None
+
+    live = [line.strip() for line in p.lines if "live rows" in line][-1:]
+    return {"kind": kind, "ps": ps, "steps": [start, res.global_step], "examples_s": round(speed),
+            "examples_s_from": how,
+            "examples_s_training": round((res.global_step - start) * STREAM_BATCH / max(res.times.training_s, 1e-9)),
+            "auc_next": (res.eval_metrics or {}).get("auc"), "ps_rss_mib_25": rss_at(0.25),
+            "ps_rss_mib_100": rss_at(1.0), "ps_shares_mb": res.ps_shares_mb or None, "plan": plan,
+            "last_live_rows_line": live[0] if live else None}
+
+
+def dynamic_available() -> str | None:
+    """Why the dynamic side cannot run yet, or None: the layer must be committed, not a draft."""
+    tracked = sh(["git", "ls-files", "--error-unmatch", "tfps/layers/dynamic_embedding.py"])
+    return None if tracked.returncode == 0 else "tfps/layers/dynamic_embedding.py is not committed yet"
+
+
+def bench_dynamic(rows, quick, scale: float | None = None):
+    """Hashed against dynamic tables on a stream of churning users (bench/ctr_stream.py), 2 ps +
+    2 workers, side by side: AUC on the next part of the stream, each ps's RSS at 25 % and 100 %
+    of the steps, examples/s; then each kind saved at half of the steps on 2 ps and continued on
+    2 and on 3 (resharded): the two continuations' AUC."""
+    from ctr_stream import generate
+    scale = scale if scale is not None else (0.05 if quick else 1.0)
+    d = tempfile.mkdtemp(prefix="tfps-bench-stream-")
+    r: dict = {"scale": scale}
+    try:
+        stream = r["stream"] = generate(os.path.join(d, "data"), scale)
+        steps = max(20, stream["train_rows"] // STREAM_BATCH)    # one pass over the stream
+        r["steps"] = steps
+        why = dynamic_available()
+        kinds = ["hashed"] + (["dynamic"] if why is None else [])
+        if why:
+            r["dynamic_skipped"] = why
+        for kind in kinds:
+            r[kind] = run_stream(kind, stream, steps, 2, os.path.join(d, kind))
+        files = sorted(glob.glob(stream["train_glob"]))
+        lists = []
+        for i, part in enumerate((files[:len(files) // 2], files[len(files) // 2:])):
+            lists.append(os.path.join(d, f"half-{i}.txt"))
+            with open(lists[-1], "w") as fh:
+                fh.write("".join(f + "\n" for f in part))
+        for kind in kinds:   # resharding: the first half on 2 ps, the second continued on 2 and on 3
+            half = os.path.join(d, f"{kind}-half")
+            r[f"{kind}_first_half"] = run_stream(kind, stream, steps // 2, 2, half, train_glob="@" + lists[0],
+                                                 keep=True)
+            for ps in (2, 3):
+                shutil.copytree(half, f"{half}-{ps}")
+                r[f"{kind}_continued_{ps}ps"] = run_stream(kind, stream, steps, ps, f"{half}-{ps}",
+                                                           train_glob="@" + lists[1], replace=True)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    seen = stream["users_seen"]
+    rows.append(("dynamic: users seen by 25 % / 100 % of the stream", f"{seen['25%']} / {seen['100%']}",
+                 f"{stream['active_users']} active at a time", f"{seen['100%'] / max(seen['25%'], 1):.2f}x",
+                 ">= 3x"))
+    for kind in kinds:
+        x = r[kind]
+        rows.append((f"dynamic bench, {kind}: AUC on the next part, examples/s",
+                     f"{x['auc_next']:.4f}, {x['examples_s']} ({x['examples_s_from']})", "", "", ""))
+        m25, m100 = sum((x["ps_rss_mib_25"] or {}).values()), sum((x["ps_rss_mib_100"] or {}).values())
+        rows.append((f"dynamic bench, {kind}: ps RSS at 25 % / 100 % of the steps (MiB, both ps)",
+                     f"{m25} / {m100}", "", f"{m100 / max(m25, 1):.2f}x",
+                     verdict(m100 / max(m25, 1), 1.25, at_most=True) if kind == "dynamic" else ""))
+        c2, c3 = r[f"{kind}_continued_2ps"]["auc_next"], r[f"{kind}_continued_3ps"]["auc_next"]
+        rows.append((f"dynamic bench, {kind}: saved on 2 ps, continued on 3 (AUC)", f"{c3:.4f}",
+                     f"{c2:.4f} (continued on 2)", f"{c3 - c2:+.4f}",
+                     f"within 0.01: {'PASS' if abs(c3 - c2) <= 0.01 else 'FAIL'}"))
+    if "dynamic" in r:
+        h, y = r["hashed"], r["dynamic"]
+        rows.append(("dynamic vs hashed at the same memory: AUC on the next part", f"{y['auc_next']:.4f}",
+                     f"{h['auc_next']:.4f} (hashed)", f"{y['auc_next'] - h['auc_next']:+.4f}",
+                     f">= +0.01: {'PASS' if y['auc_next'] - h['auc_next'] >= 0.01 else 'FAIL'}"))
+        # The same measure on both sides: the steady state of the progress lines when both have
+        # one, else (short runs) the whole training time.
+        key = "examples_s" if y["examples_s_from"] == h["examples_s_from"] == "progress lines" else \
+            "examples_s_training"
+        ratio = y[key] / h[key]
+        rows.append((f"dynamic vs hashed: examples/s ({'steady state' if key == 'examples_s' else 'training time'})",
+                     f"{y[key]}", f"{h[key]} (hashed)", f"{ratio:.2f}x", verdict(ratio, 0.7)))
+    else:
+        rows.append(("dynamic side", "not run", why, "", ""))
+    return r
+
+
 def chart(data, path):
     """Bars at the medians, whiskers over the range of the runs."""
     import matplotlib
@@ -691,7 +885,11 @@ def machine() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer steps, skip the 1 GB save")
-    ap.add_argument("--skip", default="", help="comma-separated: startup,throughput,backup,final_save,image,deploy,ctr")
+    ap.add_argument("--skip", default="",
+                    help="comma-separated: startup,throughput,backup,final_save,image,deploy,ctr,dynamic")
+    ap.add_argument("--only", default="", help="comma-separated: run only these benches")
+    ap.add_argument("--stream_scale", type=float,
+                    help="dynamic: users and rows of the stream x this (default 1, with --quick 0.05)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs per figure; each figure is their median, with their range (default 3)")
     ap.add_argument("--image", default="tfps:latest", help="the image whose size is reported")
@@ -700,8 +898,10 @@ def main() -> int:
     if a.repeat < 1:
         ap.error("--repeat must be at least 1")
     skip = set(filter(None, a.skip.split(",")))
+    only = set(filter(None, a.only.split(",")))
     rows: list[tuple] = []
     ctr_rows: list[tuple] = []
+    dynamic_rows: list[tuple] = []
     data = {}
     loads = [os.getloadavg()]
     ctr_loads: list[tuple] = []
@@ -710,12 +910,15 @@ def main() -> int:
                      ("backup", lambda: bench_backup(rows, a.quick, a.repeat)),
                      ("final_save", lambda: bench_final_save(rows, a.quick)),
                      ("image", lambda: bench_image(rows, a.image)), ("deploy", lambda: bench_deploy(rows)),
-                     ("ctr", lambda: bench_ctr(ctr_rows, a.quick))):
-        if name in skip:
+                     ("ctr", lambda: bench_ctr(ctr_rows, a.quick)),
+                     ("dynamic", lambda: bench_dynamic(dynamic_rows, a.quick, a.stream_scale))):
+        if name in skip or (only and name not in only):
             continue
         print(f"running {name} ...", file=sys.stderr, flush=True)
         before = os.getloadavg()
         data[name] = fn()
+        if name == "dynamic":
+            data[name]["load_average_1_5_15"] = [before, os.getloadavg()]
         if name == "ctr":
             ctr_loads = [before, os.getloadavg()]
         else:
@@ -724,6 +927,7 @@ def main() -> int:
     os.makedirs(a.out, exist_ok=True)
     command = f"`bench/run.py {' '.join(sys.argv[1:])}` on {machine()}"
     ctr = data.pop("ctr", None)
+    dynamic = data.pop("dynamic", None)
     if data:      # the general benches: their own part of the page, and the chart
         data["load_average_1_5_15"] = loads
         print(_table(rows))
@@ -744,6 +948,18 @@ def main() -> int:
               "the row says otherwise.", "", *_markdown(ctr_rows), "", "Raw figures:", "", "```json",
               json.dumps(ctr, indent=1, default=str), "```", ""]
         write_section(path, "\n".join(md), CTR_BEGIN, CTR_END)
+    if dynamic is not None:   # the dynamic-table bench: a part of its own too
+        loads_d = dynamic["load_average_1_5_15"]
+        print(_table(dynamic_rows))
+        st = dynamic["stream"]
+        md = [f"Measured {time.strftime('%Y-%m-%d')} with {command}; load average (1 min) before and after "
+              f"the bench {loads_d[0][0]:.1f} and {loads_d[-1][0]:.1f}. One run per figure. The stream (scale "
+              f"{dynamic['scale']:g}): {st['train_rows']} training rows from {st['distinct_users']} distinct users, "
+              f"{st['active_users']} active at a time, {st['next_rows']} rows of its next part held out; "
+              f"{dynamic['steps']} steps of {STREAM_BATCH} examples per worker, 2 ps + 2 workers, "
+              f"{STREAM_OPTIMIZER}.", "", *_markdown(dynamic_rows), "", "Raw figures:", "", "```json",
+              json.dumps(dynamic, indent=1, default=str), "```", ""]
+        write_section(path, "\n".join(md), DYNAMIC_BEGIN, DYNAMIC_END)
     return 0
 
 
@@ -762,6 +978,8 @@ def _markdown(rows) -> list[str]:
 
 BEGIN, END = "<!-- bench:begin (written by bench/run.py) -->", "<!-- bench:end -->"
 CTR_BEGIN, CTR_END = "<!-- bench:ctr:begin (written by bench/run.py) -->", "<!-- bench:ctr:end -->"
+DYNAMIC_BEGIN = "<!-- bench:dynamic:begin (written by bench/run.py) -->"
+DYNAMIC_END = "<!-- bench:dynamic:end -->"
 
 
 def write_section(path: str, body: str, begin: str = BEGIN, end: str = END) -> None:
