@@ -60,6 +60,12 @@ CATALOGUE: dict[str, list[str]] = {
     "‹field› | ‹prefix›‹index› is out of range for ‹n› ‹noun›; use 0..‹n›":
         ["run", *CLUSTER, "--job_name", "worker", "--task_index", "5"],
     # tfps/config.py
+    "embedding | unknown embedding ‹embedding›; use hashed (shared hash buckets) or dynamic (a row per id, with "
+    "admission and eviction)": ["local", "--embedding", "sparse"],
+    "embedding | the built-in model ‹model› has no id tables; --embedding dynamic is for ‹join› or your own model "
+    "(tfps.layers.DynamicEmbedding)": ["local", "--model", "mlp", "--embedding", "dynamic"],
+    "‹field› | is an option of dynamic tables; add --embedding dynamic, or drop --‹field›":
+        ["local", "--model", "wide_deep", "--steps-to-live", "100"],
     "replicas_to_aggregate | ‹replicas_to_aggregate› is more than the ‹num_workers› worker(s) of the cluster, so no "
     "sync step could ever complete; use at most the number of workers":
         ["local", "--sync_replicas", "--replicas_to_aggregate", "5"],
