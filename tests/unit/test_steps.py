@@ -217,7 +217,7 @@ def _cluster_loop(pack: bool, k: int = 3) -> tuple[dict, dict]:
         def one_step():
             reads = PackedReads("/job:worker/task:0") if pack else None
             loss = reads.build(model, tf.constant(x)) if pack else model(tf.constant(x))
-            return apply_packed(opt, loss, gs, "/job:worker/task:0", reads=reads), loss, {}
+            return apply_packed(opt, loss, gs, "/job:worker/task:0"), loss, {}
 
         train_op, steps, _, _, bound = step_loop(one_step, gs, last_step=100)
         meta = v1.RunMetadata()
@@ -286,7 +286,7 @@ def test_packed_reads_leave_rows_and_variable_objects_to_the_model_and_keep_ever
                 reads = PackedReads("/job:worker/task:0")
                 loss = reads.build(model, x)
                 assert list(reads.plan) == ["w0", "w1"], reads.plan
-                pairs = reads.compute_gradients(opt.compute_gradients, loss)
+                pairs = opt.compute_gradients(loss)
                 # The embedding's rows are gathered on its ps: its gradient is those rows'.
                 assert isinstance(pairs[2][0], tf.IndexedSlices), pairs
             else:
@@ -467,7 +467,7 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
                 reads = PackedReads(device, step_value=gs_value, wait_for_step=backup)
                 loss = reads.build(loss_of_step)
                 read = reads.step_read()
-                return apply_sync_packed(opt, loss, fresh_from=read if backup else None, reads=reads).train, read
+                return apply_sync_packed(opt, loss, fresh_from=read if backup else None).train, read
 
             def loop_step(local_step):   # as tfps.task.worker builds it
                 with v1.device(gs.device):
@@ -475,7 +475,7 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
                 reads = PackedReads(device, step_value=now, wait_for_step=backup)
                 loss = reads.build(loss_of_step)
                 read = reads.step_read()
-                s = sync_loop_step(opt, loss, local_step, read, fresh_from=read if backup else None, reads=reads)
+                s = sync_loop_step(opt, loss, local_step, read, fresh_from=read if backup else None)
                 return s.train, tf.constant(0.0), {}, s.token, s.stale
 
             if loop:

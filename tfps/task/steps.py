@@ -71,7 +71,7 @@ def _last_values(steps, values, keys: list) -> tuple:
     return values[0], {k: values[j + 1] for j, k in enumerate(keys)}
 
 
-def apply_packed(opt, loss, global_step, worker_device: str, reads: PackedReads | None = None):
+def apply_packed(opt, loss, global_step, worker_device: str):
     """``opt.minimize(loss, global_step)`` with each ps's dense gradients sent as one tensor.
 
     The gradients of the variables on one ps (float32, dense) are flattened and joined on
@@ -80,10 +80,9 @@ def apply_packed(opt, loss, global_step, worker_device: str, reads: PackedReads 
     gradients (``IndexedSlices``), other dtypes, variables larger than
     ``PACK_MAX_ELEMENTS`` and variables without a gradient keep their own path. The
     optimizer's own tensors (its constants, the global step's increment) are made on the
-    global step's ps (the one ps of most jobs), so that no step sends them there. ``reads``:
-    the step's packed reads (``PackedReads``), whose parts the gradients are taken of.
+    global step's ps (the one ps of most jobs), so that no step sends them there.
     """
-    pairs = reads.compute_gradients(opt.compute_gradients, loss) if reads else opt.compute_gradients(loss)
+    pairs = opt.compute_gradients(loss)
     by_ps: dict[str, list] = {}
     kept = []
     for g, v in pairs:
@@ -134,8 +133,10 @@ class PackedReads:
     variables with ``tf.compat.v1.get_variable``) so that it gets, instead of each small
     float32 variable on a ps, that variable's part of one tensor: its ps reads all of them,
     flattens and joins them, the worker splits the joined tensor again (one transfer per ps
-    instead of one per variable). ``compute_gradients`` then gives the gradients of the loss
-    with respect to those parts, paired with their variables, as the optimizer's own would.
+    instead of one per variable). The gradients are the optimizer's own, with respect to the
+    variables: they flow back through the split and the join (copies), as if the model had
+    read each variable itself, and a variable also read elsewhere (a regularizer) gets the
+    sum of both.
 
     The model is built twice: first in a graph of its own (its inputs as placeholders), to
     learn which variables it creates and whether they can be read this way, then for real.
@@ -160,7 +161,6 @@ class PackedReads:
         self.pack = pack
         self.plan: dict[str, dict] = {}     # full name -> get_variable's arguments, in creation order
         self.values: dict[str, object] = {}  # full name -> what the model gets (a part, or the variable)
-        self.parts: dict = {}                # variable ref -> its part
         self._step_part = None
 
     def build(self, model, *inputs):
@@ -194,7 +194,7 @@ class PackedReads:
         with v1.control_dependencies([self.step_value.op] if self.wait_for_step else []):
             for name, var in alone:
                 with tf.device(var.device):
-                    self.values[name] = self.parts[var.ref()] = tf.stop_gradient(var.value())
+                    self.values[name] = var.value()
             for device, group in by_ps.items():
                 with tf.device(device):
                     reads = [var.value() for _, var in group]
@@ -203,44 +203,19 @@ class PackedReads:
                     with tf.device(step.device):
                         reads.append(tf.bitcast(step, tf.float32))
                 if len(reads) == 1:
-                    with tf.device(device):
-                        parts = [tf.stop_gradient(reads[0])]
+                    parts = reads
                 else:
-                    with tf.device(device):
-                        joined = tf.stop_gradient(_join(reads, device))
-                    parts = _split(joined, [r.shape for r in reads], self.worker_device)
+                    parts = _split(_join(reads, device), [r.shape for r in reads], self.worker_device)
                 if with_step:
                     with tf.device(self.worker_device):
                         self._step_part = tf.bitcast(parts[-1], tf.int64)
-                for (name, var), part in zip(group, parts):
+                for (name, _), part in zip(group, parts):
                     self.values[name] = part
-                    self.parts[var.ref()] = part
 
     def step_read(self, name: str = "global_step_read"):
         """The worker's copy of ``step_value``: from the joined reads of its ps, else its own transfer."""
         with tf.device(self.worker_device):
             return tf.identity(self._step_part if self._step_part is not None else self.step_value, name=name)
-
-    def compute_gradients(self, compute, loss) -> list:
-        """``compute(loss)`` (an optimizer's ``compute_gradients``), the packed variables'
-        gradients taken with respect to their parts: the same (gradient, variable) pairs, in
-        the same order. A variable the model also read itself (e.g. a regularizer's loss) gets
-        the sum of both."""
-        if not self.parts:
-            return compute(loss)
-        graph = v1.get_default_graph()
-        variables = list(graph.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES))
-        seen = {v.ref() for v in variables}
-        variables += [v for v in graph.get_collection(v1.GraphKeys.TRAINABLE_RESOURCE_VARIABLES)
-                      if v.ref() not in seen]
-        packed = [v for v in variables if v.ref() in self.parts]
-        pairs = compute(loss, var_list=variables + [self.parts[v.ref()] for v in packed])
-        own = {v.ref(): g for (g, v) in pairs[:len(variables)]}
-        for (g, _), v in zip(pairs[len(variables):], packed):
-            direct = own[v.ref()]
-            own[v.ref()] = g if direct is None else direct if g is None else (
-                tf.convert_to_tensor(g) + tf.convert_to_tensor(direct))
-        return [(own[v.ref()], v) for v in variables]
 
 
 def _from_keras() -> bool:

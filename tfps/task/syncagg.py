@@ -227,21 +227,19 @@ class SyncStep(NamedTuple):
     arrived_at: object
 
 
-def _gradients(agg: SyncAggregation, loss, reads=None) -> list:
-    pairs = reads.compute_gradients(agg.compute_gradients, loss) if reads else agg.compute_gradients(loss)
+def _gradients(agg: SyncAggregation, loss) -> list:
+    pairs = agg.compute_gradients(loss)
     if all(g is None for g, _ in pairs):
         raise ValueError(f"No gradients provided for any variable: {[v.name for _, v in pairs]}")
     return pairs
 
 
-def apply_sync_packed(agg: SyncAggregation, loss, after=None, fresh_from=None, last_step=None,
-                      reads=None) -> SyncStep:
+def apply_sync_packed(agg: SyncAggregation, loss, after=None, fresh_from=None, last_step=None) -> SyncStep:
     """One sync step per ``session.run``: the gradients of ``loss`` go to the accumulators
     with the local step (``SyncAggregation.send``), and the token taken becomes the local
     step. ``after``: a tensor computed before any gradient reaches an accumulator (the
-    global step read for the dropped count); ``fresh_from``: backup workers, see ``send``;
-    ``reads``: the step's packed reads (``tfps.task.steps.PackedReads``)."""
-    pairs = _gradients(agg, loss, reads)
+    global step read for the dropped count); ``fresh_from``: backup workers, see ``send``."""
+    pairs = _gradients(agg, loss)
     token, sent, arrived = agg.send(pairs, agg.local_step.read_value(), after, fresh_from, last_step)
     with tf.device(agg.worker_device):
         train = agg.local_step.assign(token)
@@ -286,7 +284,7 @@ class SyncLoopStep(NamedTuple):
 
 
 def sync_loop_step(agg: SyncAggregation, loss, local_step, step_read, fresh_from=None,
-                   last_step=None, reads=None) -> SyncLoopStep:
+                   last_step=None) -> SyncLoopStep:
     """One sync step inside ``sync_step_loop``'s loop.
 
     The shared graph (accumulators, the chief's update, the token queue) is built once,
@@ -296,9 +294,9 @@ def sync_loop_step(agg: SyncAggregation, loss, local_step, step_read, fresh_from
     (backup workers): the same read, see ``SyncAggregation.send``.
 
     Raises ``NotLoopable`` for a sparse gradient: its accumulator (a reference, not a
-    resource) cannot be used inside a loop. ``reads``: as ``apply_sync_packed``'s.
+    resource) cannot be used inside a loop.
     """
-    pairs = _gradients(agg, loss, reads)
+    pairs = _gradients(agg, loss)
     sparse = [v.name for g, v in pairs if g is not None and not isinstance(g, tf.Tensor)]
     if sparse:
         raise NotLoopable(f"sparse gradients: {', '.join(sparse)}")

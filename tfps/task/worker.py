@@ -237,7 +237,7 @@ class Worker:
                         if local_step is not None:
                             sync = syncagg.sync_loop_step(agg, spec.loss, local_step, read,
                                                           fresh_from=read if backup else None,
-                                                          last_step=cfg.train_steps, reads=reads)
+                                                          last_step=cfg.train_steps)
                             train, extra = sync.train, (sync.token, sync.stale)
                         elif cfg.sync_replicas:
                             # The global step as this run starts (read before its gradients reach an
@@ -249,13 +249,12 @@ class Worker:
                             # worker is frozen), and the step is read again as it reaches the ps.
                             sync = syncagg.apply_sync_packed(
                                 agg, spec.loss, after=read, fresh_from=read if backup else None,
-                                last_step=cfg.train_steps, reads=reads)
+                                last_step=cfg.train_steps)
                             train = sync.train
                             sync_fetch["step_read"] = read
                             sync_fetch["stale"] = tf.cast(sync.sent_step < sync.arrived_at, tf.int32)
                         else:
-                            train = steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0",
-                                                           reads=reads)
+                            train = steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0")
                     if running:
                         train = tf.group(train, *[update for update, _ in running.values()])
                     return (train, spec.loss, metrics, *extra)
