@@ -71,6 +71,31 @@ def cluster_pids(ports: list[int]) -> list[int]:
     return sorted(found)
 
 
+def maps_tensorflow(pid: int) -> bool:
+    with open(f"/proc/{pid}/maps") as fh:
+        return "libtensorflow_framework" in fh.read()
+
+
+def tasks_of(launcher_pid: int, timeout: float) -> dict[str, int]:
+    """The launcher's three task processes, by the job and index their command line shows."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = {}
+        for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+            st = _stat(pid)
+            if not st or st[1] != launcher_pid:
+                continue
+            cmd = _cmdline(pid)
+            for name, flags in (("ps0", "--job_name=ps --task_index=0"), ("worker0", "--job_name=worker --task_index=0"),
+                                ("worker1", "--job_name=worker --task_index=1")):
+                if flags in cmd:
+                    found[name] = pid
+        if len(found) == 3:
+            return found
+        time.sleep(0.1)
+    pytest.fail(f"the launcher {launcher_pid} did not show 3 tasks within {timeout} s")
+
+
 # ----------------------------------------------------------------------------- processes
 class Proc:
     """One started process: its log, its exit code and (tracked) descendants."""

@@ -8,8 +8,9 @@
 * an export_dir or model_dir holding a user's files is refused before start, and the
   files are still there;
 * a model whose variables turn NaN under a finite loss fails the job, and the NaN
-  checkpoint is then refused, not restored;
-* a stray TF_CONFIG in the shell is ignored with one warning.
+  checkpoint is then refused, not restored.
+
+(A stray TF_CONFIG in the shell: the shared job of tests/integration/test_async_job.py.)
 
 Times are only ever upper bounds that a hang would break.
 """
@@ -178,15 +179,6 @@ def test_nan_variables_fail_the_job_and_the_nan_checkpoint_is_refused(procs, tmp
     assert again.wait(300) == 2, again.tail()
     refusal = again.lines(r"tfps: error: model_dir: the newest checkpoint (\S+) holds NaN")
     assert refusal and "new --model_dir" in again.output(), again.tail()
-
-
-def test_a_stray_tf_config_is_ignored_with_one_warning(procs, tmp_path):
-    model_dir = tmp_path / "model"
-    env = base_env(TF_CONFIG='{"cluster": {"worker": ["example.invalid:1"]}, "task": {"type": "worker", "index": 0}}')
-    launcher = procs.tfps("tfps-local-tf-config", "local", *run_flags(model_dir, steps=50), env=env)
-    assert launcher.wait(300) == 0, launcher.tail()
-    assert len(launcher.lines(r"ignoring the TF_CONFIG of this shell")) == 1
-    assert read_results(model_dir)["status"] == "succeeded"
 
 
 def test_a_port_in_use_is_one_line(procs, tmp_path):

@@ -1,12 +1,16 @@
 """An asynchronous job through ``tfps local``: it trains, exports, reports and ends by itself.
 
 One job (1 ps + 2 workers, 1200 steps on the demo data) is shared by every test here;
-each test checks one promise about its outcome.
+each test checks one promise about its outcome. The job is started as a user would start it
+from a shell that holds another cluster's TF_CONFIG, and the launcher forks its tasks (the
+default): what the processes look like while it runs is recorded for the tests too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import re
 from pathlib import Path
 
@@ -14,14 +18,18 @@ import numpy as np
 import pytest
 from integration_helpers import (
     FinishedJob,
+    _cmdline,
     assert_nothing_left,
+    base_env,
     first_step_secs,
     launcher_ports,
     load_and_predict,
     load_csv,
+    maps_tensorflow,
     read_history,
     run_flags,
     task_exit,
+    tasks_of,
 )
 
 from tfps.task.checkpoint import checkpoint_step
@@ -33,16 +41,31 @@ pytestmark = pytest.mark.integration
 STEPS = 1200
 
 
+#: A TF_CONFIG left in the user's shell (another cluster's): tfps local gives each task its own.
+STRAY_TF_CONFIG = '{"cluster": {"worker": ["example.invalid:1"]}, "task": {"type": "worker", "index": 0}}'
+
+
+@dataclasses.dataclass
+class AsyncJob(FinishedJob):
+    #: The launcher's task processes while the job ran: name -> (pid, command line, session id).
+    tasks: dict = dataclasses.field(default_factory=dict)
+    #: Whether the launcher had TensorFlow mapped while its tasks ran (it forks them).
+    launcher_maps_tensorflow: bool | None = None
+
+
 @pytest.fixture(scope="module")
-def job(module_procs, tmp_path_factory) -> FinishedJob:
+def job(module_procs, tmp_path_factory) -> AsyncJob:
     model_dir = tmp_path_factory.mktemp("async") / "model"
     # The demo problem is easy: with a small learning rate and progress every 5 steps the
     # history starts before it is learnt, so that "the loss fell" means something.
     proc = module_procs.tfps("tfps-local-async", "local",
-                             *run_flags(model_dir, "--log_steps", 5, "--learning_rate", 0.001, steps=STEPS))
+                             *run_flags(model_dir, "--log_steps", 5, "--learning_rate", 0.001, steps=STEPS),
+                             env=base_env(TF_CONFIG=STRAY_TF_CONFIG))
     ports = launcher_ports(proc)
+    tasks = {name: (pid, _cmdline(pid), os.getsid(pid)) for name, pid in tasks_of(proc.pid, 60).items()}
+    maps = maps_tensorflow(proc.pid)
     rc = proc.wait(300)
-    return FinishedJob(proc, model_dir, ports, rc)
+    return AsyncJob(proc, model_dir, ports, rc, tasks=tasks, launcher_maps_tensorflow=maps)
 
 
 def test_job_succeeds_at_the_requested_step(job):
@@ -111,6 +134,22 @@ def test_non_chief_joins_within_seconds(job):
     other = first_step_secs(job.proc, "worker1")
     assert 0 < chief and 0 < other
     assert other - chief < 3.0, f"worker1 trained {other - chief:.1f} s after the chief"
+
+
+def test_each_task_is_a_forked_process_of_its_own(job):
+    """Forked from a launcher that imported TensorFlow once (the default), each task is its
+    own process, the leader of its own session, showing its ``tfps run`` command line."""
+    assert set(job.tasks) == {"ps0", "worker0", "worker1"}, job.tasks
+    assert len({pid for pid, _, _ in job.tasks.values()}) == 3
+    for name, (pid, cmd, sid) in job.tasks.items():
+        assert " -m tfps run " in cmd and f"127.0.0.1:{job.ports[0]}" in cmd, (name, cmd)
+        assert sid == pid, f"{name} is not the leader of its own session"
+    assert job.launcher_maps_tensorflow is True
+
+
+def test_a_stray_tf_config_is_ignored_with_one_warning(job):
+    assert len(job.proc.lines(r"ignoring the TF_CONFIG of this shell")) == 1, job.proc.tail()
+    assert job.rc == 0 and job.results["status"] == "succeeded"
 
 
 def test_nothing_left_running(job):

@@ -61,17 +61,19 @@ def test_a_job_resumed_with_more_ps_tasks_splits_the_table_from_the_checkpoint(p
     ctr = demo_dir / "ctr"
     flags = ["--model", "tests.fixtures.ctr_models:build_model", "--train_data", ctr / "train-*.csv",
              "--batch_size", 128, "--partition_mb", 1]
-    first = procs.tfps("tfps-local-ctr-1ps", "local", "--ps", 1, "--workers", 2, *run_flags(model_dir, *flags, steps=200))
+    # One worker each time: the split of the table is the ps tasks' concern (every task of a
+    # Keras model's job is a new interpreter, so each one left out saves a TensorFlow start).
+    first = procs.tfps("tfps-local-ctr-1ps", "local", "--ps", 1, "--workers", 1, *run_flags(model_dir, *flags, steps=100))
     assert first.wait(600) == 0, first.tail()
     assert set(read_results(model_dir)["ps_shares_mb"]) == {"ps0"}
     # Another layout and more steps are other settings: --replace goes on from the checkpoint with them.
-    again = procs.tfps("tfps-local-ctr-2ps", "local", "--ps", 2, "--workers", 2, "--replace",
-                       *run_flags(model_dir, *flags, steps=400))
+    again = procs.tfps("tfps-local-ctr-2ps", "local", "--ps", 2, "--workers", 1, "--replace",
+                       *run_flags(model_dir, *flags, steps=200))
     assert again.wait(600) == 0, again.tail()
     restored = again.lines(r"restored checkpoint of step (\d+)")
-    assert restored and int(restored[0].group(1)) >= 200, again.tail()
+    assert restored and int(restored[0].group(1)) >= 100, again.tail()
     res = read_results(model_dir)
-    assert res["status"] == "succeeded" and res["global_step"] >= 400
+    assert res["status"] == "succeeded" and res["global_step"] >= 200
     shares = res["ps_shares_mb"]
     assert max(shares.values()) / min(shares.values()) < 1.3, shares
 

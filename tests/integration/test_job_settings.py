@@ -6,12 +6,18 @@ starts, each change named with its old and new value, and nothing in model_dir c
 chief refuses the same way when it is started by something else (a compose file whose
 settings changed). With ``--replace`` the job goes on from its checkpoint with the new
 settings: more steps continue its training. The same settings again resume as before.
+
+The model_dir is named with glob characters (``exp[lr=0.01]``, issue 35 #10): TensorFlow globs
+checkpoint paths, and such a job once ended with "no checkpoint was written" although
+model.ckpt-N existed, and exported nothing. Here it trains, exports, resumes and exports
+again, and a user's file in the export directory is kept.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 from integration_helpers import assert_nothing_left, checkpoint_step, read_results, run_flags
@@ -37,11 +43,15 @@ def recorded_steps(model_dir) -> int:
 
 
 def test_other_settings_are_refused_and_replace_goes_on_from_the_checkpoint(procs, tmp_path):
-    model_dir = tmp_path / "model"
+    model_dir = tmp_path / "exp[lr=0.01]"
     first = procs.tfps("tfps-local-first", "local", *run_flags(model_dir, steps=FIRST_STEPS))
     assert first.wait(300) == 0, first.tail()
     done = checkpoint_step(model_dir)
     assert done >= FIRST_STEPS and recorded_steps(model_dir) == FIRST_STEPS
+    res = read_results(model_dir)
+    assert res["status"] == "succeeded" and res["export_complete"] is True, res.get("error")
+    assert res["checkpoint"] == str(model_dir / f"model.ckpt-{done}")
+    (model_dir / "export" / "notes.txt").write_text("kept")   # issue 35 #4, on the way
 
     # Other steps: refused before any process starts, the change named, model_dir untouched.
     before = snapshot(model_dir)
@@ -68,12 +78,16 @@ def test_other_settings_are_refused_and_replace_goes_on_from_the_checkpoint(proc
     # --replace: from the checkpoint on to the new step count, the new settings recorded.
     replaced = procs.tfps("tfps-local-replace", "local", "--replace", *run_flags(model_dir, steps=MORE_STEPS))
     assert replaced.wait(300) == 0, replaced.tail()
-    assert replaced.lines(rf"--replace: {model_dir} recorded other settings; going on from its checkpoint with "
-                          rf"train_steps: {FIRST_STEPS} -> {MORE_STEPS}$"), replaced.tail()
+    assert replaced.lines(rf"--replace: {re.escape(str(model_dir))} recorded other settings; going on from its "
+                          rf"checkpoint with train_steps: {FIRST_STEPS} -> {MORE_STEPS}$"), replaced.tail()
     restored = replaced.lines(r"\[worker0\].*restored checkpoint of step (\d+)")
     assert restored and int(restored[0].group(1)) == done > 0, replaced.tail()
+    assert f"restored checkpoint of step {done} from {model_dir / f'model.ckpt-{done}'}" in replaced.output()
     res = read_results(model_dir)
     assert res["status"] == "succeeded" and res["global_step"] >= MORE_STEPS, res
+    assert res["export_complete"] is True
+    assert json.loads((model_dir / "export" / "tfps_export.json").read_text())["global_step"] >= MORE_STEPS
+    assert (model_dir / "export" / "notes.txt").read_text() == "kept"
     assert checkpoint_step(model_dir) >= MORE_STEPS and recorded_steps(model_dir) == MORE_STEPS
 
     # The same settings again: resumed as before, without a word about settings.
