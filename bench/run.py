@@ -756,7 +756,7 @@ def run_stream(kind: str, stream: dict, steps: int, ps: int, d: str, train_glob:
             at = [x for x in samples if step_at(x[0]) >= target][:1]
         return {n: round(b / 2**20) for n, b in sorted(at[0][1].items())} if at else None
 
-    live = [line.strip() for line in p.lines if "live rows" in line][-1:]
+    live = [line.strip() for line in p.lines if re.search(r"table \S+: live \d+", line)][-1:]
     return {"kind": kind, "ps": ps, "steps": [start, res.global_step], "examples_s": round(speed),
             "examples_s_from": how,
             "examples_s_training": round((res.global_step - start) * STREAM_BATCH / max(res.times.training_s, 1e-9)),
