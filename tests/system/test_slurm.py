@@ -284,6 +284,19 @@ def test_a_failed_chief_fails_the_job_with_its_exit_code(cluster, smtp):
     assert len(subjects) == 1 and "FAILED" in subjects[0], subjects
 
 
+def _listening(cluster, node: str, port: int) -> list[str]:
+    """The addresses that listen on ``port`` inside ``node`` (its /proc/net/tcp and tcp6)."""
+    from tfps.task.listening import parse_address
+    found = []
+    for line in cluster.sh(node, "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null", check=False).splitlines():
+        f = line.split()
+        if len(f) > 3 and f[3] == "0A" and ":" in f[1] and f[1] != "local_address":
+            address, p = parse_address(f[1])
+            if p == port:
+                found.append(address)
+    return sorted(found)
+
+
 def _kill(cluster, node: str, pattern: str) -> int:
     """SIGKILL the one process of the lab user on ``node`` whose command line matches ``pattern``."""
     pids = cluster.sh(node, f"pgrep -u {USER} -f -- {shlex.quote(pattern)}", check=False).split()
@@ -296,11 +309,12 @@ def test_two_jobs_on_the_same_nodes_both_succeed_each_losing_a_worker(cluster, s
     """Two 1 ps + 2 workers jobs at once on the same three nodes (each with its own free ports),
     each losing worker1 (rank 2, node 3) to a SIGKILL, as docs/slurm.md says: with --restarts 1
     the killed process is started again; without, the (async) job goes on without it. Both
-    end COMPLETED 0:0 with results.json "succeeded" and one "succeeded" message."""
+    end COMPLETED 0:0 with results.json "succeeded" and one "succeeded" message. The second
+    job's servers listen on eth0's address alone (--bind-interface eth0)."""
     paced = f"PYTHONPATH={cluster.code} TFPS_TEST_STEP_SECS=0.05"
     common = ("--train_steps", "1500", "--model", "tests.fixtures.paced_model:model_fn")
     job_ids = {"slurm-restart": _submit(cluster, "slurm-restart", *common, "--restarts", "1", env=paced),
-               "slurm-lose": _submit(cluster, "slurm-lose", *common, env=paced)}
+               "slurm-lose": _submit(cluster, "slurm-lose", *common, "--bind-interface", "eth0", env=paced)}
     outputs = {name: f"/shared/jobs/{name}.slurm/slurm-{job}.out" for name, job in job_ids.items()}
     for out in outputs.values():
         assert wait_until(lambda out=out: re.search(r"^2: .* worker1: first training step", cluster.read(out), re.M),
@@ -311,6 +325,13 @@ def test_two_jobs_on_the_same_nodes_both_succeed_each_losing_a_worker(cluster, s
     ports = [json.loads(cluster.read(f"/shared/jobs/{name}.slurm/rendezvous/{job}-0/rank2.json"))["port"]
              for name, job in job_ids.items()]
     assert ports[0] != ports[1]
+    # --bind-interface eth0: slurm-lose's ps listens on node 1's eth0 address alone, slurm-restart's everywhere.
+    ps = {name: json.loads(cluster.read(f"/shared/jobs/{name}.slurm/rendezvous/{job}-0/rank0.json"))
+          for name, job in job_ids.items()}
+    eth0 = cluster.sh(cluster.names[0], "hostname -I").split()   # the node's only network: eth0
+    assert ps["slurm-lose"]["host"] in eth0 and ps["slurm-restart"]["host"] == cluster.names[0], ps
+    assert _listening(cluster, cluster.names[0], ps["slurm-lose"]["port"]) == [ps["slurm-lose"]["host"]]
+    assert _listening(cluster, cluster.names[0], ps["slurm-restart"]["port"]) in (["0.0.0.0"], ["::"]), ps
     node3 = cluster.names[2]
     _kill(cluster, node3, r"-m tfps run .*--job_name worker --task_index 1 .*slurm-restart")   # the supervised child
     _kill(cluster, node3, r"tfps\.launch\.slurm_step .*slurm-lose")   # the task itself: nothing restarts it

@@ -231,10 +231,33 @@ def pick_port() -> int:
     return free_ports(1, "0.0.0.0")[0]
 
 
-def publish(directory: str, task: SlurmTask, port: int) -> None:
-    """Write this task's ``host:port`` where the others look (atomically: never half a file)."""
+def publish(directory: str, task: SlurmTask, port: int, address: str | None = None) -> None:
+    """Write this task's ``host:port`` where the others look (atomically: never half a file);
+    ``address`` (its --bind-interface's) instead of the node's name when given."""
     write_json_atomic(os.path.join(directory, f"rank{task.rank}.json"),
-                      {"rank": task.rank, "task": task.name, "host": task.host, "port": port})
+                      {"rank": task.rank, "task": task.name, "host": address or task.host, "port": port})
+
+
+#: Linux's ioctl that reads an interface's IPv4 address, and the longest interface name.
+_SIOCGIFADDR, _IFNAMSIZ = 0x8915, 16
+
+
+def interface_address(name: str, host: str = "this node") -> str:
+    """The IPv4 address of network interface ``name`` on this node (``tfps slurm --bind_interface``)."""
+    import fcntl
+    import socket
+    import struct
+    if not re.fullmatch(r"[\w.:@-]{1,15}", name or ""):
+        raise ConfigError(f"{name!r} is not a network interface name; give one such as eth0 or ib0 (ip -br addr "
+                          "lists them)", "bind_interface")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()))
+        except OSError as e:
+            raise ConfigError(f"{host} has no IPv4 address on interface {name} ({e.strerror or e}); give "
+                              "--bind-interface an interface that every node of the job has (ip -br addr lists "
+                              "them)", "bind_interface") from None
+    return socket.inet_ntoa(packed[20:24])
 
 
 def gather(directory: str, layout: tuple[SlurmTask, ...] | list[SlurmTask], timeout: float,

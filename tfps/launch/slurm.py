@@ -40,6 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpus_per_worker", type=int, default=0, metavar="G",
                    help="GPUs per worker: every task slot on a node gets G GPUs (--gres), each worker uses its "
                         "own G, the ps tasks none (needs --nodes; default 0, CPU only)")
+    g.add_argument("--bind_interface", metavar="IFACE",
+                   help="each task's TensorFlow server listens on this network interface's IPv4 address only "
+                        "(the cluster network's, e.g. ib0), and the tasks reach each other there; default: every "
+                        "interface (docs/security.md)")
     g.add_argument("--sbatch_option", action="append", default=[], metavar="OPTION",
                    help="one more #SBATCH line, e.g. --sbatch-option=--mem=8G; repeatable")
     g.add_argument("--requeue", action="store_true",
@@ -117,6 +121,9 @@ def check(ns: argparse.Namespace, grace: int) -> None:
         raise ConfigError("URLs on a command line land in the script and in every process list; put them in a "
                           "file on the shared filesystem and give --notify-config FILE (or set APPRISE_URLS_FILE)",
                           "notify")
+    if ns.bind_interface is not None and not re.fullmatch(r"[\w.:@-]{1,15}", ns.bind_interface):
+        raise ConfigError(f"{ns.bind_interface!r} is not a network interface name; give one such as eth0 or ib0 "
+                          "(ip -br addr lists them)", "bind_interface")
     for option in ns.sbatch_option:
         if not option.startswith("-") or "\n" in option:
             raise ConfigError(f"{option!r} is not an sbatch option; write it as sbatch takes it, e.g. --mem=8G",
@@ -137,7 +144,7 @@ def sbatch_script(*, name: str, num_ps: int, num_workers: int, model_dir: str, s
                   run_options: list[str], grace: int, partition: str | None = None, time: str | None = None,
                   nodes: int | None = None, gpus_per_worker: int = 0, requeue: bool = False,
                   extra: list[str] | None = None, verbose: bool = False, version: str = "",
-                  written: str = "") -> str:
+                  written: str = "", bind_interface: str | None = None) -> str:
     """The text of the sbatch script (pure: unit-tested as it is)."""
     total = num_ps + num_workers
     q = shlex.quote
@@ -187,6 +194,8 @@ def sbatch_script(*, name: str, num_ps: int, num_workers: int, model_dir: str, s
             "--rendezvous", '"$RENDEZVOUS"']
     if gpus_per_worker:
         step += ["--gpus_per_worker", str(gpus_per_worker)]
+    if bind_interface:
+        step += ["--bind_interface", bind_interface]
     if verbose:
         step.append("-v")
     step.append("--")
@@ -253,7 +262,7 @@ def main(ns: argparse.Namespace) -> ExitCode:
                          slurm_dir=slurm_dir, workdir=workdir, python=sys.executable, run_options=options, grace=grace,
                          partition=ns.partition, time=ns.time, nodes=ns.nodes,
                          gpus_per_worker=ns.gpus_per_worker, requeue=ns.requeue, extra=ns.sbatch_option,
-                         verbose=ns.verbose, version=__version__,
+                         verbose=ns.verbose, version=__version__, bind_interface=ns.bind_interface,
                          written=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     path = os.path.abspath(ns.output or os.path.join(slurm_dir, "job.sbatch"))
     try:

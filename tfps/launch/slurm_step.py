@@ -58,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, required=True)
     p.add_argument("--rendezvous", required=True, help="a directory on the filesystem every node shares")
     p.add_argument("--gpus_per_worker", type=int, default=0)
+    p.add_argument("--bind_interface", metavar="IFACE",
+                   help="listen on this interface's IPv4 address only (and publish that address)")
     p.add_argument("-v", "--verbose", action="store_true")
     p.add_argument("run_args", nargs=argparse.REMAINDER, help="after --: the options of tfps run")
     return p
@@ -80,11 +82,16 @@ def main(argv: list[str] | None = None) -> int:
         me = step.me
         os.environ.update(slurm.worker_gpu_env(me, ns.gpus_per_worker, os.environ))
         options = _run_options(run_args)
+        address = slurm.interface_address(ns.bind_interface, me.host) if ns.bind_interface else None
         port = slurm.pick_port()
-        slurm.publish(ns.rendezvous, me, port)
-        log.info("Slurm job %s step %s: rank %d is %s%s on %s:%d; waiting for the others' addresses in %s",
+        slurm.publish(ns.rendezvous, me, port, address)
+        log.info("Slurm job %s step %s: rank %d is %s%s on %s:%d%s; waiting for the others' addresses in %s",
                  step.job_id, step.step_id, me.rank, me.name, " (the chief)" if me.name == "worker0" else "",
-                 me.host, port, ns.rendezvous)
+                 me.host, port, f" (listening on {ns.bind_interface}'s {address} only)" if address else "",
+                 ns.rendezvous)
+        if address:   # the task's TensorFlow server binds it alone (tfps.task.loopback), checked after its start
+            from tfps.task.loopback import BIND_ADDRESS_ENV
+            os.environ[BIND_ADDRESS_ENV] = address
         cluster = slurm.gather(ns.rendezvous, step.layout, options.startup_timeout)
     except ConfigError as e:
         print(f"tfps: error: {e}", file=sys.stderr, flush=True)
