@@ -31,10 +31,12 @@ EXAMPLES = {
   tfps plan -i hosts.ini -e tfps_train_steps=500 --format json""",
     "jobs": """\
   tfps jobs -i inventory/mycluster
-  tfps jobs -i hosts.ini --vault-password-file ~/.vault_pass""",
+  tfps jobs -i hosts.ini --vault-password-file ~/.vault_pass
+  tfps jobs --slurm                                        this user's jobs under Slurm""",
     "logs": """\
   tfps logs -i inventory/mycluster myjob                   the chief's last 100 lines
-  tfps logs -i inventory/mycluster myjob ps0 -f            follow ps0""",
+  tfps logs -i inventory/mycluster myjob ps0 -f            follow ps0
+  tfps logs --slurm myjob worker1 -f                       a Slurm job's worker1 (name or job id)""",
     "deploy": """\
   tfps deploy -i inventory/mycluster
   tfps deploy -i inventory/mycluster --check --diff          what would change; changes nothing
