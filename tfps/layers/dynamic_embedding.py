@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+import weakref
 
 import tensorflow as tf
 
@@ -42,8 +43,9 @@ DEFAULT_CAPACITY = 1 << 20
 #: A shard gets its part of the capacity with this much room for an uneven hash.
 SHARD_SLACK = 1.1
 EMPTY_KEY = -(2**63)
-#: Graph collection of the tables built in a graph.
-COLLECTION = "tfps_dynamic_tables"
+#: The tables built in each graph. Not a graph collection: a meta graph (every checkpoint's,
+#: the SavedModel's) would write an object with a ``name`` as a node name and fail to load.
+_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 _CONTEXT = threading.local()
 
@@ -82,7 +84,7 @@ def shard_of(keys, num_shards: int):
 
 
 def tables(graph=None) -> list:
-    return (graph or v1.get_default_graph()).get_collection(COLLECTION)
+    return list(_TABLES.get(graph or v1.get_default_graph(), ()))
 
 
 def saver_var_list(graph=None):
@@ -328,7 +330,8 @@ class _Shard:
                       self.free.assign(tf.concat([tf.range(cap - 1, n - 1, -1, dtype=tf.int64),
                                                   tf.zeros([n], tf.int64)], 0), read_value=False),
                       self.free_top.assign(cap - n, read_value=False),
-                      self.sketch.assign(sketch, read_value=False),
+                      self.sketch.assign(sketch if sketch is not None else tf.zeros_like(self.sketch),
+                                         read_value=False),
                       self.counters.assign(tf.zeros([3], tf.int64), read_value=False),
                       tf.raw_ops.LookupTableImportV2(table_handle=self.table, keys=k, values=rows)]
             for slot, saved in zip(slots, slot_values):
@@ -378,7 +381,8 @@ class DynamicTable:
             self.shards = []
         else:
             self.shards = [_Shard(self, i, d) for i, d in enumerate(devices)]
-        v1.add_to_collection(COLLECTION, self)
+        with tf.init_scope():   # the graph itself, not a loop body's FuncGraph
+            _TABLES.setdefault(v1.get_default_graph(), []).append(self)
 
     # ------------------------------------------------------------------ lookups
     def keys_of(self, ids):
@@ -498,14 +502,16 @@ def _saveable_of(table: DynamicTable):
         seen = tf.concat([sn[2] for sn in snaps], 0)
         slot_values = [tf.concat([sn[3 + j] for sn in snaps], 0) for j in range(len(names))]
         sketch = tf.add_n([sn[-1] for sn in snaps])
-    tensors = [("keys", keys), ("values", values), ("last_seen", seen), ("sketch", sketch)]
+    tensors = [("keys", keys), ("values", values), ("last_seen", seen)]
+    if table.min_count > 1:   # the admission counts matter only then (1 MiB a shard)
+        tensors.append(("sketch", sketch))
     tensors += [(f"slots/{n}", t) for n, t in zip(names, slot_values)]
 
     class TableSaveable(saveable_object):
         def restore(self, restored_tensors, restored_shapes):
             got = dict(zip([n for n, _ in tensors], restored_tensors))
             return tf.group(*[s.restore(table, got["keys"], got["values"], got["last_seen"],
-                                        [got[f"slots/{n}"] for n in names], sl, got["sketch"])
+                                        [got[f"slots/{n}"] for n in names], sl, got.get("sketch"))
                               for s, sl in zip(table.shards, slots)])
 
     specs = [save_spec(t, "", f"{table.name}/{n}") for n, t in tensors]

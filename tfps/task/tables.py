@@ -50,6 +50,7 @@ class DynamicTablesHook(v1.train.SessionRunHook):
         if not self.tables or self.thread is not None:
             return
         self.session = session
+        self.run_once(evict=False, when=" at the session's start")   # what a restore brought back
         self.thread = threading.Thread(target=self._loop, name="tfps-dynamic-tables", daemon=True)
         self.thread.start()
 
@@ -80,17 +81,17 @@ class DynamicTablesHook(v1.train.SessionRunHook):
                     log.debug("%s: dynamic tables: %s", self.name, e)
                 return
 
-    def run_once(self) -> dict:
+    def run_once(self, evict: bool = True, when: str = "") -> dict:
         """Evict, then read each table's counts; logs and returns them by table."""
-        out = self.session.run({"evicted": self.evict, "stats": self.stats})
+        out = self.session.run({"evicted": self.evict, "stats": self.stats} if evict else {"stats": self.stats})
         for name, stats in out["stats"].items():
             live = [int(s[0]) for s in stats]
             totals = [int(sum(s[j] for s in stats)) for j in (1, 2, 3)]
             before = self.last.get(name, [0, 0, 0])
             self.last[name] = totals
             per_ps = ", ".join(f"ps{i} {n}" for i, n in enumerate(live)) if len(live) > 1 else ""
-            log.info("%s: table %s: live %d%s, +%d admitted, -%d evicted", self.name, name, sum(live),
-                     f" ({per_ps})" if per_ps else "", totals[0] - before[0], totals[1] - before[1])
+            log.info("%s: table %s: live %d%s%s, +%d admitted, -%d evicted", self.name, name, sum(live),
+                     f" ({per_ps})" if per_ps else "", when, totals[0] - before[0], totals[1] - before[1])
             if totals[2] and name not in self.full_said:
                 self.full_said.add(name)
                 table = next(t for t in self.tables if t.name == name)

@@ -1,0 +1,139 @@
+"""Dynamic embedding tables (tfps.layers.DynamicEmbedding) under ``tfps local --ps 2 --workers 2``.
+
+One string-id job (``wide_deep --embedding dynamic`` on the demo CTR data) is shared by the
+tests of this module: its export ranks the held-out clicks like the collision-free
+reference (the same wide & deep with a StringLookup over the whole vocabulary, model.fit in
+one process); then the job goes on from its model_dir on 3 ps, with a smaller set of users
+and ``--steps_to_live``: the restore brings back exactly the saved keys, split over the
+three ps, the ids that stopped appearing are evicted and the live rows fall. A tf_keras
+model with int64 ids of the whole int64 range in one DynamicEmbedding trains and serves.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import math
+import re
+
+import pytest
+from integration_helpers import read_results, run_flags
+
+from tests.fixtures.ctr_fit import export_auc as keras_export_auc
+from tests.fixtures.dynamic_reference import export_auc
+
+pytestmark = pytest.mark.integration
+
+BATCH = 250
+STEPS = 480          # two epochs of the demo's 60000 training rows, as the reference trains
+MORE_STEPS = 240     # the continuation on 3 ps
+STEPS_TO_LIVE = 60
+TABLE_LINE = re.compile(r"table embeddings: live (\d+) \(([^)]*)\)( at the session's start)?, "
+                        r"\+(\d+) admitted, -(\d+) evicted")
+
+
+def _saved_keys(model_dir) -> int:
+    import tensorflow as tf
+    return int(tf.train.load_checkpoint(tf.train.latest_checkpoint(str(model_dir)))
+               .get_variable_to_shape_map()["embeddings/keys"][0])
+
+
+def _checkpoint_bytes(model_dir) -> int:
+    import glob
+    import os
+
+    import tensorflow as tf
+    path = tf.train.latest_checkpoint(str(model_dir))
+    return sum(os.path.getsize(f) for f in glob.glob(path + ".data-*"))
+
+
+@pytest.fixture(scope="module")
+def jobs(module_procs, tmp_path_factory, demo_dir):
+    """The string-id job on 2 ps, its export's AUC, then its continuation on 3 ps."""
+    tmp = tmp_path_factory.mktemp("dynamic")
+    model_dir, ctr = tmp / "model", demo_dir / "ctr"
+    # The continuation's data: the rows of the 50 most frequent users only (the other
+    # users' ids stop appearing).
+    rows = [r for f in sorted(ctr.glob("train-*.csv")) for r in csv.DictReader(open(f, newline=""))]
+    top = {u for u, _ in collections.Counter(r["user"] for r in rows).most_common(50)}
+    with open(tmp / "top-users.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, list(rows[0]))
+        w.writeheader()
+        w.writerows(r for r in rows if r["user"] in top)
+    flags = ["--model", "wide_deep", "--embedding", "dynamic", "--expected_ids", 20000, "--batch_size", BATCH]
+    first = module_procs.tfps("tfps-local-dynamic-2ps", "local", "--ps", 2, "--workers", 2,
+                              *run_flags(model_dir, *flags, "--train_data", ctr / "train-*.csv",
+                                         "--eval_data", ctr / "eval.csv", steps=STEPS))
+    assert first.wait(900) == 0, first.tail()
+    out = {"first": first, "first_results": read_results(model_dir), "saved_keys": _saved_keys(model_dir),
+           "first_bytes": _checkpoint_bytes(model_dir),
+           "export_auc": export_auc(str(model_dir / "export"), str(ctr / "eval.csv"))}
+    # Another ps count, other data and an eviction age are other settings: --replace.
+    again = module_procs.tfps("tfps-local-dynamic-3ps", "local", "--ps", 3, "--workers", 2, "--replace",
+                              *run_flags(model_dir, *flags, "--train_data", tmp / "top-users.csv",
+                                         "--steps_to_live", STEPS_TO_LIVE, steps=STEPS + MORE_STEPS))
+    assert again.wait(900) == 0, again.tail()
+    out.update(again=again, again_results=read_results(model_dir), again_keys=_saved_keys(model_dir),
+               again_bytes=_checkpoint_bytes(model_dir))
+    return out
+
+
+def test_string_ids_train_and_the_export_ranks_like_model_fit_over_the_whole_vocabulary(jobs, demo_dir):
+    res = jobs["first_results"]
+    assert res["status"] == "succeeded" and res["export_complete"], res.get("error")
+    lines = jobs["first"].lines(TABLE_LINE.pattern)
+    assert lines and int(lines[-1].group(1)) > 1000, jobs["first"].tail()     # every id its row, on both ps
+    assert all(int(n.split()[-1]) > 0 for n in lines[-1].group(2).split(", "))
+    reference = _reference_auc(demo_dir)
+    assert abs(jobs["export_auc"] - reference) < 0.02, (jobs["export_auc"], reference)
+    assert abs(res["eval_metrics"]["auc"] - jobs["export_auc"]) < 0.005, res["eval_metrics"]
+
+
+def _reference_auc(demo_dir) -> float:
+    import json
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ctr = demo_dir / "ctr"
+    done = subprocess.run([sys.executable, "-m", "tests.fixtures.dynamic_reference", str(ctr / "train-*.csv"),
+                           str(ctr / "eval.csv"), str(STEPS * BATCH), str(BATCH)], cwd=root, capture_output=True,
+                          text=True, timeout=900, env={**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])["auc"]
+
+
+def test_a_continuation_on_3_ps_restores_exactly_the_saved_keys_and_keeps_training(jobs):
+    again, res = jobs["again"], jobs["again_results"]
+    assert res["status"] == "succeeded" and res["global_step"] >= STEPS + MORE_STEPS, res.get("error")
+    assert again.lines(rf"restored checkpoint of step {STEPS}\b"), again.tail()
+    start = [m for m in again.lines(TABLE_LINE.pattern) if m.group(3)]
+    assert start, again.tail()
+    live, per_ps = int(start[0].group(1)), start[0].group(2).split(", ")
+    assert live == jobs["saved_keys"], (live, jobs["saved_keys"])              # exactly the saved keys
+    assert [p.split()[0] for p in per_ps] == ["ps0", "ps1", "ps2"] and all(int(p.split()[1]) > 0 for p in per_ps)
+    losses = [float(m.group(1)) for m in again.lines(r"step \d+/\d+ loss ([\d.]+)")]
+    assert losses and all(math.isfinite(x) for x in losses), again.tail()
+
+
+def test_ids_that_stop_appearing_are_evicted_and_the_live_rows_fall(jobs):
+    lines = [m for m in jobs["again"].lines(TABLE_LINE.pattern) if not m.group(3)]
+    assert sum(int(m.group(5)) for m in lines) > 0, jobs["again"].tail()
+    live = [int(m.group(1)) for m in lines]
+    assert live[-1] < 0.6 * jobs["saved_keys"], (live, jobs["saved_keys"])
+    # Checkpoints hold the live rows only: the last one is smaller than the first job's.
+    assert jobs["again_keys"] == live[-1] or jobs["again_keys"] < 0.6 * jobs["saved_keys"]
+    assert jobs["again_bytes"] < jobs["first_bytes"], (jobs["again_bytes"], jobs["first_bytes"])
+
+
+def test_int64_ids_of_the_whole_range_train_and_serve(procs, tmp_path, demo_dir):
+    model_dir, ctr = tmp_path / "model", demo_dir / "ctr"
+    launcher = procs.tfps("tfps-local-dynamic-int64", "local", "--ps", 2, "--workers", 2,
+                          *run_flags(model_dir, "--model", "tests.fixtures.dynamic_models:int_ids",
+                                     "--batch_size", BATCH, "--train_data", ctr / "train-*.csv", steps=200))
+    assert launcher.wait(900) == 0, launcher.tail()
+    res = read_results(model_dir)
+    assert res["status"] == "succeeded" and res["export_complete"], res.get("error")
+    assert launcher.lines(r"table ids: live \d+ \(ps0 [1-9]\d*, ps1 [1-9]\d*\)")
+    model_auc, price_auc = keras_export_auc(str(model_dir / "export"), str(ctr / "eval.csv"))
+    assert model_auc > price_auc + 0.08, (model_auc, price_auc)
