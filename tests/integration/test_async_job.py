@@ -170,12 +170,4 @@ def test_console_shows_only_tfps_lines(job):
     assert foreign == [], "\n".join(foreign[:20])
 
 
-def test_verbose_brings_tensorflows_lines_back(procs, tmp_path):
-    proc = procs.tfps("tfps-local-verbose", "local", "-v", *run_flags(tmp_path / "model", steps=20))
-    assert proc.wait(300) == 0, proc.tail()
-    lines = proc.output().splitlines()
-    foreign = [line for line in lines if not (TFPS_LINE.match(line) or SUMMARY_LINE.match(line))]
-    # TensorFlow's C++ start-up lines and its Python logger's warnings, from every task.
-    assert any("absl::InitializeLog" in line for line in foreign), "\n".join(lines[:40])
-    for task in ("ps0", "worker0", "worker1"):
-        assert any(line.startswith(f"[{task}] ") for line in foreign), (task, "\n".join(foreign[:40]))
+# -v (TensorFlow's own lines back): the spawned job of tests/integration/test_local_launch.py.

@@ -401,8 +401,10 @@ def test_killed_chief_rejoins_its_keras_model(procs, blob_data, tmp_path):
 # ----------------------------------------------------------------------------- compile() settings
 def test_clipnorm_and_builder_arguments_are_honoured_as_model_fit_honours_them(procs, tmp_path):
     """SGD(learning_rate=40): with clipnorm 0.02 (a builder argument) tfps reaches the
-    accuracy plain model.fit reaches; without it both diverge. ``--model_arg units=48``
-    reaches the builder: the export's hidden layer has 48 units."""
+    accuracy plain model.fit reaches; without it model.fit diverges, so the clipping is what
+    tfps honoured. ``--model_arg units=48`` reaches the builder: the export's hidden layer
+    has 48 units. (A job whose loss or variables go NaN fails: tests/integration/test_failures.py
+    and test_adversarial.py.)"""
     import tf_keras as keras
 
     from tests.fixtures.keras_models import sgd_clip
@@ -432,11 +434,6 @@ def test_clipnorm_and_builder_arguments_are_honoured_as_model_fit_honours_them(p
 
     wild_loss, wild_acc = fit(None)
     assert not np.isfinite(wild_loss) or wild_acc < 0.5, (wild_loss, wild_acc)   # model.fit diverges
-    wild = run_job(procs, "unclipped", tmp_path / "unclipped", "--model", f"{FIX}:sgd_clip", "--train_data", train,
-                   "--batch_size", 64, steps=300)
-    assert wild.rc != 0
-    failed = wild.results
-    assert failed["status"] == "failed" and failed["error"]["type"] == "FloatingPointError", failed
 
 
 # ----------------------------------------------------------------------------- tf.keras as written

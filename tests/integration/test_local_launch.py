@@ -2,7 +2,9 @@
 once, or (``TFPS_LOCAL_FORK=0``) as new interpreters. Either way each task is its own
 process, in its own session, under the launcher, showing its ``tfps run`` command line,
 and the job trains to the end. The forked case (the default) is checked on the shared job
-of tests/integration/test_async_job.py."""
+of tests/integration/test_async_job.py. The spawned job runs with ``-v``, which brings
+TensorFlow's own lines back from every task (without it, the console shows only tfps's lines:
+test_async_job)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from integration_helpers import (
     run_flags,
     tasks_of,
 )
+from test_async_job import SUMMARY_LINE, TFPS_LINE
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +29,7 @@ pytestmark = pytest.mark.integration
 def test_each_spawned_task_is_its_own_process_and_the_job_trains(procs, tmp_path):
     env = base_env()
     env["TFPS_LOCAL_FORK"] = "0"
-    proc = procs.tfps("tfps-local-spawn", "local", *run_flags(tmp_path / "model", steps=1500), env=env)
+    proc = procs.tfps("tfps-local-spawn", "local", "-v", *run_flags(tmp_path / "model", steps=1500), env=env)
     ports = launcher_ports(proc)
     tasks = tasks_of(proc.pid, 60)
     for name, pid in tasks.items():
@@ -40,3 +43,9 @@ def test_each_spawned_task_is_its_own_process_and_the_job_trains(procs, tmp_path
     # An async job may end a step or two past train_steps (tfps.task.steps).
     assert re.search(r"SUCCEEDED at global step 150[0-2]/1500", proc.output()), proc.tail()
     assert_nothing_left(ports, proc)
+    # -v: TensorFlow's C++ start-up lines and its Python logger's warnings, from every task.
+    lines = proc.output().splitlines()
+    foreign = [line for line in lines if not (TFPS_LINE.match(line) or SUMMARY_LINE.match(line))]
+    assert any("absl::InitializeLog" in line for line in foreign), "\n".join(lines[:40])
+    for task in ("ps0", "worker0", "worker1"):
+        assert any(line.startswith(f"[{task}] ") for line in foreign), (task, "\n".join(foreign[:40]))
