@@ -212,3 +212,16 @@ def test_a_table_takes_strings_and_refuses_other_ids():
             out = sess.run(rows)
         np.testing.assert_array_equal(out[0, 0], out[1, 0])     # the same id, the same row
         assert not np.array_equal(out[0, 1], out[1, 1])
+
+
+def test_a_full_shard_frees_its_oldest_rows_early_and_never_grows():
+    g, table, ops = _build(capacity=10)   # no steps_to_live: only a full shard evicts
+    with g.as_default(), _session(g) as sess:
+        sess.run(ops["init"])
+        for i in range(10):                                     # id i last seen at step i
+            sess.run(ops["train"], {ops["ids"]: [i]})
+        assert sess.run(ops["evict"]) == 1                      # full: the oldest 10 % go
+        assert set(_live(sess, table)) == set(range(1, 10))
+        sess.run(ops["train"], {ops["ids"]: [10]})
+        assert set(_live(sess, table)) == set(range(1, 11))
+        assert sess.run(table.shards[0].weights).shape[0] == 11   # capacity + the default row
