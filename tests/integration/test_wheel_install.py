@@ -130,7 +130,9 @@ def test_jobs_and_deploy_find_their_playbooks_and_fail_about_the_hosts(installed
     assert deploy.returncode == 2, deploy.stdout[-3000:] + deploy.stderr
     assert "h1 (192.0.2.1) cannot be reached over SSH" in deploy.stdout
     assert deploy.stderr.strip().splitlines()[-1] == (
-        "tfps: error: deploy: ansible-playbook exited 2: a task failed on a host (the output above says which)")
+        "tfps: error: deploy: ansible-playbook exited 2: h1 (192.0.2.1), h2 (192.0.2.2) cannot be reached over "
+        "SSH: check the inventory's addresses, ansible_user and SSH access "
+        "(`ansible -i INVENTORY HOST -m ping` shows Ansible's reason)")
 
 
 def test_local_trains_a_plain_tf_keras_model(installed):

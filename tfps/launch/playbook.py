@@ -18,6 +18,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -111,16 +112,62 @@ def playbook_argv(command: str, inventories: list[str], playbook_args: list[str]
     return argv + extra
 
 
+#: How a host that cannot be reached shows in a play's output: the role's own check
+#: ("h1 (192.0.2.1) cannot be reached over SSH: ...") or Ansible's ("fatal: [h1]: UNREACHABLE!").
+_UNREACHABLE = (re.compile(r"([\w.:\-]+ \([^)]*\)) cannot be reached over SSH"),
+                re.compile(r"^fatal: \[([^\]]+)\]: UNREACHABLE!"))
+
+
+def unreachable_hosts(line: str) -> list[str]:
+    """The hosts a line of ansible-playbook's output reports as unreachable (in order, once)."""
+    found: list[str] = []
+    line = line.replace("\\n", "\n")     # JSON output keeps a message's newlines escaped
+    for pattern in _UNREACHABLE:
+        for host in pattern.findall(line):
+            if host not in found:
+                found.append(host)
+    return found
+
+
 def run_playbook(command: str, inventories: list[str], playbook_args: list[str], check: bool = False,
                  diff: bool = False, extra: list[str] | None = None) -> int:
-    """Run the command's playbook in the foreground; ansible-playbook's exit code."""
+    """Run the command's playbook in the foreground; ansible-playbook's exit code.
+
+    Its output is passed through line by line (colours kept on a terminal), so that the one
+    line tfps adds after a failure can name the hosts that could not be reached."""
     argv = playbook_argv(command, inventories, playbook_args, check, diff, extra)
     ensure_collections()
+    env = playbooks.playbook_env()
+    if sys.stdout.isatty():
+        env.setdefault("ANSIBLE_FORCE_COLOR", "1")
+    unreachable: dict[str, str] = {}     # host -> how the last line names it
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, errors="replace", bufsize=1)
     try:
-        code = subprocess.run(argv, env=playbooks.playbook_env()).returncode
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            for host in unreachable_hosts(_plain(line)):
+                name = host.split(" (")[0]
+                if " (" in host or name not in unreachable:    # "h1 (192.0.2.1)" over Ansible's "h1"
+                    unreachable[name] = host
+        code = proc.wait()
     except KeyboardInterrupt:
+        # The terminal's Ctrl-C reached ansible-playbook too: let it end its own way.
+        try:
+            proc.wait(timeout=30)
+        except (KeyboardInterrupt, subprocess.TimeoutExpired):
+            proc.kill()
         return 130
     if code:
         why = PLAYBOOK_EXITS.get(code, "see the output above")
+        if unreachable:
+            hosts = ", ".join(unreachable[h] for h in sorted(unreachable))
+            why = (f"{hosts} cannot be reached over SSH: check the inventory's addresses, "
+                   "ansible_user and SSH access (`ansible -i INVENTORY HOST -m ping` shows Ansible's reason)")
         print(f"tfps: error: {command}: ansible-playbook exited {code}: {why}", file=sys.stderr, flush=True)
     return code
+
+
+def _plain(line: str) -> str:
+    """A line without the terminal's colour codes."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", line)
