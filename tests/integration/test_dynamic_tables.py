@@ -28,6 +28,9 @@ BATCH = 250
 STEPS = 480          # two epochs of the demo's 60000 training rows, as the reference trains
 MORE_STEPS = 240     # the continuation on 3 ps
 STEPS_TO_LIVE = 60
+#: Adagrad: its updates are sparse in Keras's model.fit as in tfps (Keras's Adam would move
+#: every row every step, tfps's lazy Adam only the batch's), so the reference is the same algorithm.
+OPTIMIZER, LEARNING_RATE = "adagrad", 0.5
 TABLE_LINE = re.compile(r"table embeddings: live (\d+) \(([^)]*)\)( at the session's start)?, "
                         r"\+(\d+) admitted, -(\d+) evicted")
 
@@ -60,14 +63,16 @@ def jobs(module_procs, tmp_path_factory, demo_dir):
         w = csv.DictWriter(fh, list(rows[0]))
         w.writeheader()
         w.writerows(r for r in rows if r["user"] in top)
-    flags = ["--model", "wide_deep", "--embedding", "dynamic", "--expected_ids", 20000, "--batch_size", BATCH]
+    flags = ["--model", "wide_deep", "--embedding", "dynamic", "--expected_ids", 20000, "--batch_size", BATCH,
+             "--optimizer", OPTIMIZER, "--learning_rate", LEARNING_RATE]
     first = module_procs.tfps("tfps-local-dynamic-2ps", "local", "--ps", 2, "--workers", 2,
                               *run_flags(model_dir, *flags, "--train_data", ctr / "train-*.csv",
                                          "--eval_data", ctr / "eval.csv", steps=STEPS))
     assert first.wait(900) == 0, first.tail()
     out = {"first": first, "first_results": read_results(model_dir), "saved_keys": _saved_keys(model_dir),
            "first_bytes": _checkpoint_bytes(model_dir),
-           "export_auc": export_auc(str(model_dir / "export"), str(ctr / "eval.csv"))}
+           "export_auc": export_auc(str(model_dir / "export"), str(ctr / "eval.csv")),
+           "price_auc": _price_auc(ctr / "eval.csv")}
     # Another ps count, other data and an eviction age are other settings: --replace.
     again = module_procs.tfps("tfps-local-dynamic-3ps", "local", "--ps", 3, "--workers", 2, "--replace",
                               *run_flags(model_dir, *flags, "--train_data", tmp / "top-users.csv",
@@ -85,8 +90,16 @@ def test_string_ids_train_and_the_export_ranks_like_model_fit_over_the_whole_voc
     assert lines and int(lines[-1].group(1)) > 1000, jobs["first"].tail()     # every id its row, on both ps
     assert all(int(n.split()[-1]) > 0 for n in lines[-1].group(2).split(", "))
     reference = _reference_auc(demo_dir)
+    assert reference > jobs["price_auc"] + 0.04, (reference, jobs["price_auc"])   # the ids carry signal
     assert abs(jobs["export_auc"] - reference) < 0.02, (jobs["export_auc"], reference)
     assert abs(res["eval_metrics"]["auc"] - jobs["export_auc"]) < 0.005, res["eval_metrics"]
+
+
+def _price_auc(eval_csv) -> float:
+    from tests.fixtures.ctr_fit import read_columns
+    from tfps.task.export import auc
+    x, y = read_columns(str(eval_csv))
+    return auc(-x["price"].reshape(-1), y)
 
 
 def _reference_auc(demo_dir) -> float:
@@ -97,7 +110,8 @@ def _reference_auc(demo_dir) -> float:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ctr = demo_dir / "ctr"
     done = subprocess.run([sys.executable, "-m", "tests.fixtures.dynamic_reference", str(ctr / "train-*.csv"),
-                           str(ctr / "eval.csv"), str(STEPS * BATCH), str(BATCH)], cwd=root, capture_output=True,
+                           str(ctr / "eval.csv"), str(STEPS * BATCH), str(BATCH), OPTIMIZER, str(LEARNING_RATE)],
+                          cwd=root, capture_output=True,
                           text=True, timeout=900, env={**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])["auc"]
