@@ -414,7 +414,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                         "for --steps_to_live steps (default %(default)s)")
     g.add_argument("--min_count", type=int, default=d.min_count, metavar="N",
                    help="dynamic: times an id must be seen before it gets its own row; until then it reads "
-                        "the default row (default %(default)s)")
+                        "zeros (default %(default)s)")
     g.add_argument("--steps_to_live", type=int, default=d.steps_to_live, metavar="STEPS",
                    help="dynamic: free the rows (and optimizer slots) of ids not seen for STEPS global steps; "
                         "0 never frees them (default %(default)s)")
