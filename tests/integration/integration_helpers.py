@@ -375,3 +375,30 @@ def kill_task(supervisor: Proc) -> None:
     """SIGKILL the task process under a ``tfps run --restarts`` supervisor (as the OOM killer would)."""
     pid = poll(lambda: task_child(supervisor), 30, f"the task process of {supervisor.name}", supervisor)
     os.kill(pid, signal.SIGKILL)
+
+
+def listening_addresses(ports: list[int]) -> dict[int, set[str]]:
+    """Local addresses listening on each port, from the kernel's socket tables (IPv4 and IPv6)."""
+    import ipaddress
+    found: dict[int, set[str]] = {p: set() for p in ports}
+    for table, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state = fields[1], fields[3]
+            if state != "0A":   # LISTEN
+                continue
+            addr_hex, port_hex = local.split(":")
+            port = int(port_hex, 16)
+            if port not in found:
+                continue
+            raw = bytes.fromhex(addr_hex)
+            if v6:
+                words = [raw[i:i + 4][::-1] for i in range(0, 16, 4)]
+                found[port].add(str(ipaddress.IPv6Address(b"".join(words))))
+            else:
+                found[port].add(".".join(str(b) for b in raw[::-1]))
+    return found

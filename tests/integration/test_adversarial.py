@@ -4,13 +4,14 @@
   naming the lost task and exactly one failure message on a real SMTP server;
 * a SIGKILLed non-chief worker of an async job is named in results.json, and the launcher
   does not idle for minutes before it ends the ps;
-* every TensorFlow port of a running job listens on loopback only (the socket table);
 * an export_dir or model_dir holding a user's files is refused before start, and the
   files are still there;
 * a model whose variables turn NaN under a finite loss fails the job, and the NaN
   checkpoint is then refused, not restored.
 
-(A stray TF_CONFIG in the shell: the shared job of tests/integration/test_async_job.py.)
+(A stray TF_CONFIG in the shell: the shared job of tests/integration/test_async_job.py;
+every TensorFlow port of a running job on loopback only, in the socket table: the job of
+tests/integration/test_stop_during_export.py.)
 
 Times are only ever upper bounds that a hang would break.
 """
@@ -51,33 +52,6 @@ def _task_pid(ports: list[int], which: str) -> int:
     return pids[0]
 
 
-def _listening(ports: list[int]) -> dict[int, set[str]]:
-    """Local addresses listening on each port, from the kernel's socket tables (IPv4 and IPv6)."""
-    found: dict[int, set[str]] = {p: set() for p in ports}
-    for table, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
-        try:
-            lines = open(table).read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            local, state = fields[1], fields[3]
-            if state != "0A":   # LISTEN
-                continue
-            addr_hex, port_hex = local.split(":")
-            port = int(port_hex, 16)
-            if port not in found:
-                continue
-            raw = bytes.fromhex(addr_hex)
-            if v6:
-                words = [raw[i:i + 4][::-1] for i in range(0, 16, 4)]
-                import ipaddress
-                found[port].add(str(ipaddress.IPv6Address(b"".join(words))))
-            else:
-                found[port].add(".".join(str(b) for b in raw[::-1]))
-    return found
-
-
 def test_a_killed_ps_ends_the_job_within_sync_timeout_and_reports_once(procs, tmp_path, smtp_server):
     model_dir = tmp_path / "model"
     env = base_env(APPRISE_URLS=smtp_server.url())
@@ -97,8 +71,9 @@ def test_a_killed_ps_ends_the_job_within_sync_timeout_and_reports_once(procs, tm
     assert res["status"] == "failed"
     assert res["lost_tasks"] == ["ps0"], res.get("lost_tasks")
     assert "ps0" in res["error"]["message"] and "--sync_timeout" in res["error"]["message"]
+    # The launcher has exited, and every task with it: the messages are all there is (the
+    # server records one before it answers the sender).
     mails = smtp_server.wait_for(1, timeout=30)
-    time.sleep(2)   # a second message would have come by now
     assert len(smtp_server.received()) == 1, [m["Subject"] for m in smtp_server.received()]
     assert "failed" in mails[0]["Subject"].lower()
     assert_nothing_left(ports, launcher)
@@ -107,33 +82,18 @@ def test_a_killed_ps_ends_the_job_within_sync_timeout_and_reports_once(procs, tm
 def test_a_killed_worker_is_named_and_the_ps_is_not_kept_waiting(procs, tmp_path):
     model_dir = tmp_path / "model"
     launcher = procs.tfps("tfps-local-worker-killed", "local",
-                          *run_flags(model_dir, "--sync_timeout", 300, steps=3000))
+                          *run_flags(model_dir, "--sync_timeout", 300, steps=1000))
     ports = launcher_ports(launcher)
     poll(lambda: _progress_at(launcher, "worker1") > 100, 120, "worker1's progress", launcher)
     os.kill(_task_pid(ports, "--job_name=worker --task_index=1"), signal.SIGKILL)
     rc = launcher.wait(240)   # the ps would wait --sync_timeout (300 s) for worker1's "done"
     assert rc == 0, launcher.tail()
     res = read_results(model_dir)
-    assert res["status"] == "succeeded" and res["global_step"] >= 3000
+    assert res["status"] == "succeeded" and res["global_step"] >= 1000
     assert res["lost_tasks"] == ["worker1"]
     assert "SIGKILL" in res["task_exits"]["worker1"]
     assert "lost tasks worker1" in launcher.output()
     assert task_exit(launcher, "ps0") == "0 (OK)"
-    assert_nothing_left(ports, launcher)
-
-
-def test_every_tf_port_of_a_local_job_listens_on_loopback_only(procs, tmp_path):
-    model_dir = tmp_path / "model"
-    launcher = procs.tfps("tfps-local-sockets", "local", *run_flags(model_dir, steps=10_000_000))
-    ports = launcher_ports(launcher)
-    poll(lambda: _progress_at(launcher, "worker1") > 0 and _progress_at(launcher, "worker0") > 0, 120,
-         "both workers training", launcher)
-    table = _listening(ports)
-    assert all(table[p] for p in ports), table              # every task listens...
-    assert all(addrs == {"127.0.0.1"} for addrs in table.values()), table   # ...on loopback only
-    launcher.signal(signal.SIGTERM)
-    assert launcher.wait(120) == 143, launcher.tail()     # ExitCode.STOPPED_TERM
-    assert read_results(model_dir)["status"] == "stopped"
     assert_nothing_left(ports, launcher)
 
 

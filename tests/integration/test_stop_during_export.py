@@ -1,8 +1,14 @@
-"""Ctrl-C on ``tfps local`` while training a model whose export takes longer than 10 s.
+"""A stop of ``tfps local`` while training a model whose export takes longer than 10 s.
 
 10 s is Docker's default stop grace: an orchestrator using it would SIGKILL the chief in
 the middle of this export. tfps waits for the final save instead, and the ps (which holds
-the variables) stays up until the chief has finished it.
+the variables) stays up until the chief has finished it. The stop is SIGTERM, what
+orchestrators and ``kill`` send: the job ends "stopped" with exit code 143. (Ctrl-C's
+SIGINT, to the launcher and then its whole group, and a closed terminal's SIGHUP:
+tests/integration/test_stops.py.)
+
+While the job trains, every TensorFlow port of it listens on loopback only (the kernel's
+socket table).
 """
 
 from __future__ import annotations
@@ -14,38 +20,47 @@ import pytest
 from integration_helpers import (
     assert_nothing_left,
     launcher_ports,
+    listening_addresses,
     load_and_predict,
-    read_history,
+    poll,
     read_results,
     run_flags,
     task_exit,
 )
+
+from tfps.exitcodes import ExitCode
 
 pytestmark = pytest.mark.integration
 
 EXPORT_SLEEP = 12.0   # tests/fixtures/slow_model.py
 
 
-def test_ctrl_c_waits_for_a_slow_final_export(procs, tmp_path):
+def _progress_at(launcher, task: str) -> int:
+    found = launcher.lines(rf"\[{task}\] .*{task}: step (\d+)/")
+    return int(found[-1].group(1)) if found else 0
+
+
+def test_a_stop_waits_for_a_slow_final_export_and_every_port_is_on_loopback(procs, tmp_path):
     model_dir = tmp_path / "model"
     launcher = procs.tfps("tfps-local-slow-export", "local",
                           *run_flags(model_dir, "--model", "tests.fixtures.slow_model:model_fn", steps=1_000_000))
     ports = launcher_ports(launcher)
-    end = time.monotonic() + 120
-    while not read_history(model_dir):
-        assert launcher.returncode is None, launcher.tail()
-        assert time.monotonic() < end, f"no training progress:\n{launcher.tail()}"
-        time.sleep(0.2)
+    poll(lambda: _progress_at(launcher, "worker1") > 0 and _progress_at(launcher, "worker0") > 0, 120,
+         "both workers training", launcher)
 
-    launcher.signal(signal.SIGINT)            # what Ctrl-C in a terminal sends
+    table = listening_addresses(ports)
+    assert all(table[p] for p in ports), table                               # every task listens...
+    assert all(addrs == {"127.0.0.1"} for addrs in table.values()), table   # ...on loopback only
+
+    launcher.signal(signal.SIGTERM)
     stopped_at = time.monotonic()
     rc = launcher.wait(300)
     took = time.monotonic() - stopped_at
 
-    assert rc == 130, launcher.tail()         # ExitCode.STOPPED
+    assert rc == ExitCode.STOPPED_TERM == 143, launcher.tail()
     res = read_results(model_dir)
     assert res["status"] == "stopped"
-    assert res["exit_code"] == 130
+    assert res["exit_code"] == 143
     assert 0 < res["global_step"] < 1_000_000
     assert res["export_complete"] is True
     assert res["times"]["final_save_s"] > 10
