@@ -3,7 +3,8 @@
 One job (1 ps + 2 workers, 1200 steps on the demo data) is shared by every test here;
 each test checks one promise about its outcome. The job is started as a user would start it
 from a shell that holds another cluster's TF_CONFIG, and the launcher forks its tasks (the
-default): what the processes look like while it runs is recorded for the tests too.
+default): what the processes look like while it runs is recorded for the tests too. Its
+output goes to a pipe (a log file): the piped console of tests/integration/test_watch_a_run.py.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from integration_helpers import (
     task_exit,
     tasks_of,
 )
+from test_watch_a_run import assert_a_piped_console
 
 from tfps.task.checkpoint import checkpoint_step
 
@@ -168,6 +170,10 @@ def test_console_shows_only_tfps_lines(job):
     assert any(line.startswith("[worker0] ") for line in lines), lines
     foreign = [line for line in lines if not (TFPS_LINE.match(line) or SUMMARY_LINE.match(line))]
     assert foreign == [], "\n".join(foreign[:20])
+
+
+def test_in_a_pipe_every_task_line_is_prefixed_and_the_counts_add_up(job):
+    assert_a_piped_console(job.proc.output(), STEPS, job.results)
 
 
 # -v (TensorFlow's own lines back): the spawned job of tests/integration/test_local_launch.py.

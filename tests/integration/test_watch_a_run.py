@@ -1,7 +1,8 @@
 """A run you can watch (issue 39): ``tfps local`` on a terminal shows one live status line
 for the job; with stdout to a pipe, every task's prefixed lines and no escape codes. Every
 job leaves loss.png and metrics.png in its model_dir, the evaluation as TensorBoard's
-``eval`` run, and counts that never read "1001/1000"."""
+``eval`` run, and counts that never read "1001/1000". The piped console is checked on the
+shared job of tests/integration/test_async_job.py (``assert_a_piped_console``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 import uuid
 
 import pytest
-from integration_helpers import REPO, assert_nothing_left, base_env, launcher_ports, poll, read_results, run_flags
+from integration_helpers import REPO, base_env, poll, read_results, run_flags
 
 pytestmark = pytest.mark.integration
 
@@ -57,32 +58,19 @@ def test_on_a_terminal_the_job_is_one_live_status_line(tmp_path):
     assert "[worker0]" in text and f"job tfps-mlp SUCCEEDED at global step {STEPS}/{STEPS}" in text, text
     assert f"tensorboard --logdir {model_dir}" in text, text
     _counts_add_up(text)
+    assert_curves_and_eval_run(model_dir, read_results(model_dir))
 
 
-def test_in_a_pipe_every_task_line_is_prefixed_and_the_job_leaves_its_curves(procs, tmp_path):
-    model_dir = tmp_path / "model"
-    launcher = procs.tfps("tfps-local-view-pipe", "local", *run_flags(model_dir, steps=STEPS))
-    ports = launcher_ports(launcher)
-    assert launcher.wait(300) == 0, launcher.tail()
-    out = launcher.output()
-    assert "\x1b[" not in out and "━" not in out, out[-2000:]
-    assert re.search(r"^\[(worker\d)\] \S+ I \1: step \d+/", out, re.M), out[-2000:]
-    _counts_add_up(out)
-    res = read_results(model_dir)
-    # Counts that add up: exactly --train_steps, or the summary says by how much and why.
-    if res["global_step"] > STEPS:
-        assert f"{res['global_step'] - STEPS} step(s) past --train_steps {STEPS}: asynchronous workers" in out, out
-    assert res["global_step"] >= STEPS
-
-    # loss.png (and metrics.png from the chief's history, when the chief took a step of this
-    # short job), without any notification configured; 640x360 PNGs.
+def assert_curves_and_eval_run(model_dir, res: dict) -> None:
+    """loss.png (and metrics.png from the chief's history, when the chief took a step of a
+    short job), without any notification configured, as 640x360 PNGs; the evaluation as
+    TensorBoard's "eval" run, under the training scalars' names."""
     from PIL import Image
     for name in ["loss.png"] + (["metrics.png"] if (model_dir / "history.jsonl").exists() else []):
         with Image.open(model_dir / name) as img:
             img.load()
             assert img.size == (640, 360), (name, img.size)
 
-    # The evaluation as TensorBoard's "eval" run, under the training scalars' names.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     train = EventAccumulator(str(model_dir))
     train.Reload()
@@ -92,4 +80,15 @@ def test_in_a_pipe_every_task_line_is_prefixed_and_the_job_leaves_its_curves(pro
     point = evaluation.Scalars("loss")[-1]
     assert point.step == res["global_step"]
     assert point.value == pytest.approx(res["eval_metrics"]["loss"], rel=1e-5)
-    assert_nothing_left(ports, launcher)
+
+
+def assert_a_piped_console(out: str, steps: int, res: dict) -> None:
+    """With stdout to a pipe: no escape codes nor status line, every task's lines prefixed
+    (the workers' progress lines included), and counts that add up: exactly --train_steps, or
+    the summary says by how much and why. (Checked on the shared job of test_async_job.)"""
+    assert "\x1b[" not in out and "━" not in out, out[-2000:]
+    assert re.search(r"^\[(worker\d)\] \S+ I \1: step \d+/", out, re.M), out[-2000:]
+    _counts_add_up(out)
+    if res["global_step"] > steps:
+        assert f"{res['global_step'] - steps} step(s) past --train_steps {steps}: asynchronous workers" in out, out
+    assert res["global_step"] >= steps
