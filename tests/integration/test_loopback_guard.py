@@ -17,11 +17,21 @@ from integration_helpers import REPO, base_env
 pytestmark = pytest.mark.integration
 
 #: Runs argv[2:] (a command line of ``tfps``, or of the script guard) in a process whose
-#: loopback patch "succeeds" without patching anything: the server binds the wildcard.
+#: loopback patch "succeeds" without patching anything: the server binds the wildcard. The
+#: "patch" prints the protection of the page of every GOT slot it would have patched: what
+#: the loader left, since nothing in this process patches them.
 MISSED = """
 import runpy, sys
 import tfps.task.loopback as loopback
-loopback.ensure_loopback_bind = lambda address="127.0.0.1": True
+def missed(address="127.0.0.1"):
+    try:
+        path, base = loopback._library_mapping()
+        print("protection", [loopback.page_protection(base + o) for o in loopback._got_offsets(path, "bind")],
+              flush=True)
+    except Exception as e:
+        print("protection unknown:", type(e).__name__, e, flush=True)
+    return True
+loopback.ensure_loopback_bind = missed
 what, sys.argv = sys.argv[1], sys.argv[1:]
 if what == "tfps":
     from tfps.cli import main
@@ -78,10 +88,18 @@ def _refusal(out: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def test_a_task_whose_bind_patch_misses_refuses_and_leaves_no_port(tmp_path):
+@pytest.fixture(scope="module")
+def missed_task(tmp_path_factory):
+    """A ``tfps run`` ps whose bind patch misses: (its output, its port)."""
     ps, worker = _free_ports(2)
     out, _ = _run_missed("tfps", "run", f"--ps_hosts=127.0.0.1:{ps}", f"--worker_hosts=127.0.0.1:{worker}",
-                         "--job_name=ps", "--task_index=0", "--model_dir", str(tmp_path / "model"))
+                         "--job_name=ps", "--task_index=0", "--model_dir",
+                         str(tmp_path_factory.mktemp("missed") / "model"))
+    return out, ps
+
+
+def test_a_task_whose_bind_patch_misses_refuses_and_leaves_no_port(missed_task):
+    out, ps = missed_task
     assert out.returncode == 2, (out.returncode, out.stderr[-3000:])
     line = _refusal(out)
     assert "ps_hosts: ps0 listens on " in line and f"(every interface) port {ps} although its address " \
@@ -102,7 +120,7 @@ def test_a_classic_script_whose_bind_patch_misses_is_ended_before_it_serves(tmp_
     assert _listeners(ps) == []
 
 
-def test_the_guarded_script_serves_on_loopback_and_the_got_page_keeps_its_protection(tmp_path):
+def test_the_guarded_script_serves_on_loopback_and_the_got_page_keeps_its_protection(tmp_path, missed_task):
     """The same script without the miss: its server is on 127.0.0.1 only, and the page of
     every patched GOT slot has the protection it had before the patch."""
     script = tmp_path / "classic_ps.py"
@@ -114,17 +132,14 @@ print("protection", [loopback.page_protection(base + o) for o in loopback._got_o
 print("serving", addresses_on(int(a.ps_hosts.rsplit(":", 1)[1])), flush=True)
 raise SystemExit(0)"""))
     ps, worker = _free_ports(2)
-    # What the loader left (RELRO read-only, or writable under lazy binding), before any patch.
-    before = subprocess.run([sys.executable, "-c", "import tensorflow; from tfps.task import loopback\n"
-                             "path, base = loopback._library_mapping()\n"
-                             "print([loopback.page_protection(base + o) for o in loopback._got_offsets(path, 'bind')])"],
-                            capture_output=True, text=True, timeout=300, cwd=str(REPO),
-                            env=base_env(TF_CPP_MIN_LOG_LEVEL="3"))
-    assert before.returncode == 0, before.stderr[-3000:]
+    # What the loader left (RELRO read-only, or writable under lazy binding): the pages as the
+    # task whose patch missed saw them, where nothing was patched.
+    before = [line.partition(" ")[2] for line in missed_task[0].stdout.splitlines() if line.startswith("protection ")]
+    assert len(before) == 1 and before[0].startswith("["), missed_task[0].stdout
     out = subprocess.run([sys.executable, "-m", "tfps.task.script_guard", str(script), f"--ps_hosts=127.0.0.1:{ps}",
                           f"--worker_hosts=127.0.0.1:{worker}", "--job_name=ps", "--task_index=0"],
                          capture_output=True, text=True, timeout=300, cwd=str(REPO),
                          env=base_env(TF_CPP_MIN_LOG_LEVEL="3"))
     assert out.returncode == 0, out.stderr[-3000:]
-    assert f"protection {before.stdout.strip()}" in out.stdout, (before.stdout, out.stdout)
+    assert f"protection {before[0]}" in out.stdout, (before, out.stdout)
     assert "serving ['127.0.0.1']" in out.stdout, out.stdout
