@@ -20,48 +20,62 @@ from servers import free_port
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 8
+CASES = {"refused": "nothing listens", "squatted": "another program holds it"}
 
 
-@pytest.mark.parametrize("ps_port", ["nothing listens", "another program holds it"])
-def test_chief_fails_within_the_startup_timeout_and_says_why(ps_port, procs, tmp_path, smtp_server):
-    model_dir = tmp_path / "model"
-    port = free_port()
-    squatter = None
-    if ps_port == "another program holds it":
-        squatter = socket.socket()
-        squatter.bind(("127.0.0.1", port))
-        squatter.listen(16)    # accepts connections and never speaks gRPC
+def test_chief_fails_within_the_startup_timeout_and_says_why(procs, tmp_path, smtp_server):
+    """Both cases at once (their chiefs wait out the same timeout side by side), each with its
+    own run name, model_dir and ps port; one SMTP server gets both jobs' messages."""
+    squatter = socket.socket()
+    chiefs, ports, took = {}, {}, {}
     try:
-        t0 = time.monotonic()
-        chief = procs.tfps(
-            "chief", "run", "--ps_hosts", f"127.0.0.1:{port}",
-            "--worker_hosts", f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}",
-            "--job_name", "worker", "--task_index", "0", "--startup_timeout", str(TIMEOUT),
-            "--run_name", "never-starts", *run_flags(model_dir, steps=100),
-            env=base_env(APPRISE_URLS=smtp_server.url()), separate_stderr=True)
-        rc = chief.wait(120)
-        took = time.monotonic() - t0
+        for case, ps_port in CASES.items():
+            ports[case] = port = free_port()
+            if ps_port == "another program holds it":
+                squatter.bind(("127.0.0.1", port))
+                squatter.listen(16)    # accepts connections and never speaks gRPC
+            chiefs[case] = procs.tfps(
+                f"chief-{case}", "run", "--ps_hosts", f"127.0.0.1:{port}",
+                "--worker_hosts", f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}",
+                "--job_name", "worker", "--task_index", "0", "--startup_timeout", str(TIMEOUT),
+                "--run_name", f"never-starts-{case}", *run_flags(tmp_path / case / "model", steps=100),
+                env=base_env(APPRISE_URLS=smtp_server.url()), separate_stderr=True)
+        rcs = {}
+        end = time.monotonic() + 120
+        while len(rcs) < len(chiefs) and time.monotonic() < end:
+            for case, chief in chiefs.items():
+                if case not in rcs and chief.returncode is not None:
+                    rcs[case], took[case] = chief.returncode, time.monotonic() - chief.started
+            time.sleep(0.1)
+        for case, chief in chiefs.items():
+            rcs.setdefault(case, chief.wait(0))   # fails: still running after 120 s
     finally:
-        if squatter is not None:
-            squatter.close()
-    assert rc == 1, chief.tail()
-    # Bounded: the timeout plus process start and the report, nowhere near a hang.
-    assert TIMEOUT <= took < TIMEOUT + 60, took
-    err = chief.stderr()
-    assert f"worker0 did not train a step within {TIMEOUT} s of its start (--startup_timeout)" in err, err
-    if ps_port == "nothing listens":
-        assert f"ps0 (127.0.0.1:{port}) refuses connections (not running?)" in err, err
-    else:
-        assert (f"ps0 (127.0.0.1:{port}) accepts connections but is not a TensorFlow server "
-                "(another program holds its port?)") in err, err
-    assert "Check that every task of the cluster is running" in err
+        squatter.close()
 
-    res = read_results(model_dir)
-    assert res["status"] == "failed" and res["exit_code"] == 1
-    assert "--startup_timeout" in res["error"]["message"]
-    mails = smtp_server.wait_for(1, timeout=30)
-    time.sleep(1)
-    assert len(smtp_server.messages) == 1, [m["subject"] for m in smtp_server.messages]
-    subject = str(mails[0]["subject"])
-    assert "job never-starts FAILED" in subject, subject
-    assert "--startup_timeout" in mails[0].get_body(("plain",)).get_content()
+    for case, ps_port in CASES.items():
+        chief, port = chiefs[case], ports[case]
+        assert rcs[case] == 1, f"{ps_port}:\n{chief.tail()}"
+        # Bounded: the timeout plus process start and the report, nowhere near a hang.
+        assert TIMEOUT <= took[case] < TIMEOUT + 60, (ps_port, took[case])
+        err = chief.stderr()
+        assert f"worker0 did not train a step within {TIMEOUT} s of its start (--startup_timeout)" in err, err
+        if ps_port == "nothing listens":
+            assert f"ps0 (127.0.0.1:{port}) refuses connections (not running?)" in err, err
+        else:
+            assert (f"ps0 (127.0.0.1:{port}) accepts connections but is not a TensorFlow server "
+                    "(another program holds its port?)") in err, err
+        assert "Check that every task of the cluster is running" in err, err
+
+        res = read_results(tmp_path / case / "model")
+        assert res["status"] == "failed" and res["exit_code"] == 1, (ps_port, res)
+        assert "--startup_timeout" in res["error"]["message"], (ps_port, res["error"])
+
+    # Both chiefs have exited: the messages are all there is (the server records one before it
+    # answers the sender). Exactly one per job.
+    mails = smtp_server.wait_for(2, timeout=30)
+    subjects = [str(m["subject"]) for m in mails]
+    assert len(mails) == 2, subjects
+    for case in CASES:
+        mine = [m for m in mails if f"job never-starts-{case} " in str(m["subject"])]
+        assert len(mine) == 1 and f"job never-starts-{case} FAILED" in str(mine[0]["subject"]), subjects
+        assert "--startup_timeout" in mine[0].get_body(("plain",)).get_content()

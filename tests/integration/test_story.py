@@ -23,6 +23,9 @@ from integration_helpers import Proc, Processes, assert_nothing_left, base_env, 
 pytestmark = pytest.mark.integration
 
 PACED_MODEL = "tests.fixtures.paced_model:model_fn"
+#: Steps of the ps-then-chief job: a checkpoint at 50, the ps killed, 20 steps past its
+#: recovery, the chief killed, and a few hundred paced steps after it joined.
+STORY_STEPS = 400
 
 
 def start_cluster(procs: Processes, model_dir, *extra, steps: int, env: dict[str, dict[str, str]]):
@@ -44,23 +47,24 @@ def progress(proc: Proc, since: int = 0) -> list[int]:
 def test_ps_then_chief_killed_the_story_tells_both(procs, tmp_path, webhook_server):
     model_dir = tmp_path / "model"
     # The chief's steps are paced (0.02 s; a sync step waits for it): the job outlasts both
-    # kills and restarts, however fast an unpaced step is.
-    tasks, ports = start_cluster(procs, model_dir, "--restarts", 2, "--sync_replicas", "--checkpoint_steps", 100,
-                                 "--sync_timeout", 300, "--model", PACED_MODEL, steps=700,
+    # kills and restarts, however fast an unpaced step is (a sync job makes no step while its
+    # ps or its chief is away: only the steps between the kills count).
+    tasks, ports = start_cluster(procs, model_dir, "--restarts", 2, "--sync_replicas", "--checkpoint_steps", 50,
+                                 "--sync_timeout", 300, "--model", PACED_MODEL, steps=STORY_STEPS,
                                  env={"worker0": {"APPRISE_URLS": webhook_server.url(), "TFPS_TEST_STEP_SECS": "0.02"}})
     chief, ps = tasks["worker0"], tasks["ps0"]
     everyone = list(tasks.values())
 
     # 1. The ps, once a checkpoint exists: the chief repopulates the restarted ps from it.
-    # (A run is several steps: the checkpoint of --checkpoint_steps 100 is that of the first
-    # run to end at step 100 or after.)
-    poll(lambda: [p for p in model_dir.glob("model.ckpt-*.index") if int(p.name.split("-")[1].split(".")[0]) >= 100],
+    # (A run is several steps: the checkpoint of --checkpoint_steps 50 is that of the first
+    # run to end at step 50 or after.)
+    poll(lambda: [p for p in model_dir.glob("model.ckpt-*.index") if int(p.name.split("-")[1].split(".")[0]) >= 50],
          300, "the first checkpoint", *everyone)
     kill_task(ps)
     lost = poll(lambda: chief.lines(r"chief: ps0 lost its variables; training resumed from step (\d+)"), 300,
                       "the chief's recovery from the lost ps", *everyone)
     ps_resumed = int(lost[0].group(1))
-    assert ps_resumed >= 100
+    assert ps_resumed >= 50
 
     # 2. The chief, a few steps later: it joins the live variables of the surviving ps.
     at = len(chief.output())
@@ -78,7 +82,7 @@ def test_ps_then_chief_killed_the_story_tells_both(procs, tmp_path, webhook_serv
 
     res = read_results(model_dir)
     assert res["status"] == "succeeded", res.get("error")
-    assert res["export_complete"] is True and res["global_step"] >= 700
+    assert res["export_complete"] is True and res["global_step"] >= STORY_STEPS
     restarts = res["restarts"]
     assert [r["task"] for r in restarts] == ["ps0", "worker0"], restarts
     assert restarts[0]["resumed_from"] == ps_resumed and "lost peer" in restarts[0]["cause"]
@@ -111,7 +115,7 @@ def test_frozen_worker_gets_one_stalled_message(procs, tmp_path, webhook_server)
     # until it is frozen, then the chief alone goes on); worker1's a little too, so that it
     # has not trained every step before the first progress message.
     tasks, ports = start_cluster(procs, model_dir, "--model", PACED_MODEL, "--stall_timeout", 8,
-                                 "--notify_every", 3, steps=2500,
+                                 "--notify_every", 2, steps=2000,
                                  env={"worker0": {"APPRISE_URLS": webhook_server.url(),
                                                   "TFPS_TEST_STEP_SECS": "0.08"},
                                       "worker1": {"TFPS_TEST_STEP_SECS": "0.004"}})
