@@ -17,6 +17,10 @@
    50 k active at a time; --stream_scale shrinks it), hashed against dynamic tables of the
    same memory budget, 2 ps + 2 workers: AUC on the next part of the stream, ps RSS at 25 %
    and 100 % of the steps, examples/s, and a continuation saved on 2 ps resumed on 3
+8. dlrm: a Criteo-shaped DLRM (bench/dlrm.py: 13 numeric and 26 categorical columns, dim 16,
+   MLPs 512-256-16 and 512-256-1, batch 512, Adagrad): examples/s and examples/s per vCPU of
+   tfps (1 ps + 2 workers) with hashed and with dynamic tables, one process's model.fit and
+   TF2 PSS (hashed), each run's held-out AUC; against DeepRec modelzoo's published anchors
 
 Results go to stdout (a table), docs/benchmarks.md and docs/benchmarks.png. These machines
 are noisy: absolute times are context, ratios measured in the same run are the result.
@@ -854,6 +858,138 @@ def bench_dynamic(rows, quick, scale: float | None = None):
     return r
 
 
+# --------------------------------------------------------------------------------- DLRM
+#: The "dlrm" bench: a Criteo-shaped DLRM (bench/dlrm.py) with hashed and dynamic tables.
+#: 1 ps + 2 workers on this machine's 2 cores: one worker would leave a core idle while it
+#: waits for its variables and gradients to cross gRPC (a step is pull, compute, push); two
+#: overlap one's compute with the other's transfers and the ps's updates. TF2 PSS gets the
+#: same tasks.
+DLRM_WORKERS = 2
+DLRM_MODEL = "bench.dlrm:build_model"
+DLRM_ROWS, DLRM_ROWS_QUICK = 200_000, 40_000
+DLRM_STEPS, DLRM_STEPS_QUICK = 500, 150
+#: DeepRec modelzoo's published DLRM figures (8 vCPUs): examples/s per vCPU.
+DLRM_ANCHORS = {"stock TF 1.15": 4300, "DeepRec": 7400}
+
+
+def vcpus() -> int:
+    """The CPU cores a run here may use (this process's affinity)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def run_tfps_dlrm(kind: str, info: dict, steps: int) -> dict:
+    """``tfps local --ps 1 --workers 2`` of bench/dlrm.py's model (``kind``: hashed or dynamic):
+    examples/s in the steady state (progress lines past 20 % of the steps, after the chief's
+    first checkpoint, as run_tfps_ctr), every task's CPU seconds in that window, and the
+    chief's evaluation of the held-out rows (AUC)."""
+    from dlrm import BATCH
+    d = tempfile.mkdtemp(prefix="tfps-bench-dlrm-")
+    capacity = int(1.5 * info["distinct_ids_train"])
+    argv = [PY, "-m", "tfps", "local", "--ps", "1", "--workers", str(DLRM_WORKERS), "--model", DLRM_MODEL,
+            "--model_arg", f"table={kind}", *(["--model_arg", f"capacity={capacity}"] if kind == "dynamic" else []),
+            "--train_data", info["train_glob"], "--eval_data", info["eval_csv"], "--train_steps", str(steps),
+            "--batch_size", str(BATCH), "--model_dir", d, "--log_steps", str(max(10, steps // 25)),
+            "--checkpoint_steps", str(steps * 10)]
+    p = Watched(argv, FIRST_RE, time.time())
+    pids: dict[str, int] = {}
+    samples: list[tuple[float, dict]] = []
+    ckpt_at = None
+    with local_run_ended(p, d):
+        deadline = time.time() + 3600
+        while p.popen.poll() is None and time.time() < deadline:
+            if ckpt_at is None and os.path.exists(os.path.join(d, "checkpoint")):
+                ckpt_at = time.time()
+            if len(pids) < 1 + DLRM_WORKERS:
+                pids.update(task_pids(p.popen.pid))
+            cpu = {name: cpu_seconds(pid) for name, pid in {"launcher": p.popen.pid, **pids}.items()}
+            samples.append((time.time(), {n: c for n, c in cpu.items() if c is not None}))
+            time.sleep(0.25)
+        out, res = local_results(p, d, 300, f"dlrm, {kind}")
+    points = [(t, int(m.group(1))) for t, line in zip(p.arrived, p.lines) if (m := PROGRESS_RE.search(line))]
+    window = [(t, step) for t, step in points if step >= 0.2 * steps and t > (ckpt_at or 0)]
+    if len(window) < 2 or window[-1][0] <= window[0][0]:
+        raise RuntimeError(f"tfps local (dlrm, {kind}) printed too few progress lines:\n{out[-3000:]}")
+    (t0, s0), (t1, s1) = window[0], window[-1]
+    cpu = cpu_between(samples, t0, t1)
+    examples = (s1 - s0) * BATCH
+    return {"examples_s": examples / (t1 - t0), "window_steps": [s0, s1], "window_s": round(t1 - t0, 2),
+            "cpu_s": cpu, "examples_per_cpu_s": examples / max(sum(cpu.values()), 1e-9),
+            "auc": (res.eval_metrics or {}).get("auc"), "times": res.to_dict()["times"]}
+
+
+def run_tf2_dlrm(mode: str, info: dict, steps: int, epochs: int, steps_per_execution: int) -> dict:
+    """bench/dlrm.py ``single`` (model.fit in one process) or ``pss`` (ParameterServerStrategy,
+    1 ps + 2 workers): examples/s over all epochs but the first, CPU seconds of every process
+    in them, and the AUC of the held-out rows."""
+    p = sh([PY, os.path.join(ROOT, "bench", "dlrm.py"), mode, "--train_data", info["train_glob"], "--eval_data",
+            info["eval_csv"], "--steps", str(steps), "--epochs", str(epochs), "--steps_per_execution",
+            str(steps_per_execution), "--ps", "1", "--workers", str(DLRM_WORKERS)],
+           timeout=3600, env={**ENV, "TF_USE_LEGACY_KERAS": "1"})
+    d = re.search(r"BENCH done (\d+) ([\d.]+) ([\d.]+)", p.stdout)
+    auc = re.search(r"BENCH auc ([\d.]+)", p.stdout)
+    cpu = re.search(r"BENCH cpu (.*)", p.stdout)
+    if p.returncode != 0 or not (d and auc and cpu):
+        raise RuntimeError(f"dlrm.py {mode} failed ({p.returncode}):\n{p.stdout[-2000:]}{p.stderr[-3000:]}")
+    examples, window = int(d.group(1)), float(d.group(3)) - float(d.group(2))
+    cpu_s = {k: float(v) for k, v in (kv.split("=") for kv in cpu.group(1).split())}
+    return {"examples_s": examples / window, "window_s": round(window, 2), "cpu_s": cpu_s,
+            "examples_per_cpu_s": examples / max(sum(cpu_s.values()), 1e-9), "auc": float(auc.group(1))}
+
+
+def bench_dlrm(rows, quick, repeat):
+    """The Criteo-shaped DLRM (bench/dlrm.py): tfps hashed and dynamic, one process's model.fit
+    and TF2 PSS (hashed), ``repeat`` rounds of the four in turn (same load for each). Per
+    vCPU: examples/s over the cores the run could use; per CPU second: over the CPU time all
+    its processes used in the measured window (what a core gives when the run has it alone)."""
+    from dlrm import BATCH, generate
+    steps = DLRM_STEPS_QUICK if quick else DLRM_STEPS
+    epochs, spe = (3, 10) if quick else (5, 20)
+    d = tempfile.mkdtemp(prefix="tfps-bench-dlrm-data-")
+    arms = ("tfps_hashed", "tfps_dynamic", "single", "pss")
+    runs: dict[str, list] = {a: [] for a in arms}
+    t_start = time.time()
+    try:
+        info = generate(d, DLRM_ROWS_QUICK if quick else DLRM_ROWS)
+        for _ in range(repeat):
+            runs["tfps_hashed"].append(run_tfps_dlrm("hashed", info, steps))
+            runs["single"].append(run_tf2_dlrm("single", info, steps, epochs, spe))
+            runs["tfps_dynamic"].append(run_tfps_dlrm("dynamic", info, steps))
+            runs["pss"].append(run_tf2_dlrm("pss", info, steps, epochs, spe))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    cores = vcpus()
+    names = {"tfps_hashed": f"tfps 1 ps + {DLRM_WORKERS} workers, hashed",
+             "tfps_dynamic": f"tfps 1 ps + {DLRM_WORKERS} workers, dynamic (DynamicEmbedding)",
+             "single": "one process, model.fit, hashed",
+             "pss": f"TF2 ParameterServerStrategy 1 ps + {DLRM_WORKERS} workers, hashed"}
+    anchors = ", ".join(f"{k} {v / 1000:.1f}k" for k, v in DLRM_ANCHORS.items())
+    for a in arms:
+        xs = runs[a]
+        eps = [x["examples_s"] for x in xs]
+        rows.append((f"DLRM {names[a]}: examples/s; per vCPU ({cores} vCPUs)",
+                     f"{spread(eps, '{:.0f}')}; {spread([e / cores for e in eps], '{:.0f}')}",
+                     f"{anchors} per vCPU (DeepRec modelzoo, 8 vCPUs)",
+                     f"{median(eps) / cores / DLRM_ANCHORS['stock TF 1.15']:.2f}x stock TF 1.15", ""))
+        rows.append((f"DLRM {names[a]}: examples per CPU second (all processes); held-out AUC",
+                     f"{spread([x['examples_per_cpu_s'] for x in xs], '{:.0f}')}; "
+                     f"{spread([x['auc'] for x in xs], '{:.4f}')}", "", "",
+                     f"AUC > 0.55 (learns): {'PASS' if median([x['auc'] for x in xs]) > 0.55 else 'FAIL'}"))
+    cpu_split = {a: {n: round(median([x["cpu_s"].get(n, 0) / max(sum(x["cpu_s"].values()), 1e-9) for x in runs[a]]), 3)
+                     for n in runs[a][0]["cpu_s"]} for a in arms}
+    rows.append(("DLRM: share of the window's CPU time per process (medians)",
+                 "; ".join(f"{a}: " + ", ".join(f"{n} {s:.2f}" for n, s in v.items()) for a, v in cpu_split.items()
+                           if a.startswith("tfps")),
+                 "; ".join(f"{a}: " + ", ".join(f"{n} {s:.2f}" for n, s in v.items()) for a, v in cpu_split.items()
+                           if not a.startswith("tfps")), "", ""))
+    return {"data": {k: v for k, v in info.items() if not k.endswith(("_glob", "_csv"))}, "steps": steps,
+            "batch_size": BATCH, "tf2_epochs": epochs, "tf2_steps_per_execution": spe, "vcpus": cores,
+            "anchors_examples_s_per_vcpu": DLRM_ANCHORS, "cpu_share": cpu_split,
+            "bench_s": round(time.time() - t_start, 1), "runs": runs}
+
+
 def chart(data, path):
     """Bars at the medians, whiskers over the range of the runs."""
     import matplotlib
@@ -901,7 +1037,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer steps, skip the 1 GB save")
     ap.add_argument("--skip", default="",
-                    help="comma-separated: startup,throughput,backup,final_save,image,deploy,ctr,dynamic")
+                    help="comma-separated: startup,throughput,backup,final_save,image,deploy,ctr,dynamic,dlrm")
     ap.add_argument("--only", default="", help="comma-separated: run only these benches")
     ap.add_argument("--stream_scale", type=float,
                     help="dynamic: users and rows of the stream x this (default 1, with --quick 0.05)")
@@ -917,6 +1053,7 @@ def main() -> int:
     rows: list[tuple] = []
     ctr_rows: list[tuple] = []
     dynamic_rows: list[tuple] = []
+    dlrm_rows: list[tuple] = []
     data = {}
     loads = [os.getloadavg()]
     ctr_loads: list[tuple] = []
@@ -926,13 +1063,14 @@ def main() -> int:
                      ("final_save", lambda: bench_final_save(rows, a.quick)),
                      ("image", lambda: bench_image(rows, a.image)), ("deploy", lambda: bench_deploy(rows)),
                      ("ctr", lambda: bench_ctr(ctr_rows, a.quick)),
-                     ("dynamic", lambda: bench_dynamic(dynamic_rows, a.quick, a.stream_scale))):
+                     ("dynamic", lambda: bench_dynamic(dynamic_rows, a.quick, a.stream_scale)),
+                     ("dlrm", lambda: bench_dlrm(dlrm_rows, a.quick, a.repeat))):
         if name in skip or (only and name not in only):
             continue
         print(f"running {name} ...", file=sys.stderr, flush=True)
         before = os.getloadavg()
         data[name] = fn()
-        if name == "dynamic":
+        if name in ("dynamic", "dlrm"):
             data[name]["load_average_1_5_15"] = [before, os.getloadavg()]
         if name == "ctr":
             ctr_loads = [before, os.getloadavg()]
@@ -943,6 +1081,7 @@ def main() -> int:
     command = f"`bench/run.py {' '.join(sys.argv[1:])}` on {machine()}"
     ctr = data.pop("ctr", None)
     dynamic = data.pop("dynamic", None)
+    dlrm = data.pop("dlrm", None)
     if data:      # the general benches: their own part of the page, and the chart
         data["load_average_1_5_15"] = loads
         print(_table(rows))
@@ -976,6 +1115,18 @@ def main() -> int:
               "```json",
               json.dumps(dynamic, indent=1, default=str), "```", ""]
         write_section(path, "\n".join(md), DYNAMIC_BEGIN, DYNAMIC_END)
+    if dlrm is not None:   # the DLRM bench: a part of its own
+        loads_l = dlrm["load_average_1_5_15"]
+        print(_table(dlrm_rows))
+        dd = dlrm["data"]
+        md = [f"Measured {time.strftime('%Y-%m-%d')} with {command}; load average (1 min) before and after "
+              f"the bench {loads_l[0][0]:.1f} and {loads_l[-1][0]:.1f}; the bench took {dlrm['bench_s']:.0f} s. "
+              f"Each figure is the median of {a.repeat} run(s), the range in brackets. The data: {dd['rows']} "
+              f"training rows ({dd['distinct_ids_train']} distinct ids over 26 columns), {dd['eval_rows']} held "
+              f"out; {dlrm['steps']} steps of {dlrm['batch_size']} examples, Adagrad.", "",
+              *_markdown(dlrm_rows), "", "Raw figures:", "", "```json", json.dumps(dlrm, indent=1, default=str),
+              "```", ""]
+        write_section(path, "\n".join(md), DLRM_BEGIN, DLRM_END)
     return 0
 
 
@@ -996,6 +1147,7 @@ BEGIN, END = "<!-- bench:begin (written by bench/run.py) -->", "<!-- bench:end -
 CTR_BEGIN, CTR_END = "<!-- bench:ctr:begin (written by bench/run.py) -->", "<!-- bench:ctr:end -->"
 DYNAMIC_BEGIN = "<!-- bench:dynamic:begin (written by bench/run.py) -->"
 DYNAMIC_END = "<!-- bench:dynamic:end -->"
+DLRM_BEGIN, DLRM_END = "<!-- bench:dlrm:begin (written by bench/run.py) -->", "<!-- bench:dlrm:end -->"
 
 
 def write_section(path: str, body: str, begin: str = BEGIN, end: str = END) -> None:
