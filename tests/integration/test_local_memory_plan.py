@@ -1,6 +1,7 @@
 """Memory you can plan, through the real command line: `tfps local` says what each ps task will
-hold before any task starts (what the chief then records), and refuses a table this host cannot
-hold with one line, exit 2 and nothing started."""
+hold before any task starts (what the chief then records: checked on a job of
+tests/integration/test_ctr.py), and refuses a table this host cannot hold with one line, exit 2
+and nothing started."""
 
 from __future__ import annotations
 
@@ -11,12 +12,8 @@ import sys
 import pytest
 from integration_helpers import (
     REPO,
-    assert_nothing_left,
     base_env,
-    launcher_ports,
     pids_with_cmdline,
-    read_results,
-    run_flags,
 )
 
 pytestmark = pytest.mark.integration
@@ -29,26 +26,21 @@ def _shares(text: str) -> dict[str, float]:
     return {name: float(mb) for name, mb in (part.split() for part in text.split(", "))}
 
 
-def test_the_launchers_estimate_is_what_the_chief_records(procs, tmp_path, demo_dir):
-    model_dir = tmp_path / "model"
-    ctr = demo_dir / "ctr"
-    launcher = procs.tfps("tfps-local-memory", "local", "--ps", 2, "--workers", 1,
-                          *run_flags(model_dir, "--model", "tests.fixtures.ctr_models:build_model",
-                                     "--train_data", ctr / "train-*.csv", "--partition_mb", 1, steps=40))
-    ports = launcher_ports(launcher)
-    assert launcher.wait(600) == 0, launcher.tail()
+def assert_the_estimate_is_what_the_chief_records(launcher, res: dict) -> None:
+    """The launcher of ``tfps local --ps 2 --workers 1`` with tests.fixtures.ctr_models and
+    ``--partition_mb 1`` said what each ps task will hold before it started any task, and that
+    is what the chief recorded (results.json's ps_shares_mb): the table (4 MiB) and Adam's two
+    slots, split over both ps. Checked on the resumed job of tests/integration/test_ctr.py."""
     out = launcher.output()
     found = ESTIMATE.search(out)
     assert found, launcher.tail()
     assert found.start() < out.index("tfps local: 2 ps + 1 worker(s)"), "said after the tasks started"
     estimated = _shares(found.group(1))
-    recorded = read_results(model_dir)["ps_shares_mb"]
+    recorded = res["ps_shares_mb"]
     assert set(estimated) == set(recorded) == {"ps0", "ps1"}
     for name, mb in recorded.items():
         assert estimated[name] == pytest.approx(mb, rel=0.03), (estimated, recorded)
-    # The table (4 MiB) and Adam's two slots, split over both ps.
     assert all(5.5 < mb < 6.5 for mb in recorded.values()), recorded
-    assert_nothing_left(ports, launcher)
 
 
 def test_a_table_no_host_can_hold_is_refused_before_anything_starts(tmp_path, demo_dir):
