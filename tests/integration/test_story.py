@@ -1,24 +1,38 @@
 """The job's whole story: restarts in results.json and the message, stall alerts, progress messages.
 
-Real local clusters (``python -m tfps run`` per task, the classic flags of
-``tfps.cluster.local_plan``) and a real webhook (tests/servers.py):
+Real local clusters and a real webhook (tests/servers.py):
 
-* the ps and then the chief of a sync job are SIGKILLed under ``tfps run --restarts``: the
-  job succeeds; results.json and the one final message tell both failures, the job's first
-  start and its whole duration; the restarted chief joined the ps's live variables and
-  redid no step;
+* the task processes of the ps and then of the chief of a sync ``tfps local --restarts 2``
+  job (each task under a ``tfps run --restarts`` supervisor) are SIGKILLed: each is started
+  again and the job succeeds, with no lost task; results.json and the one final message
+  tell both failures, the job's first start and its whole duration; the restarted chief
+  joined the ps's live variables and redid no step;
 * one worker of an async job is frozen (SIGSTOP) past ``--stall_timeout``: exactly one
   "stalled" message names it, progress messages come before and after, the next message
-  says it resumed, and exactly one final message ends the job.
+  says it resumed, and exactly one final message ends the job (``python -m tfps run`` per
+  task, the classic flags of ``tfps.cluster.local_plan``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import signal
 
 import pytest
-from integration_helpers import Proc, Processes, assert_nothing_left, base_env, kill_task, poll, read_results, run_flags
+from integration_helpers import (
+    Proc,
+    Processes,
+    _stat,
+    assert_nothing_left,
+    base_env,
+    cluster_pids,
+    launcher_ports,
+    pids_with_cmdline,
+    poll,
+    read_results,
+    run_flags,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -44,41 +58,56 @@ def progress(proc: Proc, since: int = 0) -> list[int]:
     return faults.progress_steps(proc.output()[since:])
 
 
+def _task_process(ports: list[int], flags: str) -> int:
+    """The task process (not its ``--restarts`` supervisor) of the task with ``flags`` in a
+    ``tfps local`` job: the one of the two processes with those flags whose parent is the other."""
+    pids = poll(lambda: (lambda found: found if len(found) == 2 else None)(
+        [p for p in pids_with_cmdline(flags) if p in cluster_pids(ports)]), 30, f"the task process of {flags}")
+    children = [p for p in pids if (_stat(p) or ("", 0, 0))[1] in pids]
+    assert len(children) == 1, pids
+    return children[0]
+
+
 def test_ps_then_chief_killed_the_story_tells_both(procs, tmp_path, webhook_server):
+    """Under ``tfps local --restarts``: the launcher gives every task a supervisor, which starts
+    the killed task process again; the job is not a lost-task failure."""
     model_dir = tmp_path / "model"
-    # The chief's steps are paced (0.02 s; a sync step waits for it): the job outlasts both
-    # kills and restarts, however fast an unpaced step is (a sync job makes no step while its
-    # ps or its chief is away: only the steps between the kills count).
-    tasks, ports = start_cluster(procs, model_dir, "--restarts", 2, "--sync_replicas", "--checkpoint_steps", 50,
-                                 "--sync_timeout", 300, "--model", PACED_MODEL, steps=STORY_STEPS,
-                                 env={"worker0": {"APPRISE_URLS": webhook_server.url(), "TFPS_TEST_STEP_SECS": "0.02"}})
-    chief, ps = tasks["worker0"], tasks["ps0"]
-    everyone = list(tasks.values())
+    # The steps are paced (0.02 s): the job outlasts both kills and restarts, however fast an
+    # unpaced step is (a sync job makes no step while its ps or its chief is away: only the
+    # steps between the kills count).
+    launcher = procs.tfps("tfps-local-story", "local", "--restarts", 2, "--sync_replicas",
+                          *run_flags(model_dir, "--log_steps", 10, "--checkpoint_steps", 50, "--sync_timeout", 300,
+                                     "--model", PACED_MODEL, steps=STORY_STEPS),
+                          env=base_env(APPRISE_URLS=webhook_server.url(), TFPS_TEST_STEP_SECS="0.02"))
+    ports = launcher_ports(launcher)
+
+    def chief_lines(pattern: str) -> list:
+        return launcher.lines(r"^\[worker0\] .*" + pattern)
 
     # 1. The ps, once a checkpoint exists: the chief repopulates the restarted ps from it.
     # (A run is several steps: the checkpoint of --checkpoint_steps 50 is that of the first
     # run to end at step 50 or after.)
     poll(lambda: [p for p in model_dir.glob("model.ckpt-*.index") if int(p.name.split("-")[1].split(".")[0]) >= 50],
-         300, "the first checkpoint", *everyone)
-    kill_task(ps)
-    lost = poll(lambda: chief.lines(r"chief: ps0 lost its variables; training resumed from step (\d+)"), 300,
-                      "the chief's recovery from the lost ps", *everyone)
+         300, "the first checkpoint", launcher)
+    os.kill(_task_process(ports, "--job_name=ps --task_index=0"), signal.SIGKILL)
+    lost = poll(lambda: chief_lines(r"chief: ps0 lost its variables; training resumed from step (\d+)"), 300,
+                "the chief's recovery from the lost ps", launcher)
     ps_resumed = int(lost[0].group(1))
     assert ps_resumed >= 50
 
     # 2. The chief, a few steps later: it joins the live variables of the surviving ps.
-    at = len(chief.output())
-    poll(lambda: [s for s in progress(chief, at) if s >= ps_resumed + 20], 300, "progress after the ps came back",
-               *everyone)
-    killed_at = max(progress(chief))
-    kill_task(chief)
-    joined = poll(lambda: chief.lines(r"joined the live variables on the ps at step (\d+)"), 300,
-                        "the restarted chief joining the ps", *everyone)
+    at = len(launcher.output())
+    poll(lambda: [s for s in progress(launcher, at) if s >= ps_resumed + 20], 300, "progress after the ps came back",
+         launcher)
+    chief_task = _task_process(ports, "--job_name=worker --task_index=0")
+    killed_at = max(progress(launcher))
+    os.kill(chief_task, signal.SIGKILL)
+    joined = poll(lambda: chief_lines(r"joined the live variables on the ps at step (\d+)"), 300,
+                  "the restarted chief joining the ps", launcher)
     assert int(joined[0].group(1)) >= killed_at   # nothing rolled back
 
-    for p in everyone:
-        assert p.wait(300) == 0, f"{p.name}:\n{p.tail()}"
-    assert chief.lines(r"the task process was killed by SIGKILL; starting it again \(1/2\)")
+    assert launcher.wait(300) == 0, launcher.tail()
+    assert chief_lines(r"the task process was killed by SIGKILL; starting it again \(1/2\)"), launcher.tail()
 
     res = read_results(model_dir)
     assert res["status"] == "succeeded", res.get("error")
@@ -97,6 +126,7 @@ def test_ps_then_chief_killed_the_story_tells_both(procs, tmp_path, webhook_serv
     assert abs(res["duration_s"] - (ended - started).total_seconds()) <= 1.5, res["duration_s"]
     assert set(res["workers"]) == {"worker0", "worker1"}
     assert all(w["steps"] > 0 for w in res["workers"].values()), res["workers"]
+    assert not res.get("lost_tasks"), res.get("lost_tasks")
 
     # One message, and it tells the story.
     messages = webhook_server.bodies()
@@ -106,7 +136,7 @@ def test_ps_then_chief_killed_the_story_tells_both(procs, tmp_path, webhook_serv
     assert "Recovered from 2 failures:" in body, body
     assert "- ps0, lost peer" in body and "- worker0, killed by SIGKILL" in body, body
     assert "0 step(s) redone" in body, body
-    assert_nothing_left(ports, *everyone)
+    assert_nothing_left(ports, launcher)
 
 
 def test_frozen_worker_gets_one_stalled_message(procs, tmp_path, webhook_server):
