@@ -178,6 +178,10 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
         row.resumed_from = faults.resumed_from(chief_after_kill, victim == "worker1", row.kill_step, VICTIMS[victim])
         if victim == "worker1":
             assert first >= row.kill_step - 2 * LOG_STEPS, (first, row.kill_step)
+            # The restarted worker really trained: it logged its first step and a progress line
+            # at a global step past the one at which its predecessor died.
+            assert again.lines(r"worker1: first training step done"), again.tail()
+            assert max(progress_steps(again)) > row.kill_step, (progress_steps(again), row.kill_step)
         elif victim == "worker0":
             # The ps survived: the restarted chief took up the live variables, at or past the kill.
             assert row.resumed_from >= row.kill_step, f"the chief rolled the model back to {row.resumed_from}"
