@@ -46,8 +46,9 @@ def _training(launcher) -> bool:
 
 
 def _one_message(smtp_server, word: str):
+    """The one message of a job whose launcher has exited, and every task with it: what the
+    server has is all there is (it records a message before it answers the sender)."""
     mails = smtp_server.wait_for(1, timeout=60)
-    time.sleep(2)   # a second message would have come by now
     subjects = [m["Subject"] for m in smtp_server.received()]
     assert len(subjects) == 1, subjects
     assert word in subjects[0].lower(), subjects
