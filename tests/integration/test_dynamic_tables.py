@@ -65,6 +65,8 @@ def jobs(module_procs, tmp_path_factory, demo_dir):
         w.writerows(r for r in rows if r["user"] in top)
     flags = ["--model", "wide_deep", "--embedding", "dynamic", "--expected_ids", 20000, "--batch_size", BATCH,
              "--optimizer", OPTIMIZER, "--learning_rate", LEARNING_RATE]
+    # The reference (model.fit in one process) trains beside the first job.
+    reference = module_procs.start("dynamic-reference", _reference_argv(ctr), separate_stderr=True)
     first = module_procs.tfps("tfps-local-dynamic-2ps", "local", "--ps", 2, "--workers", 2,
                               *run_flags(model_dir, *flags, "--train_data", ctr / "train-*.csv",
                                          "--eval_data", ctr / "eval.csv", steps=STEPS))
@@ -72,7 +74,7 @@ def jobs(module_procs, tmp_path_factory, demo_dir):
     out = {"first": first, "first_results": read_results(model_dir), "saved_keys": _saved_keys(model_dir),
            "first_bytes": _checkpoint_bytes(model_dir),
            "export_auc": export_auc(str(model_dir / "export"), str(ctr / "eval.csv")),
-           "price_auc": _price_auc(ctr / "eval.csv")}
+           "price_auc": _price_auc(ctr / "eval.csv"), "reference": reference}
     # Another ps count, other data and an eviction age are other settings: --replace.
     again = module_procs.tfps("tfps-local-dynamic-3ps", "local", "--ps", 3, "--workers", 2, "--replace",
                               *run_flags(model_dir, *flags, "--train_data", tmp / "top-users.csv",
@@ -89,7 +91,7 @@ def test_string_ids_train_and_the_export_ranks_like_model_fit_over_the_whole_voc
     lines = jobs["first"].lines(TABLE_LINE.pattern)
     assert lines and int(lines[-1].group(1)) > 1000, jobs["first"].tail()     # every id its row, on both ps
     assert all(int(n.split()[-1]) > 0 for n in lines[-1].group(2).split(", "))
-    reference = _reference_auc(demo_dir)
+    reference = _reference_auc(jobs["reference"])
     assert reference > jobs["price_auc"] + 0.04, (reference, jobs["price_auc"])   # the ids carry signal
     assert abs(jobs["export_auc"] - reference) < 0.02, (jobs["export_auc"], reference)
     assert abs(res["eval_metrics"]["auc"] - jobs["export_auc"]) < 0.005, res["eval_metrics"]
@@ -102,19 +104,18 @@ def _price_auc(eval_csv) -> float:
     return auc(-x["price"].reshape(-1), y)
 
 
-def _reference_auc(demo_dir) -> float:
-    import json
-    import os
-    import subprocess
+def _reference_argv(ctr) -> list[str]:
+    """The same wide & deep with a StringLookup over the whole vocabulary, fitted by model.fit
+    in one process on as many examples (tests/fixtures/dynamic_reference.py)."""
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    ctr = demo_dir / "ctr"
-    done = subprocess.run([sys.executable, "-m", "tests.fixtures.dynamic_reference", str(ctr / "train-*.csv"),
-                           str(ctr / "eval.csv"), str(STEPS * BATCH), str(BATCH), OPTIMIZER, str(LEARNING_RATE)],
-                          cwd=root, capture_output=True,
-                          text=True, timeout=900, env={**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])["auc"]
+    return [sys.executable, "-m", "tests.fixtures.dynamic_reference", str(ctr / "train-*.csv"), str(ctr / "eval.csv"),
+            str(STEPS * BATCH), str(BATCH), OPTIMIZER, str(LEARNING_RATE)]
+
+
+def _reference_auc(reference) -> float:
+    import json
+    assert reference.wait(900) == 0, reference.stderr()[-3000:]
+    return json.loads(reference.output().strip().splitlines()[-1])["auc"]
 
 
 def test_a_continuation_on_3_ps_restores_exactly_the_saved_keys_and_keeps_training(jobs):
@@ -145,7 +146,9 @@ def test_ids_that_stop_appearing_are_evicted_and_the_live_rows_fall(jobs):
 
 def test_int64_ids_of_the_whole_range_train_and_serve(procs, tmp_path, demo_dir):
     model_dir, ctr = tmp_path / "model", demo_dir / "ctr"
-    launcher = procs.tfps("tfps-local-dynamic-int64", "local", "--ps", 2, "--workers", 2,
+    # One worker: the ids' split is the ps tasks' concern (each task of a Keras model's job is
+    # a new interpreter, so each one left out saves a TensorFlow start).
+    launcher = procs.tfps("tfps-local-dynamic-int64", "local", "--ps", 2, "--workers", 1,
                           *run_flags(model_dir, "--model", "tests.fixtures.dynamic_models:int_ids",
                                      "--batch_size", BATCH, "--train_data", ctr / "train-*.csv", steps=200))
     assert launcher.wait(900) == 0, launcher.tail()
