@@ -1,4 +1,4 @@
-"""One short job per input format: TFRecord, NPZ (demo images, cnn) and MNIST IDX files."""
+"""One short job per input format: TFRecord, NPZ (demo images, cnn) and MNIST IDX files, side by side."""
 
 from __future__ import annotations
 
@@ -65,14 +65,29 @@ def demo_npz(directory: Path):
     return ["--model", "cnn"], x, y          # no --train_data: the demo images (NPZ)
 
 
-@pytest.mark.parametrize("make,expect_fmt", [(write_tfrecord, ".tfrecord"), (demo_npz, ".npz"),
-                                             (write_idx, "idx3-ubyte")], ids=["tfrecord", "npz-cnn", "mnist-idx"])
-def test_short_job_on_each_format(make, expect_fmt, procs, tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    args, x, y = make(data)
-    model_dir = tmp_path / "model"
-    launcher = procs.tfps("tfps-local", "local", *run_flags(model_dir, *args, steps=STEPS))
+#: name -> (the data's maker, what results.json's train_data ends with).
+FORMATS = {"tfrecord": (write_tfrecord, ".tfrecord"), "npz-cnn": (demo_npz, ".npz"),
+           "mnist-idx": (write_idx, "idx3-ubyte")}
+
+
+@pytest.fixture(scope="module")
+def jobs(module_procs, tmp_path_factory) -> dict:
+    """The three jobs, started side by side: name -> (launcher, model_dir, held x, held y)."""
+    out = {}
+    for name, (make, _) in FORMATS.items():
+        root = tmp_path_factory.mktemp(name)
+        data = root / "data"
+        data.mkdir()
+        args, x, y = make(data)
+        launcher = module_procs.tfps(f"tfps-local-{name}", "local", *run_flags(root / "model", *args, steps=STEPS))
+        out[name] = (launcher, root / "model", x, y)
+    return out
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_short_job_on_each_format(name, jobs):
+    launcher, model_dir, x, y = jobs[name]
+    expect_fmt = FORMATS[name][1]
     ports = launcher_ports(launcher)
     assert launcher.wait(300) == 0, launcher.tail()
     res = read_results(model_dir)
