@@ -4,7 +4,8 @@
 accumulators a loop of steps cannot take, so one sync step per run); ``--issync`` (the seed
 scripts' name for the same flag) trains the documented user model
 ``examples.custom_model:model_fn`` (dense gradients: several sync steps per run). The
-built-in MLP's sync jobs are those of tests/integration/test_faults.py.
+built-in MLP's sync jobs are those of tests/integration/test_faults.py. The two jobs run side by
+side.
 """
 
 from __future__ import annotations
@@ -34,14 +35,24 @@ class Job(FinishedJob):
     model: str = ""
 
 
-@pytest.fixture(scope="module", params=[("--sync_replicas", "wide_deep"),
-                                        ("--issync", "examples.custom_model:model_fn")],
-                ids=["sync_replicas-wide_deep", "issync-custom_model"])
-def job(request, module_procs, tmp_path_factory) -> Job:
+KINDS = [("--sync_replicas", "wide_deep"), ("--issync", "examples.custom_model:model_fn")]
+
+
+@pytest.fixture(scope="module")
+def started(module_procs, tmp_path_factory) -> dict:
+    """Both jobs, started side by side: flag -> (launcher, model_dir)."""
+    out = {}
+    for flag, model in KINDS:
+        model_dir = tmp_path_factory.mktemp("sync") / "model"
+        out[flag] = (module_procs.tfps(f"tfps-local-{flag.strip('-')}", "local",
+                                       *run_flags(model_dir, flag, "--model", model, steps=STEPS)), model_dir)
+    return out
+
+
+@pytest.fixture(scope="module", params=KINDS, ids=["sync_replicas-wide_deep", "issync-custom_model"])
+def job(request, started) -> Job:
     flag, model = request.param
-    model_dir = tmp_path_factory.mktemp("sync") / "model"
-    proc = module_procs.tfps(f"tfps-local-{flag.strip('-')}", "local",
-                             *run_flags(model_dir, flag, "--model", model, steps=STEPS))
+    proc, model_dir = started[flag]
     ports = launcher_ports(proc)
     rc = proc.wait(300)
     return Job(proc, model_dir, ports, rc, flag=flag, model=model)
