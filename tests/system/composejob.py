@@ -124,15 +124,17 @@ class ComposeJob:
     def read_json(self, path: str, service: str = CHIEF) -> dict:
         return json.loads(self.files(path, service)[os.path.basename(path)])
 
-    def chief_step(self) -> int:
-        """Newest global step in the running chief's history.jsonl (0 before the first record)."""
+    def history(self) -> list[dict] | None:
+        """The running chief's history.jsonl records, None while it cannot be read."""
         try:
             code, out = self.container(CHIEF).exec_run(["cat", f"{MODEL_DIR}/history.jsonl"])
-        except Exception:  # noqa: BLE001 - not running (yet / any more)
-            return 0
-        if code != 0:
-            return 0
-        return max((r["step"] for r in faults.history(out.decode())), default=0)
+        except Exception:  # noqa: BLE001 - not running (yet / any more), or restarting
+            return None
+        return faults.history(out.decode(errors="replace")) if code == 0 else None
+
+    def chief_step(self) -> int:
+        """Newest global step in the running chief's history.jsonl (0 before the first record)."""
+        return max((r["step"] for r in self.history() or []), default=0)
 
     def wait_for_step(self, step: int, timeout: float) -> int:
         end = time.monotonic() + timeout
