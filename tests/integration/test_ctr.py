@@ -124,7 +124,7 @@ def test_wide_deep_learns_the_ids_of_a_csv_without_a_model(procs, tmp_path, demo
                           *run_flags(model_dir, "--model", "wide_deep", "--hash_buckets", 65536,
                                      "--partition_mb", 1, "--batch_size", 256,
                                      "--train_data", data / "train-*.csv", "--eval_data", data / "eval.csv",
-                                     steps=1500))
+                                     steps=750))
     ports = launcher_ports(launcher)
     assert launcher.wait(600) == 0, launcher.tail()
     res = read_results(model_dir)
