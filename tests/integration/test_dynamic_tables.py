@@ -146,9 +146,8 @@ def test_ids_that_stop_appearing_are_evicted_and_the_live_rows_fall(jobs):
 
 def test_int64_ids_of_the_whole_range_train_and_serve(procs, tmp_path, demo_dir):
     model_dir, ctr = tmp_path / "model", demo_dir / "ctr"
-    # One worker: the ids' split is the ps tasks' concern (each task of a Keras model's job is
-    # a new interpreter, so each one left out saves a TensorFlow start).
-    launcher = procs.tfps("tfps-local-dynamic-int64", "local", "--ps", 2, "--workers", 1,
+    # 2 ps + 2 workers, as the string ids' job: two workers' updates to new int64 ids at once.
+    launcher = procs.tfps("tfps-local-dynamic-int64", "local", "--ps", 2, "--workers", 2,
                           *run_flags(model_dir, "--model", "tests.fixtures.dynamic_models:int_ids",
                                      "--batch_size", BATCH, "--train_data", ctr / "train-*.csv", steps=200))
     assert launcher.wait(900) == 0, launcher.tail()
