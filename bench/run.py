@@ -659,10 +659,11 @@ def bench_ctr(rows, quick):
 STREAM_BATCH = 512
 STREAM_DIM = 16
 #: Lazy Adam: its step on a row is about the learning rate whatever the gradient's size, so a
-#: user's row learns from the user's few rows of a step (one of 512: a gradient of about 1e-3).
+#: user's row moves with the user's few rows of a step (one of 512: a gradient of about 1e-3).
 #: Adagrad at 0.1 (the bench's setting until 2026-12) moves such a row by about 3e-4 a row
-#: (its accumulator starts at 0.1): an id seen 30 times stays near its initial value, and
-#: neither side learned the users (AUC 0.598 hashed, 0.598 dynamic at scale 0.02).
+#: (its accumulator starts at 0.1): an id seen 30 times stays near its initial value (AUC
+#: 0.598 hashed, 0.598 dynamic at scale 0.02). Even so, wide_deep does not yet gain from its
+#: users' rows here: replacing every user by one constant scores as well (docs/benchmarks.md).
 STREAM_OPTIMIZER = "adam"
 STREAM_LEARNING_RATE = 0.003
 #: --steps_to_live in inter-arrival times of one active user (active users / examples per step):
