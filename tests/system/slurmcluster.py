@@ -141,9 +141,12 @@ class SlurmCluster:
             "MpiDefault=none",
             "ReturnToService=2",
             # Slurm's default is 30 s: room for a final save on a quiet node, not always on a
-            # 2-core machine running other test suites beside this cluster. A site whose saves
+            # 2-core machine running other test suites beside this cluster (at a load of 40 a
+            # chief wrote results.json 46 s after the scancel, and the job was CANCELLED before its
+            # message came).
+            # Only a bound: the tasks end by themselves after the final save. A site whose saves
             # take longer raises it, or stops with scancel --signal=TERM (docs/slurm.md).
-            "KillWait=90",
+            "KillWait=150",
             "MinJobAge=3600",
             "SlurmctldLogFile=/var/log/slurm/slurmctld.log",
             "SlurmdLogFile=/var/log/slurm/slurmd.log",
