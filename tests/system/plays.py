@@ -168,7 +168,7 @@ def deploy_finished_job(bare_metal, archive: Path, run_playbook, workdir: Path, 
 
     result = run_playbook("deploy.yml", inventory, play_vars(workdir, memory_check=True), timeout=1500,
                           args=["-vvv", "--vault-password-file", str(password_file)])
-    print(f"deploy.yml -vvv (image archive copied to 3 hosts, job trained): {result.seconds:.0f} s")
+    print(f"deploy.yml -vvv (image archive copied to host3, job trained): {result.seconds:.0f} s")
     assert_ok(result, "deploy.yml -vvv")
     messages = [m for m in smtp.wait_for(1, timeout=30) if f"job {job}" in str(m["Subject"])]
     return FinishedJob(job, result, workdir / "results", image_id, stale, messages, list(smtp.logins))
