@@ -57,11 +57,14 @@ LOG_STEPS = 10
 SYNC_TIMEOUT = 120
 #: Pause before the restart, like a container restart policy's first back-off.
 RESTART_DELAY = 1.0
-#: The async non-chief case slows the chief's steps (tests/fixtures/paced_model.py) so that
-#: the job is still running when the restarted worker has started TensorFlow (~5-10 s):
-#: after a kill at step 500 the chief alone needs 100 x 0.15 s = 15 s for the rest.
+#: The non-chief cases slow the chief's steps (tests/fixtures/paced_model.py) so that the
+#: job is still running when the restarted worker has started TensorFlow (~5-10 s, 20 s and
+#: more on a loaded machine). Async: after a kill at step 500 the chief alone needs
+#: 100 x 0.15 s = 15 s for the rest. Sync: the chief alone takes every token of a step (2
+#: gradients), so after a kill at step 150 it needs 450 x 2 x 0.05 s = 45 s, while with the
+#: restarted worker the rest takes 450 x 0.05 s.
 PACED_MODEL = "tests.fixtures.paced_model:model_fn"
-PACED_CHIEF_STEP_SECS = 0.15
+PACED_CHIEF_STEP_SECS = {"async": 0.15, "sync": 0.05}
 
 TABLE_FILE = Path(__file__).with_name(".faults-table.txt")
 VICTIMS = {"ps0": "ps", "worker0": "chief (worker0)", "worker1": "non-chief (worker1)"}
@@ -99,7 +102,7 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
     t_case = time.monotonic()
     case_id = CASE_IDS[CASES.index((victim, mode))]
     target = faults.kill_target(TRAIN_STEPS, CHECKPOINT_STEPS, rng=random.Random(case_id))
-    paced = victim == "worker1" and mode == "async"
+    paced = victim == "worker1" and mode in PACED_CHIEF_STEP_SECS
 
     model_dir = tmp_path / "model"
     plan = local_plan(1, 2)
@@ -115,7 +118,7 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
                         *(["--model", PACED_MODEL] if paced else [])]
         extra = {"APPRISE_URLS": smtp_server.url()} if t.name == "worker0" else {}
         if paced and t.name == "worker0":
-            extra["TFPS_TEST_STEP_SECS"] = str(PACED_CHIEF_STEP_SECS)
+            extra["TFPS_TEST_STEP_SECS"] = str(PACED_CHIEF_STEP_SECS[mode])
         env[t.name] = base_env(**extra)
         tasks[t.name] = procs.tfps(t.name, *argv[t.name], env=env[t.name])
     ports = [t.port for t in plan.tasks]
