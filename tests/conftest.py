@@ -9,6 +9,8 @@ and the end of the run says how many tests passed and how many skipped. Ad-hoc r
 
 from __future__ import annotations
 
+import resource
+
 import pytest
 from servers import SMTPServer, WebhookServer  # tests/ is on sys.path: pytest puts this conftest's directory there
 
@@ -67,9 +69,41 @@ def _not_for_a_gpu() -> list:
     return [r for r in _outcomes["skipped"] if "gpu" not in _skip_reason(r).lower()]
 
 
+# ------------------------------------------------------------------ CPU seconds per test
+# The suite's time on a 2-core CI machine is set by the CPU its processes use (the two halves
+# of `make test` share the cores), not by their waits: `make test` lists the tests that cost
+# the most CPU next to pytest's wall-clock durations. Counted: this process and every child
+# process it waited for (with the children those waited for: a launcher's tasks). Not counted:
+# processes in containers or on the test hosts, whose CPU Docker's daemon owns.
+_cpu: dict[str, float] = {}
+
+
+def _cpu_now() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    before = _cpu_now()
+    yield
+    _cpu[item.nodeid] = _cpu_now() - before
+
+
+def _cpu_summary(terminalreporter) -> None:
+    if not _cpu:
+        return
+    top = sorted(_cpu.items(), key=lambda kv: -kv[1])[:15]
+    terminalreporter.write_line(f"CPU seconds of this pytest and the processes it waited for: {sum(_cpu.values()):.0f} "
+                                f"over {len(_cpu)} tests; the 15 that cost the most:")
+    for nodeid, secs in top:
+        terminalreporter.write_line(f"{secs:8.1f}s cpu  {nodeid}")
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not config.getoption("fail_on_skip"):
         return
+    _cpu_summary(terminalreporter)
     bad = _not_for_a_gpu()
     passed, skipped = len(_outcomes["passed"]), len(_outcomes["skipped"])
     terminalreporter.write_line(f"tfps tests: {passed} passed, {skipped} skipped "
