@@ -22,6 +22,7 @@ prints each ps server's peak resident size (``BENCH ps_rss ps0=<bytes> ...``, Vm
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -136,10 +137,14 @@ def run_single(a) -> int:
     return 0
 
 
-def run_pss(a) -> int:
-    ports = free_ports(a.ps + a.workers)
-    cluster = {"ps": [f"127.0.0.1:{p}" for p in ports[:a.ps]],
-               "worker": [f"127.0.0.1:{p}" for p in ports[a.ps:]]}
+@contextlib.contextmanager
+def pss_cluster(ps: int, workers: int, partition_mb: int):
+    """ps and worker servers on this machine as subprocesses (this file's ``server`` mode),
+    and this process's ParameterServerStrategy over them with a MinSizePartitioner: yields
+    ``(strategy, servers)``; the servers are killed on the way out."""
+    ports = free_ports(ps + workers)
+    cluster = {"ps": [f"127.0.0.1:{p}" for p in ports[:ps]],
+               "worker": [f"127.0.0.1:{p}" for p in ports[ps:]]}
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
     servers = {}
     for job in ("ps", "worker"):
@@ -154,12 +159,24 @@ def run_pss(a) -> int:
             if "BENCH serving" not in line:
                 raise RuntimeError(f"{name} did not start (exit {p.poll()})")
         import tensorflow as tf
-        import tf_keras as keras
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(cluster),
                                                                         rpc_layer="grpc")
         partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
-            min_shard_bytes=a.partition_mb << 20, max_shards=a.ps)
-        strategy = tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+            min_shard_bytes=partition_mb << 20, max_shards=ps)
+        yield tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner), servers
+    finally:
+        for p in servers.values():
+            p.kill()
+            p.wait()
+
+
+def ps_rss_line(servers: dict) -> str:
+    return "BENCH ps_rss " + " ".join(f"{n}={peak_rss(p.pid)}" for n, p in servers.items() if n.startswith("ps"))
+
+
+def run_pss(a) -> int:
+    import tf_keras as keras
+    with pss_cluster(a.ps, a.workers, a.partition_mb) as (strategy, servers):
         print(f"BENCH phase servers_up {time.time() - T0:.1f}", flush=True)
         with strategy.scope():
             model = build(a)
@@ -168,12 +185,7 @@ def run_pss(a) -> int:
         print(f"BENCH table_shards {shards}", flush=True)
         fit(a, model, keras.utils.experimental.DatasetCreator(dataset_fn(a)), servers)
         print(f"BENCH phase fit_done {time.time() - T0:.1f}", flush=True)
-        print("BENCH ps_rss " + " ".join(f"{n}={peak_rss(p.pid)}" for n, p in servers.items()
-                                         if n.startswith("ps")), flush=True)
-    finally:
-        for p in servers.values():
-            p.kill()
-            p.wait()
+        print(ps_rss_line(servers), flush=True)
     # The coordinator's own threads (gRPC, the closure queue) may hold the interpreter's exit.
     sys.stdout.flush()
     os._exit(0)

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -208,41 +207,16 @@ def run_single(a) -> int:
 def run_pss(a) -> int:
     """bench/ctr_tf2.py's ``pss`` with this model: ps and worker servers as subprocesses,
     this process the coordinator, a MinSizePartitioner, ``model.fit`` with a DatasetCreator."""
-    from ctr_tf2 import dataset_fn, fit, free_ports, peak_rss
-    ports = free_ports(a.ps + a.workers)
-    cluster = {"ps": [f"127.0.0.1:{p}" for p in ports[:a.ps]],
-               "worker": [f"127.0.0.1:{p}" for p in ports[a.ps:]]}
-    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
-    servers = {}
-    for job in ("ps", "worker"):
-        for i in range(len(cluster[job])):
-            servers[f"{job}{i}"] = subprocess.Popen(
-                [sys.executable, os.path.join(HERE, "ctr_tf2.py"), "server", "--cluster", json.dumps(cluster),
-                 "--job", job, "--index", str(i)], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                text=True)
-    try:
-        for name, p in servers.items():
-            if "BENCH serving" not in p.stdout.readline():
-                raise RuntimeError(f"{name} did not start (exit {p.poll()})")
-        import tensorflow as tf
-        import tf_keras as keras
-        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(cluster),
-                                                                        rpc_layer="grpc")
-        partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
-            min_shard_bytes=a.partition_mb << 20, max_shards=a.ps)
-        strategy = tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+    import tf_keras as keras
+    from ctr_tf2 import dataset_fn, fit, ps_rss_line, pss_cluster
+    with pss_cluster(a.ps, a.workers, a.partition_mb) as (strategy, servers):
         f = _fit_args(a)
         with strategy.scope():
             model = build_model(buckets=a.buckets)
             recompile(model, a.steps_per_execution)
         fit(f, model, keras.utils.experimental.DatasetCreator(dataset_fn(f)), servers)
-        print("BENCH ps_rss " + " ".join(f"{n}={peak_rss(p.pid)}" for n, p in servers.items()
-                                         if n.startswith("ps")), flush=True)
+        print(ps_rss_line(servers), flush=True)
         print(f"BENCH auc {eval_auc(model, a.eval_data):.5f}", flush=True)
-    finally:
-        for p in servers.values():
-            p.kill()
-            p.wait()
     sys.stdout.flush()
     os._exit(0)     # the coordinator's own threads may hold the interpreter's exit
 
