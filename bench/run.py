@@ -515,6 +515,40 @@ def cpu_between(samples: list[tuple[float, dict]], t0: float, t1: float) -> dict
     return {n: round(b[n] - a[n], 2) for n in sorted(a) if n in b}
 
 
+def watch_local_steady(argv: list, d: str, tasks: int, steps: int, what: str, result_timeout: float) -> dict:
+    """Run ``tfps local`` (``argv``, model_dir ``d``, ``tasks`` ps and workers) to its end,
+    sampling every task's CPU seconds and each ps task's peak RSS, and find its steady state:
+    the global step of the progress lines (timed as they arrive) from the first at or past
+    20 % of the steps, after the chief's first checkpoint is complete, to the last. Returns
+    the run (``p``, its JobResult), the window and the CPU of every task in it."""
+    p = Watched(argv, FIRST_RE, time.time())
+    pids: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    samples: list[tuple[float, dict]] = []     # (time, each task's CPU seconds so far)
+    ckpt_at = None                             # when the chief's first checkpoint was complete
+    with local_run_ended(p, d):
+        deadline = time.time() + 3600
+        while p.popen.poll() is None and time.time() < deadline:
+            if ckpt_at is None and os.path.exists(os.path.join(d, "checkpoint")):
+                ckpt_at = time.time()
+            if len(pids) < tasks:
+                pids.update(task_pids(p.popen.pid))
+            for name, pid in pids.items():
+                if name.startswith("ps"):
+                    peak[name] = max(peak.get(name, 0), peak_rss(pid))
+            cpu = {name: cpu_seconds(pid) for name, pid in {"launcher": p.popen.pid, **pids}.items()}
+            samples.append((time.time(), {n: c for n, c in cpu.items() if c is not None}))
+            time.sleep(0.25)
+        out, res = local_results(p, d, result_timeout, what)
+    points = [(t, int(m.group(1))) for t, line in zip(p.arrived, p.lines) if (m := PROGRESS_RE.search(line))]
+    window = [(t, step) for t, step in points if step >= 0.2 * steps and t > (ckpt_at or 0)]
+    if len(window) < 2 or window[-1][0] <= window[0][0]:
+        raise RuntimeError(f"tfps local ({what}) printed too few progress lines:\n{out[-3000:]}")
+    (t0, s0), (t1, s1) = window[0], window[-1]
+    return {"p": p, "res": res, "ckpt_at": ckpt_at, "peak": peak, "t0": t0, "s0": s0, "t1": t1, "s1": s1,
+            "cpu": cpu_between(samples, t0, t1)}
+
+
 def run_tfps_ctr(train_data: str, ps: int, steps: int, buckets: int = CTR_BUCKETS,
                  optimizer: str = CTR_OPTIMIZER) -> dict:
     """``tfps local --ps N --workers 2`` on the CTR model, its ps tasks' peak RSS sampled.
@@ -530,31 +564,9 @@ def run_tfps_ctr(train_data: str, ps: int, steps: int, buckets: int = CTR_BUCKET
             "--model_arg", f"buckets={buckets}", "--optimizer", optimizer, "--train_data", train_data,
             "--train_steps", str(steps), "--batch_size", str(CTR_BATCH), "--model_dir", d, "--log_steps", "100",
             "--checkpoint_steps", str(steps * 10)]
-    p = Watched(argv, FIRST_RE, time.time())
-    pids: dict[str, int] = {}
-    peak: dict[str, int] = {}
-    samples: list[tuple[float, dict]] = []     # (time, each task's CPU seconds so far)
-    ckpt_at = None                             # when the chief's first checkpoint was complete
-    with local_run_ended(p, d):
-        deadline = time.time() + 3600
-        while p.popen.poll() is None and time.time() < deadline:
-            if ckpt_at is None and os.path.exists(os.path.join(d, "checkpoint")):
-                ckpt_at = time.time()
-            if len(pids) < ps + 2:
-                pids.update(task_pids(p.popen.pid))
-            for name, pid in pids.items():
-                if name.startswith("ps"):
-                    peak[name] = max(peak.get(name, 0), peak_rss(pid))
-            cpu = {name: cpu_seconds(pid) for name, pid in {"launcher": p.popen.pid, **pids}.items()}
-            samples.append((time.time(), {n: c for n, c in cpu.items() if c is not None}))
-            time.sleep(0.25)
-        out, res = local_results(p, d, 120, f"ctr, {ps} ps")
-    points = [(t, int(m.group(1))) for t, line in zip(p.arrived, p.lines) if (m := PROGRESS_RE.search(line))]
-    window = [(t, step) for t, step in points if step >= 0.2 * steps and t > (ckpt_at or 0)]
-    if len(window) < 2 or window[-1][0] <= window[0][0]:
-        raise RuntimeError(f"tfps local (ctr) printed too few progress lines:\n{out[-3000:]}")
-    (t0, s0), (t1, s1) = window[0], window[-1]
-    cpu = cpu_between(samples, t0, t1)
+    w = watch_local_steady(argv, d, ps + 2, steps, f"ctr, {ps} ps", 120)
+    p, res, ckpt_at, peak, cpu = w["p"], w["res"], w["ckpt_at"], w["peak"], w["cpu"]
+    (t0, s0), (t1, s1) = (w["t0"], w["s0"]), (w["t1"], w["s1"])
     return {"examples_s": (s1 - s0) * CTR_BATCH / (t1 - t0), "window_steps": [s0, s1], "window_s": round(t1 - t0, 2),
             "cpu_s_per_1k_examples": round(sum(cpu.values()) * 1000 / ((s1 - s0) * CTR_BATCH), 4),
             "cpu_s": cpu,
@@ -894,27 +906,9 @@ def run_tfps_dlrm(kind: str, info: dict, steps: int) -> dict:
             "--train_data", info["train_glob"], "--eval_data", info["eval_csv"], "--train_steps", str(steps),
             "--batch_size", str(BATCH), "--model_dir", d, "--log_steps", str(max(10, steps // 25)),
             "--checkpoint_steps", str(steps * 10)]
-    p = Watched(argv, FIRST_RE, time.time())
-    pids: dict[str, int] = {}
-    samples: list[tuple[float, dict]] = []
-    ckpt_at = None
-    with local_run_ended(p, d):
-        deadline = time.time() + 3600
-        while p.popen.poll() is None and time.time() < deadline:
-            if ckpt_at is None and os.path.exists(os.path.join(d, "checkpoint")):
-                ckpt_at = time.time()
-            if len(pids) < 1 + DLRM_WORKERS:
-                pids.update(task_pids(p.popen.pid))
-            cpu = {name: cpu_seconds(pid) for name, pid in {"launcher": p.popen.pid, **pids}.items()}
-            samples.append((time.time(), {n: c for n, c in cpu.items() if c is not None}))
-            time.sleep(0.25)
-        out, res = local_results(p, d, 300, f"dlrm, {kind}")
-    points = [(t, int(m.group(1))) for t, line in zip(p.arrived, p.lines) if (m := PROGRESS_RE.search(line))]
-    window = [(t, step) for t, step in points if step >= 0.2 * steps and t > (ckpt_at or 0)]
-    if len(window) < 2 or window[-1][0] <= window[0][0]:
-        raise RuntimeError(f"tfps local (dlrm, {kind}) printed too few progress lines:\n{out[-3000:]}")
-    (t0, s0), (t1, s1) = window[0], window[-1]
-    cpu = cpu_between(samples, t0, t1)
+    w = watch_local_steady(argv, d, 1 + DLRM_WORKERS, steps, f"dlrm, {kind}", 300)
+    res, cpu = w["res"], w["cpu"]
+    (t0, s0), (t1, s1) = (w["t0"], w["s0"]), (w["t1"], w["s1"])
     examples = (s1 - s0) * BATCH
     return {"examples_s": examples / (t1 - t0), "window_steps": [s0, s1], "window_s": round(t1 - t0, 2),
             "cpu_s": cpu, "examples_per_cpu_s": examples / max(sum(cpu.values()), 1e-9),
