@@ -15,8 +15,9 @@
    model.fit; each ps's peak RSS; a 4x larger table; Adam as compiled
 7. dynamic: wide_deep on a stream of churning users (bench/ctr_stream.py: 1 M distinct,
    50 k active at a time; --stream_scale shrinks it), hashed against dynamic tables of the
-   same memory budget, 2 ps + 2 workers: AUC on the next part of the stream, ps RSS at 25 %
-   and 100 % of the steps, examples/s, and a continuation saved on 2 ps resumed on 3
+   same memory budget, 2 ps + 1 worker: AUC on the next part of the stream (and the dynamic
+   side's on the stream with one constant user), ps RSS at 25 % and 100 % of the steps,
+   examples/s, and a continuation saved on 2 ps resumed on 3
 8. dlrm: a Criteo-shaped DLRM (bench/dlrm.py: 13 numeric and 26 categorical columns, dim 16,
    MLPs 512-256-16 and 512-256-1, batch 512, Adagrad): examples/s and examples/s per vCPU of
    tfps (1 ps + 2 workers) with hashed and with dynamic tables, one process's model.fit and
@@ -667,20 +668,43 @@ def bench_ctr(rows, quick):
 
 
 # ------------------------------------------------------------------------------ dynamic
-#: The "dynamic" bench: wide_deep on bench/ctr_stream.py's churning users, 2 ps + 2 workers.
+#: The "dynamic" bench: wide_deep on bench/ctr_stream.py's churning users, 2 ps + 1 worker.
 STREAM_BATCH = 512
+#: One worker, so that the stream is trained in its order. Each worker reads its own files
+#: (every other one), over and over, until the job's global step is reached; asynchronous
+#: workers go at their own pace, and here the chief (which also runs the hooks) made 134
+#: steps while the other made 319 of its 226: the chief never read the last 40 % of its
+#: files, the other spent its last 93 steps on the stream's first 40 % again, the end's
+#: users were evicted (their hashed rows overwritten) before the export, and the model
+#: scored as if it knew no user (scale 0.02: dynamic 0.616, one
+#: constant user 0.618, hashed 0.573). With one worker: dynamic 0.659, one constant user
+#: 0.625, hashed 0.645 (docs/benchmarks.md).
+STREAM_WORKERS = 1
 STREAM_DIM = 16
 #: Lazy Adam: its step on a row is about the learning rate whatever the gradient's size, so a
 #: user's row moves with the user's few rows of a step (one of 512: a gradient of about 1e-3).
 #: Adagrad at 0.1 (the bench's setting until 2026-12) moves such a row by about 3e-4 a row
 #: (its accumulator starts at 0.1): an id seen 30 times stays near its initial value (AUC
-#: 0.598 hashed, 0.598 dynamic at scale 0.02). Even so, wide_deep does not yet gain from its
-#: users' rows here: replacing every user by one constant scores as well (docs/benchmarks.md).
+#: 0.598 hashed, 0.598 dynamic at scale 0.02). Adam at 0.003 learns the users once the
+#: stream is trained in order (one worker, above): the wide weights of users with 30+ rows
+#: correlate 0.72 with their hidden propensities (0.39 with two workers), and the next
+#: part's rows of users seen in training rank at 0.683, those of unseen users at 0.622. A
+#: larger rate does not help. Scale 0.02, one worker: dynamic 0.659 at 0.003, 0.656 at 0.01
+#: (one constant user 0.625 and 0.622, hashed 0.645 and 0.641). Two workers: dynamic 0.616,
+#: 0.612, 0.604 at 0.003, 0.01, 0.03 (one constant user 0.618, 0.616, 0.583: at 0.03 the
+#: model loses even without users).
 STREAM_OPTIMIZER = "adam"
 STREAM_LEARNING_RATE = 0.003
 #: --steps_to_live in inter-arrival times of one active user (active users / examples per step):
 #: a live user is missed that long with probability e**-4.
 STREAM_TTL_ARRIVALS = 4
+#: Steps the chief's eviction may run late: it runs off the step path, in a thread of the
+#: chief (tfps/task/tables.py), so a row lives steps_to_live plus that, and the table is
+#: planned for the ids of that many steps. At scale 0.02 (steps_to_live 10) it ran every 8
+#: steps with one worker (the table peaked at 3880 of its 4296 rows) but every 28 with two
+#: (the table was full most of the run and had refused 17172 new ids by its first pass,
+#: about 70 steps in).
+STREAM_EVICTION_LAG = 40
 
 
 def rss_now(pid: int) -> int:
@@ -704,7 +728,8 @@ def stream_flags(kind: str, stream: dict) -> tuple[list[str], dict]:
     ttl = max(10, math.ceil(STREAM_TTL_ARRIVALS * arrivals))
     # users leaving per step over one pass of the stream (the same plan for every run on it)
     slide = (stream["distinct_users"] - stream["active_users"]) / max(stream["train_rows"] // STREAM_BATCH, 1)
-    expected = int(1.2 * (stream["active_users"] + slide * ttl) + stream["ads"] + stream["sites"])
+    expected = int(1.2 * (stream["active_users"] + slide * (ttl + STREAM_EVICTION_LAG)) + stream["ads"]
+                   + stream["sites"])
     width, slots = STREAM_DIM + 1, OPTIMIZER_SLOTS[STREAM_OPTIMIZER]
     budget = DynamicBudget("embeddings", expected, width, slots, 2)
     # The hashed table gets the bytes the dynamic one allocates per row, not only what it plans:
@@ -729,11 +754,11 @@ def stream_flags(kind: str, stream: dict) -> tuple[list[str], dict]:
 
 def run_stream(kind: str, stream: dict, steps: int, ps: int, d: str, train_glob: str | None = None,
                replace: bool = False, keep: bool = False) -> dict:
-    """``tfps local --ps N --workers 2`` of wide_deep (``kind`` hashed or dynamic) on the stream
+    """``tfps local --ps N --workers STREAM_WORKERS`` of wide_deep (``kind`` hashed or dynamic) on the stream
     in model_dir ``d``: examples/s in the steady state, each ps's RSS when the chief passes 25 %
     of the steps and at the last step, the export's AUC on the next part of the stream."""
     flags, plan = stream_flags(kind, stream)
-    argv = [PY, "-m", "tfps", "local", "--ps", str(ps), "--workers", "2", *flags,
+    argv = [PY, "-m", "tfps", "local", "--ps", str(ps), "--workers", str(STREAM_WORKERS), *flags,
             "--train_data", train_glob or stream["train_glob"], "--eval_data", stream["next_csv"],
             "--train_steps", str(steps), "--model_dir", d, "--log_steps", str(max(10, steps // 40)),
             "--checkpoint_steps", str(steps * 10), *(["--replace"] if replace else [])]
@@ -743,7 +768,7 @@ def run_stream(kind: str, stream: dict, steps: int, ps: int, d: str, train_glob:
     try:
         deadline = time.time() + 4 * 3600
         while p.popen.poll() is None and time.time() < deadline:
-            if len(pids) < ps + 2:
+            if len(pids) < ps + STREAM_WORKERS:
                 pids.update(task_pids(p.popen.pid))
             rss = {n: rss_now(pid) for n, pid in pids.items() if n.startswith("ps")}
             if len(rss) == ps and all(rss.values()):
@@ -803,11 +828,26 @@ def dynamic_available() -> str | None:
     return None if tracked.returncode == 0 else "tfps/layers/dynamic_embedding.py is not committed yet"
 
 
+def constant_user_copy(stream: dict, out_dir: str) -> dict:
+    """The stream with every user id replaced by one constant, in ``out_dir``: the same rows,
+    ads, sites and clicks, no user to learn. Returns its plan (the stream's own figures)."""
+    os.makedirs(out_dir, exist_ok=True)
+    for src in sorted(glob.glob(stream["train_glob"])) + [stream["next_csv"]]:
+        with open(src) as fi, open(os.path.join(out_dir, os.path.basename(src)), "w") as fo:
+            header = next(fi)
+            assert header.startswith("user,"), header
+            fo.write(header)
+            fo.writelines("u0," + line.split(",", 1)[1] for line in fi)
+    return {**stream, "train_glob": os.path.join(out_dir, "train-*.csv"), "next_csv": os.path.join(out_dir, "next.csv")}
+
+
 def bench_dynamic(rows, quick, scale: float | None = None):
     """Hashed against dynamic tables on a stream of churning users (bench/ctr_stream.py), 2 ps +
-    2 workers, side by side: AUC on the next part of the stream, each ps's RSS at 25 % and 100 %
-    of the steps, examples/s; then each kind saved at half of the steps on 2 ps and continued on
-    2 and on 3 (resharded): the two continuations' AUC."""
+    STREAM_WORKERS, side by side: AUC on the next part of the stream, each ps's RSS at 25 % and
+    100 % of the steps, examples/s; the dynamic side again on the stream with one constant user
+    (its AUC is what the model scores without learning a user: the dynamic side must beat it);
+    then each kind saved at half of the steps on 2 ps and continued on 2 and on 3 (resharded):
+    the two continuations' AUC."""
     from ctr_stream import generate
     scale = scale if scale is not None else (0.05 if quick else 1.0)
     d = tempfile.mkdtemp(prefix="tfps-bench-stream-")
@@ -822,6 +862,10 @@ def bench_dynamic(rows, quick, scale: float | None = None):
             r["dynamic_skipped"] = why
         for kind in kinds:
             r[kind] = run_stream(kind, stream, steps, 2, os.path.join(d, kind))
+        if "dynamic" in kinds:   # the control: the same side, no user to learn
+            one = constant_user_copy(stream, os.path.join(d, "one-user"))
+            r["dynamic_one_user"] = run_stream("dynamic", one, steps, 2, os.path.join(d, "dynamic-one-user"))
+            shutil.rmtree(os.path.join(d, "one-user"), ignore_errors=True)
         files = sorted(glob.glob(stream["train_glob"]))
         lists = []
         for i, part in enumerate((files[:len(files) // 2], files[len(files) // 2:])):
@@ -859,6 +903,10 @@ def bench_dynamic(rows, quick, scale: float | None = None):
         rows.append(("dynamic vs hashed at the same memory: AUC on the next part", f"{y['auc_next']:.4f}",
                      f"{h['auc_next']:.4f} (hashed)", f"{y['auc_next'] - h['auc_next']:+.4f}",
                      f">= +0.01: {'PASS' if y['auc_next'] - h['auc_next'] >= 0.01 else 'FAIL'}"))
+        c = r["dynamic_one_user"]["auc_next"]
+        rows.append(("dynamic vs the same with one constant user: AUC on the next part (users learned)",
+                     f"{y['auc_next']:.4f}", f"{c:.4f} (one user)", f"{y['auc_next'] - c:+.4f}",
+                     f">= +0.01: {'PASS' if y['auc_next'] - c >= 0.01 else 'FAIL'}"))
         # The same measure on both sides: the steady state of the progress lines when both have
         # one, else (short runs) the whole training time.
         key = "examples_s" if y["examples_s_from"] == h["examples_s_from"] == "progress lines" else \
@@ -1105,7 +1153,7 @@ def main() -> int:
               f"the bench {loads_d[0][0]:.1f} and {loads_d[-1][0]:.1f}. One run per figure. The stream (scale "
               f"{dynamic['scale']:g}): {st['train_rows']} training rows from {st['distinct_users']} distinct users, "
               f"{st['active_users']} active at a time, {st['next_rows']} rows of its next part held out; "
-              f"{dynamic['steps']} steps of {STREAM_BATCH} examples per worker, 2 ps + 2 workers, "
+              f"{dynamic['steps']} steps of {STREAM_BATCH} examples, 2 ps + {STREAM_WORKERS} worker(s), "
               f"{STREAM_OPTIMIZER} at {STREAM_LEARNING_RATE:g}.", "", *_markdown(dynamic_rows), "", "Raw figures:", "",
               "```json",
               json.dumps(dynamic, indent=1, default=str), "```", ""]
