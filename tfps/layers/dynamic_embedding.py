@@ -316,7 +316,8 @@ class _Shard:
                 n, tf.constant(self.cap, tf.int64),
                 message=f"{self.name}: the checkpoint holds more live ids than this shard's capacity "
                         f"({self.cap} rows); restore with a larger capacity (--expected_ids)")
-            with tf.control_dependencies([check]):
+            with tf.control_dependencies([check]):   # every op that sizes rows by n waits for the check
+                n = tf.identity(n)
                 rows = tf.range(n)
             cap = self.cap
             fresh = _initial(table.initializer, [cap + 1, table.dim], tf.float32)

@@ -204,14 +204,24 @@ def write_eval_summaries(model_dir: str, step: int, metrics: dict[str, float]) -
 
 
 def evaluate(model_fn, params, checkpoint: str, dataset) -> dict[str, float]:
-    """Average loss and metrics of the checkpoint over one pass of ``dataset``."""
+    """Average loss and metrics of the checkpoint over one pass of ``dataset``.
+
+    Dynamic tables read the checkpoint's live rows as the export serves them
+    (``serving_from``), not through a hash table restored into one local shard: the
+    training's shards hold up to ``SHARD_SLACK`` times the table's capacity together, more
+    than one shard of that capacity takes, and the evaluation must score what is served.
+    """
     import numpy as np
     import tensorflow as tf
+
+    from tfps.layers import dynamic_embedding
+    from tfps.task.checkpoint import glob_free_checkpoint
     v1 = tf.compat.v1
     graph = tf.Graph()
     with graph.as_default(), tf.compat.v1.device("/cpu:0"):
         features, labels = v1.data.make_one_shot_iterator(dataset()).get_next()
-        spec = model_fn(features, labels, "eval", params)
+        with dynamic_embedding.serving_from(glob_free_checkpoint(checkpoint)):
+            spec = model_fn(features, labels, "eval", params)
         fetch = {"loss": spec.loss, **spec.metrics, "_n": tf.shape(labels)[0]}
         # A binary classifier is also ranked over the whole set at once: AUC is not a mean
         # of per-batch values.
