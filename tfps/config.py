@@ -64,7 +64,7 @@ NUMERIC_LIMITS = {
     "partition_mb": (MAX_PARTITION_MB, "its size in bytes must be a 64-bit integer"),
     "tf_threads": (MAX_TF_THREADS, "TensorFlow counts threads in 32-bit integers"),
     **{f: (MAX_INT64_FLAG, "TensorFlow counts in 64-bit integers")
-       for f in ("min_count", "steps_to_live", "expected_ids")},
+       for f in ("min_count", "steps_to_live", "expected_ids", "epochs")},
     **{f: (MAX_SECONDS, "a longer wait is never (about 31 years)")
        for f in ("sync_timeout", "startup_timeout", "final_save_timeout", "notify_every", "stall_timeout")},
 }
@@ -128,6 +128,7 @@ class RunConfig:
     export_dir: str | None = None
     run_name: str | None = None
     train_steps: int = 1000
+    epochs: int | None = None       # each worker reads its own share of the data N times, then ends; None: no bound
     batch_size: int = 64
     learning_rate: float | None = None     # None: the Keras model's, else DEFAULT_LEARNING_RATE
     optimizer: str | None = None           # None: the Keras model's, else DEFAULT_OPTIMIZER
@@ -189,6 +190,7 @@ class RunConfig:
                                   f"{MAX_INT64_FLAG}", field)
 
         positive("train_steps", self.train_steps)
+        positive("epochs", self.epochs)
         positive("batch_size", self.batch_size)
         positive("learning_rate", self.learning_rate, float)
         positive("checkpoint_steps", self.checkpoint_steps)
@@ -203,6 +205,10 @@ class RunConfig:
         positive("hash_buckets", self.hash_buckets)
         positive("embedding_dim", self.embedding_dim)
         self._check_embedding()
+        if self.epochs is not None and self.sync_replicas:
+            raise ConfigError("counts each worker's own passes over its data, which synchronous training cannot "
+                              "end on: a sync step waits for the gradients of workers that ran out; drop "
+                              "--sync_replicas (asynchronous), or drop --epochs and size --train_steps", "epochs")
         if self.replicas_to_aggregate is not None and not self.sync_replicas:
             raise ConfigError("is used only by synchronous training; add --sync_replicas, or drop "
                               "--replicas_to_aggregate", "replicas_to_aggregate")
@@ -423,6 +429,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                         "(tfps plan, tfps local); 0 when unknown (default %(default)s)")
     g = parser.add_argument_group("training")
     g.add_argument("--train_steps", type=int, default=d.train_steps, help="global steps to train (default %(default)s)")
+    g.add_argument("--epochs", type=int, metavar="N",
+                   help="asynchronous: each worker reads its own share of the training data N times, then is "
+                        "done (the chief saves once the other workers are done too); --train_steps stays an "
+                        "upper bound, whichever comes first (default: no bound, the data repeats)")
     g.add_argument("--batch_size", type=int, default=d.batch_size,
                    help="examples per step per worker (default %(default)s)")
     g.add_argument("--learning_rate", type=float,

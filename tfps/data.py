@@ -383,11 +383,13 @@ def plain_function(fn):
 
 
 def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shards: int = 1,
-                 shard_index: int = 0, train: bool = True, seed: int = 7):
+                 shard_index: int = 0, train: bool = True, seed: int = 7, epochs: int | None = None):
     """A batched ``tf.data.Dataset`` of (features, labels) for one worker's shard.
 
     Each worker reads its own files when there are at least as many files as workers,
     otherwise its own records. Training data repeats and is shuffled; eval data is one pass.
+    With ``epochs`` (``--epochs``) training data is read that many times, each pass in
+    ``ceil(examples / batch_size)`` batches (the last one smaller), then ends.
     """
     import tensorflow as tf
 
@@ -431,8 +433,8 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
             # Decoded once, in batches of lines, then kept: later epochs parse nothing.
             ds = lines.map(plain_function(lambda b: parse(nonblank(b))), num_parallel_calls=tf.data.AUTOTUNE)
             ds = ds.unbatch().cache()
-            return _shuffle_batch(ds, batch_size, train, seed + shard_index).prefetch(tf.data.AUTOTUNE)
-        ds = _shuffle_batch(lines.map(nonblank).unbatch(), batch_size, train, seed + shard_index)
+            return _shuffle_batch(ds, batch_size, train, seed + shard_index, epochs).prefetch(tf.data.AUTOTUNE)
+        ds = _shuffle_batch(lines.map(nonblank).unbatch(), batch_size, train, seed + shard_index, epochs)
         return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
     elif schema.fmt == "tfrecord":
         # Parse every key with the type it was written with (bytes, int64 or float list).
@@ -475,7 +477,42 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
         if not by_file:
             x, y = x[shard_index::num_shards], y[shard_index::num_shards]
         ds = tf.data.Dataset.from_tensor_slices((x.astype(np.float32), y.astype(label_dtype.as_numpy_dtype)))
-    return _shuffle_batch(ds, batch_size, train, seed + shard_index).prefetch(tf.data.AUTOTUNE)
+    return _shuffle_batch(ds, batch_size, train, seed + shard_index, epochs).prefetch(tf.data.AUTOTUNE)
+
+
+def count_examples(schema: Schema, label_column: str, *, num_shards: int = 1, shard_index: int = 0) -> int:
+    """The examples of one worker's shard of the training data, as :func:`make_dataset`
+    reads them (the same files, records and blank lines dropped), without parsing them:
+    a worker's pass over its data is ``ceil(examples / batch_size)`` steps (``--epochs``)."""
+    import tensorflow as tf
+
+    by_file = len(schema.files) >= num_shards
+    files = shard_files(schema.files, num_shards, shard_index)
+    if schema.fmt not in ("csv", "tfrecord"):
+        total = 0
+        for f in files:
+            _, y = _load_npz(f, label_column, "train_data") if schema.fmt == "npz" else load_idx(f)
+            total += len(y)
+        return total if by_file else len(range(shard_index, total, num_shards))
+
+    @plain_function
+    def nonblank(lines):
+        return tf.reduce_sum(tf.cast(tf.strings.length(tf.strings.strip(lines)) > 0, tf.int64))
+
+    graph = tf.Graph()
+    with graph.as_default():
+        if schema.fmt == "csv":
+            records = tf.data.Dataset.from_tensor_slices(files).interleave(
+                plain_function(lambda f: tf.data.TextLineDataset(f).skip(1)),
+                cycle_length=max(1, min(4, len(files))))
+        else:
+            records = tf.data.TFRecordDataset(files)
+        if not by_file:
+            records = records.shard(num_shards, shard_index)
+        count = nonblank if schema.fmt == "csv" else plain_function(lambda b: tf.size(b, out_type=tf.int64))
+        total = records.batch(4096).map(count).reduce(tf.constant(0, tf.int64), lambda a, n: a + n)
+        with tf.compat.v1.Session(graph=graph) as sess:
+            return int(sess.run(total))
 
 
 def _finite(t, files: list[str]):
@@ -501,8 +538,11 @@ def _fits_in_memory(files: list[str], num_shards: int, by_file: bool) -> bool:
     return (size if by_file else size / num_shards) <= CACHE_MAX_BYTES
 
 
-def _shuffle_batch(ds, batch_size: int, train: bool, seed: int):
-    """Training data repeats, shuffled, in full batches; evaluation data is one pass."""
+def _shuffle_batch(ds, batch_size: int, train: bool, seed: int, epochs: int | None = None):
+    """Training data repeats, shuffled, in full batches; evaluation data is one pass. With
+    ``epochs``, training data is read that many times, each pass's last batch kept (smaller)."""
+    if train and epochs:
+        return ds.shuffle(2048, seed=seed, reshuffle_each_iteration=True).batch(batch_size).repeat(epochs)
     if train:
         return ds.shuffle(2048, seed=seed, reshuffle_each_iteration=True).repeat().batch(batch_size,
                                                                                        drop_remainder=True)

@@ -111,6 +111,9 @@ BOARD_PUBLISH_SECS = 1.0
 #: WATCH_READ_TIMEOUT_MS (tfps.task.watch).
 WATCH_POLL_SECS = 2.0
 WATCH_READ_TIMEOUT_MS = 5_000
+#: --epochs: the chief, done with its data, reads the other workers' boards this often until
+#: each has read its own (tfps.task.chief).
+EPOCHS_WAIT_POLL_SECS = 0.5
 #: A sync worker whose last step still waits for a token this long after the global step
 #: reached train_steps closes the token queue itself, which ends its wait (tfps.task.worker).
 SYNC_END_GRACE_SECS = 10.0

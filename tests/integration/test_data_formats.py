@@ -1,7 +1,13 @@
-"""One short job per input format: TFRecord, NPZ (demo images, cnn) and MNIST IDX files, side by side."""
+"""One short job per input format: TFRecord, NPZ (demo images, cnn) and MNIST IDX files, side by side.
+
+The TFRecord job also trains by passes over its data (``--epochs``): each of its 2 workers
+reads its own file (600 records, 10 batches of 64) EPOCHS times and is done, well before
+``--train_steps``.
+"""
 
 from __future__ import annotations
 
+import re
 import struct
 from pathlib import Path
 
@@ -12,6 +18,8 @@ from integration_helpers import assert_nothing_left, launcher_ports, load_and_pr
 pytestmark = pytest.mark.integration
 
 STEPS = 100
+#: The TFRecord job's passes over each worker's 600 records: 10 steps of 64 (the last of 24) each.
+EPOCHS, RECORDS_PER_WORKER, BATCH = 3, 600, 64
 
 
 def blobs(n: int, seed: int, width: int = 5, classes: int = 3):
@@ -34,7 +42,7 @@ def write_tfrecord(directory: Path):
                     "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
                 }))
                 w.write(ex.SerializeToString())
-    return ["--train_data", directory / "train-*.tfrecord"], x[:200], y[:200]
+    return ["--train_data", directory / "train-*.tfrecord", "--epochs", EPOCHS], x[:200], y[:200]
 
 
 def write_idx(directory: Path):
@@ -92,7 +100,10 @@ def test_short_job_on_each_format(name, jobs):
     assert launcher.wait(300) == 0, launcher.tail()
     res = read_results(model_dir)
     assert res["status"] == "succeeded"
-    assert res["global_step"] >= STEPS
+    if name == "tfrecord":
+        assert_each_worker_read_its_data_epochs_times(launcher, res)
+    else:
+        assert res["global_step"] >= STEPS and "ended_by" not in res
     assert res["export_complete"] is True
     assert expect_fmt in res["train_data"], res["train_data"]
     out = load_and_predict(res["export_dir"], x)
@@ -100,3 +111,22 @@ def test_short_job_on_each_format(name, jobs):
     np.testing.assert_allclose(out["probabilities"].sum(axis=1), 1.0, atol=1e-5)
     assert (out["classes"] == y).mean() > 0.6      # easy data, 3 classes: chance is 0.33
     assert_nothing_left(ports, launcher)
+
+
+def assert_each_worker_read_its_data_epochs_times(launcher, res):
+    """--epochs: each worker made exactly its passes' steps and then was done; the chief's
+    final save came after the other worker had finished (the ps heard worker 1 first)."""
+    per_pass = -(-RECORDS_PER_WORKER // BATCH)
+    steps = {name: w["steps"] for name, w in res["workers"].items()}
+    assert steps == {"worker0": per_pass * EPOCHS, "worker1": per_pass * EPOCHS}, steps
+    assert res["global_step"] == 2 * per_pass * EPOCHS < STEPS   # async: every step of each worker counts
+    assert res["ended_by"] == "epochs"
+    out = launcher.output()
+    for w in ("worker0", "worker1"):
+        assert f"[{w}] " in out and re.search(
+            rf"\[{w}\] .* {w}: read its training data {EPOCHS} time\(s\) \({per_pass * EPOCHS} step\(s\)\)", out), w
+    order = [out.index(line) for line in (
+        "worker1: read its training data", "chief: every worker read its data", "chief: exported the SavedModel")]
+    assert order == sorted(order), order
+    assert out.index("ps0: worker 1 is done (1/2)") < out.index("ps0: worker 0 is done (2/2)")
+    assert f"after its {EPOCHS} epoch(s)" in out

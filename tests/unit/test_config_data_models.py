@@ -67,6 +67,9 @@ def test_defaults_are_valid():
     ("embedding", "sparse", "use hashed"),
     ("min_count", 3, "add --embedding dynamic, or drop --min_count"),
     ("steps_to_live", 100, "add --embedding dynamic"),
+    ("epochs", 0, "positive"),
+    ("epochs", -2, "positive"),
+    ("epochs", 2**63, "64-bit"),
 ])
 def test_bad_run_option_names_its_field(field, value, words):
     msg = refused(field, RunConfig(**{field: value}).validate)
@@ -92,6 +95,18 @@ def test_dynamic_tables_are_for_wide_deep_or_your_own_model():
     assert cfg.validate().to_args() == ["--model=wide_deep", "--embedding=dynamic", "--min_count=3",
                                         "--steps_to_live=100", "--expected_ids=1000000"]
     RunConfig(model="my.models:build", embedding="dynamic", steps_to_live=100).validate()
+
+
+def test_epochs_are_asynchronous_and_refused_with_sync_replicas_in_one_line(capsys, tmp_path):
+    assert RunConfig(epochs=2).validate().to_args() == ["--epochs=2"]
+    assert RunConfig().validate().to_args() == []   # without --epochs nothing changes
+    msg = refused("epochs", RunConfig(epochs=1, sync_replicas=True).validate)
+    assert "drop --sync_replicas (asynchronous), or drop --epochs" in msg
+    from tfps.cli import main
+    rc = main(["local", "--sync_replicas", "--epochs", "1", "--model_dir", str(tmp_path / "m")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("tfps: error: epochs: counts each worker's own passes")
+    assert not (tmp_path / "m").exists()
 
 
 def test_replicas_above_the_workers_are_refused_before_start():
@@ -219,6 +234,20 @@ def test_csv_rows_around_blank_lines_are_all_read(tmp_path, train):
     x, y = next(iter(ds))
     rows = sorted(zip(x.numpy().tolist(), y.numpy().tolist()))
     assert rows == [([1.0, 2.0], 0), ([3.0, 4.0], 2), ([5.0, 6.0], 1), ([7.0, 8.0], 1)]
+
+
+def test_with_epochs_each_worker_reads_its_own_rows_that_many_times_and_no_more(tmp_path):
+    """--epochs: a pass is ceil(rows / batch) batches (the last one smaller), read N times,
+    then the data ends; count_examples counts the rows make_dataset reads (blank lines not)."""
+    write(tmp_path / "a.csv", "a,b,label\n" + "".join(f"{i},{i},{i % 2}\n" for i in range(7)) + "\n")
+    write(tmp_path / "b.csv", "a,b,label\n" + "".join(f"{i},{i},{i % 2}\n" for i in range(100, 105)))
+    s = data.infer_schema(str(tmp_path / "*.csv"))
+    assert [data.count_examples(s, "label", num_shards=2, shard_index=i) for i in (0, 1)] == [7, 5]
+    assert data.count_examples(s, "label") == 12
+    ds = data.make_dataset(s, "label", 3, num_shards=2, shard_index=0, epochs=2)
+    batches = [x.numpy()[:, 0].tolist() for x, _ in ds]
+    assert [len(b) for b in batches] == [3, 3, 1] * 2   # ceil(7 / 3) = 3 batches a pass, twice
+    assert sorted(sum(batches[:3], [])) == sorted(sum(batches[3:], [])) == [float(i) for i in range(7)]
 
 
 def test_csv_regression_labels(tmp_path):

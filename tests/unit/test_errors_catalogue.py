@@ -98,6 +98,9 @@ CATALOGUE: dict[str, list[str]] = {
     "‹field› | ‹value› is too large: TensorFlow counts in 64-bit integers, so use at most ‹MAX_INT64_FLAG›":
         ["local", "--train_steps", str(2**63)],
     "‹field› | ‹value› is too large: ‹why›; use at most ‹most›": ["local", "--partition_mb", "1e308"],
+    "epochs | counts each worker's own passes over its data, which synchronous training cannot end on: a sync "
+    "step waits for the gradients of workers that ran out; drop --sync_replicas (asynchronous), or drop --epochs "
+    "and size --train_steps": ["local", "--sync_replicas", "--epochs", "2"],
     "backup_workers | is used only by synchronous training (asynchronous training never waits for a slow worker); "
     "add --sync_replicas, or drop --backup_workers": ["local", "--backup_workers", "1"],
     "‹field› | must be a number of seconds, 0 to turn it off; got ‹value›": ["local", "--stall_timeout", "-1"],

@@ -51,6 +51,7 @@ RUN_FIELDS = {
     "tfps_eval_data": "eval_data",
     "tfps_label_column": "label_column",
     "tfps_train_steps": "train_steps",
+    "tfps_epochs": "epochs",
     "tfps_batch_size": "batch_size",
     "tfps_learning_rate": "learning_rate",
     "tfps_optimizer": "optimizer",
@@ -80,10 +81,10 @@ DEFINING_VARS = ("tfps_model", "tfps_model_args", "tfps_train_data", "tfps_eval_
                  "tfps_train_steps", "tfps_batch_size", "tfps_learning_rate", "tfps_optimizer", "tfps_sync_replicas",
                  "tfps_replicas_to_aggregate", "tfps_backup_workers", "tfps_model_dir", "tfps_extra_args",
                  "tfps_script", "tfps_script_args", "tfps_data_src", "tfps_embedding", "tfps_min_count",
-                 "tfps_steps_to_live")
+                 "tfps_steps_to_live", "tfps_epochs")
 #: Defining settings left out of the record while they hold their default (a hashed table),
 #: so that the record of a job started before tfps had them compares equal.
-OMITTED_VARS = ("tfps_embedding", "tfps_min_count", "tfps_steps_to_live")
+OMITTED_VARS = ("tfps_embedding", "tfps_min_count", "tfps_steps_to_live", "tfps_epochs")
 
 
 @functools.lru_cache(maxsize=1)
@@ -250,7 +251,7 @@ def _coerce(cfg: RunConfig) -> None:
                                   f.name) from None
             setattr(cfg, f.name, value)
             continue
-        if f.name in ("replicas_to_aggregate", "backup_workers", "checkpoint_steps"):
+        if f.name in ("replicas_to_aggregate", "backup_workers", "checkpoint_steps", "epochs"):
             kind = int
         try:
             if kind is bool and not isinstance(value, bool):

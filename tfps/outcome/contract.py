@@ -169,6 +169,7 @@ class JobResult:
     checkpoint: str | None = None
     export_dir: str | None = None
     export_complete: bool = False
+    ended_by: str | None = _optional()            # "epochs": every worker read its data --epochs times first
     # The job's story.
     attempts: int | None = _optional()            # chief processes that ran this job (1: no restart)
     restarts: list[Restart] = field(default_factory=list)
@@ -329,6 +330,9 @@ def summary_lines(result: JobResult | None, *, job: str | None = None, status: s
     lines = [head]
     if result is not None and result.global_step is not None:
         lines[0] += f" at global step {step_of(result.global_step, result.train_steps)}"
+        if result.ended_by == "epochs":
+            epochs = (result.config or {}).get("epochs")
+            lines[0] += f", after its {epochs} epoch(s)" if epochs else ", after its epochs"
         if result.train_steps and result.global_step > result.train_steps:
             lines.append(f"  {result.global_step - result.train_steps} step(s) past --train_steps "
                          f"{result.train_steps}: " + PAST_TOTAL_WHY.format(step=result.global_step))

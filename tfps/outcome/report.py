@@ -181,7 +181,7 @@ class Reporter:
 
     def finished(self, *, status, exit_code, step, checkpoint, export_dir, train_summary, eval_metrics,
                  error, times, workers=None, stalls=(), resumed=(), ps_shares_mb=None,
-                 lost_tasks=(), defer_plots=False) -> JobResult:
+                 lost_tasks=(), defer_plots=False, ended_by=None) -> JobResult:
         """Write results.json (the one writer of the chief's record), draw the plots and send the
         end message. ``defer_plots``: when no message needs them, the caller draws the plots
         later (``draw_plots``: matplotlib takes seconds, which the ps need not wait for)."""
@@ -194,7 +194,8 @@ class Reporter:
             times=Times(**times), checkpoint=checkpoint, export_dir=export_dir,
             export_complete=bool(export_dir and results.export_complete(export_dir)),
             workers=dict(workers or {}), stalls=list(stalls), resumed=list(resumed),
-            ps_shares_mb=dict(ps_shares_mb or {}), lost_tasks=list(lost_tasks), error=format_error(error))
+            ps_shares_mb=dict(ps_shares_mb or {}), lost_tasks=list(lost_tasks), error=format_error(error),
+            ended_by=ended_by)
         if self.story is not None:
             res.restarts = [parse(Restart, r, "restarts") for r in self.story.restarts()]
             res.attempt_started_at = journal.iso(self.story.started_wall)
@@ -214,7 +215,8 @@ class Reporter:
             except OSError as e:
                 log.warning("chief: the job's story in %s could not be ended: %s", self.cfg.model_dir,
                             e.strerror or e)
-        log.info("chief: job %s %s at step %d; results in %s", res.job, status, step, path)
+        after = f" after its {self.cfg.epochs} epoch(s)" if ended_by == "epochs" else ""
+        log.info("chief: job %s %s at step %d%s; results in %s", res.job, status, step, after, path)
         try:
             res = JobResult.load(path)   # the message tells what the file says
         except (OSError, ResultsError) as e:

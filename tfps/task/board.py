@@ -6,7 +6,8 @@ vector, its board, into a variable of its own on ps 0 (shared by name, like the 
 flag) about once a second, as part of a training step it runs anyway:
 
     [steps this process trained, the global step, when this process started, the signal
-     that ended its predecessor (0: unknown or none)]
+     that ended its predecessor (0: unknown or none), stale gradients dropped, 1 once it
+     read its data --epochs times (0 before, and without --epochs)]
 
 The chief reads every board from a thread of its own (tfps.task.watch): stalls, restarts
 of workers, per-worker figures. The variables are in no collection: never checkpointed,
@@ -25,7 +26,7 @@ import time
 from tfps import timeouts
 from tfps.outcome.journal import RESTART_SIGNAL_ENV
 
-FIELDS = ("local_steps", "global_step", "started", "restart_signal", "dropped_gradients")
+FIELDS = ("local_steps", "global_step", "started", "restart_signal", "dropped_gradients", "data_done")
 
 
 class Board:
@@ -85,7 +86,7 @@ def publish_hook(board: Board, job, extra_fetches: dict | None = None):
 
         def value(self) -> list:
             return [job.local_steps, job.last_seen_step, job.started_wall, self.signal,
-                    getattr(job, "dropped_gradients", 0)]
+                    getattr(job, "dropped_gradients", 0), 1.0 if getattr(job, "data_done", False) else 0.0]
 
         def write(self, session) -> None:
             """Write the board outside a training step (bounded; the ps may be gone)."""

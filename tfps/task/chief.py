@@ -48,6 +48,7 @@ class Chief(Worker):
     session_step: int | None = None       # the step the newest session started from
     replace = False                       # --replace: go on with settings other than model_dir records
 
+    ended_by_epochs = False               # --epochs: every worker read its data before --train_steps
     watch: JobWatch | None = None         # the watch of the workers' progress, while the job trains
     evaluations = None                    # evaluations of checkpoints while it trains (tfps.task.evaluations)
 
@@ -204,6 +205,72 @@ class Chief(Worker):
                                                  first_attempt=self.story is not None and self.story.attempt == 0)
         return hooks, creator
 
+    def _after_its_data(self, server, graph) -> None:
+        """--epochs: the chief read its data; its final save (as the session closes) waits until
+        every other worker read its own too (their boards say so, tfps.task.board). The wait
+        also ends when the job reaches --train_steps, when a worker failed (the watch raised the
+        stop flag), at a stop signal, or when the workers still awaited made no step for
+        --sync_timeout (gone: the job is saved without them)."""
+        import tensorflow as tf
+
+        from tfps.task.board import FIELDS
+        v1 = tf.compat.v1
+        cfg, ops = self.cfg, self.ops
+        others = [i for i in range(self.task.num_workers) if i != self.task.index]
+        done_field = FIELDS.index("data_done")
+        options = v1.RunOptions(timeout_in_ms=timeouts.WATCH_READ_TIMEOUT_MS)
+        moved: dict[int, tuple] = {}   # worker -> (its steps, when they last changed)
+        gone: set[int] = set()
+        if others:
+            log.info("chief: waits for worker(s) %s to read their data before the final save",
+                     ", ".join(str(i) for i in others))
+        with v1.Session(server.target, graph=graph, config=session_config(self.task, cfg)) as sess:
+            while others:
+                self.watchdog.extend()   # waiting here is not a stall of the chief's steps
+                now = time.monotonic()
+                if self.stop.requested:
+                    log.info("chief: stop requested while waiting for the workers' data; saving now")
+                    return
+                try:
+                    step = int(sess.run(ops.global_step, options=options))
+                    self.last_seen_step = max(self.last_seen_step, step)
+                except tf.errors.OpError:
+                    step = 0
+                if step >= cfg.train_steps:
+                    log.info("chief: the job reached --train_steps (%d) before every worker read its data",
+                             cfg.train_steps)
+                    return
+                try:
+                    if sess.run(ops.flag, options=options):
+                        log.info("chief: the stop flag is raised (a worker failed?); saving now")
+                        return
+                except tf.errors.OpError:
+                    pass   # never written: nobody asked to stop
+                waiting = []
+                for i in others:
+                    try:
+                        board = [float(x) for x in sess.run(ops.board.read[i], options=options)]
+                    except tf.errors.OpError:
+                        board = None   # not written yet, or ps 0 away
+                    if board is not None and board[done_field] > 0:
+                        continue
+                    steps = None if board is None else int(board[0])
+                    if i not in moved or moved[i][0] != steps:
+                        moved[i] = (steps, now)
+                    elif now - moved[i][1] > cfg.sync_timeout:
+                        if i not in gone:
+                            gone.add(i)
+                            log.warning("chief: worker %d made no step for --sync_timeout (%.0f s) and has not "
+                                        "read its data; the final save goes on without it", i, cfg.sync_timeout)
+                        continue
+                    waiting.append(i)
+                if not waiting:
+                    log.info("chief: every worker read its data %d time(s) (global step %d); final save",
+                             cfg.epochs, step)
+                    self.ended_by_epochs = True
+                    return
+                time.sleep(timeouts.EPOCHS_WAIT_POLL_SECS)
+
     def _on_session(self, how: str, step: int, lost: list[str]) -> None:
         """A session of this chief was created: the job's story learns where training resumed."""
         self.sessions += 1
@@ -314,7 +381,8 @@ class Chief(Worker):
                 eval_metrics=eval_metrics, error=error, **watch.summary(), ps_shares_mb=shares,
                 times={"startup_s": round((self.first_step_at or t_train) - self.started_wall, 3),
                        "training_s": round(t_trained - (self.first_step_at or t_train), 3),
-                       "final_save_s": round(t_end - t_trained, 3)}, defer_plots=True)
+                       "final_save_s": round(t_end - t_trained, 3)}, defer_plots=True,
+                ended_by="epochs" if self.ended_by_epochs and status == "succeeded" else None)
         watch.write_status(time.monotonic(), time.time(), phase=status, step=step)   # the status line's last state
         self._send_done(server, graph)
         if result is not None:   # while the ps exit: the plots hold no task back

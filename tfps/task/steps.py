@@ -288,17 +288,36 @@ def _gathered(tensor) -> bool:
 
 
 class StepsPerRunHook(v1.train.SessionRunHook):
-    """Feeds K, the steps of the next run: 1, then doubling up to about ``target_secs`` a run."""
+    """Feeds K, the steps of the next run: 1, then doubling up to about ``target_secs`` a run.
 
-    def __init__(self, bound, max_steps: int, target_secs: float = timeouts.STEPS_PER_RUN_SECS):
+    With ``budget`` (``--epochs``: this worker's passes over its data, in steps) no run goes
+    past it (``steps``, the loop's count, is fetched), and once it is reached the session
+    stops and ``on_done(steps taken)`` is called: the data is never read past its end.
+    """
+
+    def __init__(self, bound, max_steps: int, target_secs: float = timeouts.STEPS_PER_RUN_SECS, *,
+                 steps=None, budget: int | None = None, on_done=None):
         self.bound, self.max_steps, self.target_secs = bound, max(1, max_steps), target_secs
         self.k = 1
         self.t0 = 0.0
+        self.steps, self.budget, self.on_done = steps, budget, on_done
+        self.taken = 0     # steps of this process (budget only)
+        self.fed = 1
 
     def before_run(self, run_context):
         self.t0 = time.monotonic()
-        return v1.train.SessionRunArgs(None, feed_dict={self.bound: self.k})
+        self.fed = self.k if self.budget is None else max(0, min(self.k, self.budget - self.taken))
+        return v1.train.SessionRunArgs(self.steps if self.budget is not None else None,
+                                       feed_dict={self.bound: self.fed})
 
     def after_run(self, run_context, run_values):
-        per_step = max(time.monotonic() - self.t0, 1e-6) / self.k
+        per_step = max(time.monotonic() - self.t0, 1e-6) / max(1, self.fed)
         self.k = int(max(1, min(self.max_steps, 2 * self.k, self.target_secs / per_step)))
+        if self.budget is None:
+            return
+        self.taken += int(run_values.results)
+        if self.taken >= self.budget:
+            run_context.request_stop()
+            if self.on_done is not None:
+                self.on_done(self.taken)
+                self.on_done = None

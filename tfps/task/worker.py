@@ -97,6 +97,8 @@ class Worker:
         self.job_over = False   # non-chief: the global step has stood at train_steps for a while
         self.last_seen_step = 0
         self.local_steps = 0                  # steps this process trained (ProgressHook counts them)
+        self.epoch_steps: int | None = None   # --epochs: the steps of this worker's passes over its data
+        self.data_done = False                # --epochs: it read its data that many times (tfps.task.board)
         self.setup: JobSetup | None = None
         self.ops: TrainGraph | None = None    # the training graph's parts, once built
         self.claimed = False   # this chief owns model_dir (results.json may be written there)
@@ -170,6 +172,13 @@ class Worker:
         from tfps.task import steps as steps_mod
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
+        if cfg.epochs:
+            examples = data_mod.count_examples(setup.schema, cfg.label_column, num_shards=task.num_workers,
+                                               shard_index=task.index)
+            per_pass = -(-examples // cfg.batch_size)
+            self.epoch_steps = per_pass * cfg.epochs
+            log.info("%s: --epochs %d: reads its %d training examples %d time(s), %d step(s) a pass, %d in all; "
+                     "then it is done", task.name, cfg.epochs, examples, cfg.epochs, per_pass, self.epoch_steps)
         g = tf.Graph()
         running_state: list = []   # the running metrics' variables (set as the step is built)
         with g.as_default():
@@ -193,7 +202,7 @@ class Worker:
                                  len(setup.schema.files), " ".join(os.path.basename(f) for f in own))
                     ds = data_mod.make_dataset(setup.schema, cfg.label_column, cfg.batch_size,
                                                num_shards=task.num_workers, shard_index=task.index,
-                                               train=True, seed=cfg.seed)
+                                               train=True, seed=cfg.seed, epochs=cfg.epochs)
                     batches = v1.data.make_one_shot_iterator(ds)
                 log.info("%s: %s", task.name, setup.optimizer_note)
                 opt = _optimizer(setup)
@@ -362,7 +371,8 @@ class Worker:
                      StopFlagHook(ops.flag, ops.raise_flag, self.stop, task.is_chief),
                      progress] + hooks
         if ops.steps_per_run is not None:
-            all_hooks.append(steps_mod.StepsPerRunHook(ops.steps_per_run, cfg.log_steps))
+            all_hooks.append(steps_mod.StepsPerRunHook(ops.steps_per_run, cfg.log_steps, steps=ops.steps,
+                                                       budget=self.epoch_steps, on_done=self._read_its_data))
         if ops.sync_hook is not None:
             all_hooks.append(ops.sync_hook)
         role_hooks, creator = self._role_hooks(server, scaffold)
@@ -384,6 +394,8 @@ class Worker:
                 with sess:
                     while not sess.should_stop():
                         sess.run(self.ops.train_op)
+                    if self.data_done:
+                        self._after_its_data(server, graph)
                     # Training ends with the last step; closing the session (the final
                     # checkpoint, the teardown of the session) is part of the final save.
                     self.trained_at = time.time()
@@ -397,6 +409,16 @@ class Worker:
             ended.set()
             # A job restored at its last step trains none; its final save is not start-up.
             self.watchdog.disarm()
+
+    def _read_its_data(self, steps: int) -> None:
+        """--epochs: this worker read its share of the data that many times (StepsPerRunHook)."""
+        self.data_done = True
+        log.info("%s: read its training data %d time(s) (%d step(s)) at global step %d; done",
+                 self.task.name, self.cfg.epochs, steps, self.last_seen_step)
+
+    def _after_its_data(self, server, graph) -> None:
+        """--epochs, once this worker's data is read, before its session closes: nothing for a
+        worker (the chief waits for the others there before its final save)."""
 
     def _watch_for_the_jobs_end(self, server, graph, ended: threading.Event) -> None:
         """Non-chief: end a wait that nobody will answer once the job is over.
