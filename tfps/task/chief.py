@@ -221,11 +221,13 @@ class Chief(Worker):
         options = v1.RunOptions(timeout_in_ms=timeouts.WATCH_READ_TIMEOUT_MS)
         moved: dict[int, tuple] = {}   # worker -> (its steps, when they last changed)
         gone: set[int] = set()
-        if others:
-            log.info("chief: waits for worker(s) %s to read their data before the final save",
-                     ", ".join(str(i) for i in others))
+        if not others:
+            self.ended_by_epochs = True
+            return
+        log.info("chief: waits for worker(s) %s to read their data before the final save",
+                 ", ".join(str(i) for i in others))
         with v1.Session(server.target, graph=graph, config=session_config(self.task, cfg)) as sess:
-            while others:
+            while True:
                 self.watchdog.extend()   # waiting here is not a stall of the chief's steps
                 now = time.monotonic()
                 if self.stop.requested:
@@ -236,16 +238,6 @@ class Chief(Worker):
                     self.last_seen_step = max(self.last_seen_step, step)
                 except tf.errors.OpError:
                     step = 0
-                if step >= cfg.train_steps:
-                    log.info("chief: the job reached --train_steps (%d) before every worker read its data",
-                             cfg.train_steps)
-                    return
-                try:
-                    if sess.run(ops.flag, options=options):
-                        log.info("chief: the stop flag is raised (a worker failed?); saving now")
-                        return
-                except tf.errors.OpError:
-                    pass   # never written: nobody asked to stop
                 waiting = []
                 for i in others:
                     try:
@@ -269,6 +261,16 @@ class Chief(Worker):
                              cfg.epochs, step)
                     self.ended_by_epochs = True
                     return
+                if step >= cfg.train_steps:
+                    log.info("chief: the job reached --train_steps (%d) before every worker read its data",
+                             cfg.train_steps)
+                    return
+                try:
+                    if sess.run(ops.flag, options=options):
+                        log.info("chief: the stop flag is raised (a worker failed?); saving now")
+                        return
+                except tf.errors.OpError:
+                    pass   # never written: nobody asked to stop
                 time.sleep(timeouts.EPOCHS_WAIT_POLL_SECS)
 
     def _on_session(self, how: str, step: int, lost: list[str]) -> None:
