@@ -668,31 +668,35 @@ def bench_ctr(rows, quick):
 
 
 # ------------------------------------------------------------------------------ dynamic
-#: The "dynamic" bench: wide_deep on bench/ctr_stream.py's churning users, 2 ps + 1 worker.
+#: The "dynamic" bench: wide_deep on bench/ctr_stream.py's churning users, 2 ps + 2 workers.
 STREAM_BATCH = 512
-#: One worker, so that the stream is trained in its order. Each worker reads its own files
-#: (every other one), over and over, until the job's global step is reached; asynchronous
-#: workers go at their own pace, and here the chief (which also runs the hooks) made 134
-#: steps while the other made 319 of its 226: the chief never read the last 40 % of its
-#: files, the other spent its last 93 steps on the stream's first 40 % again, the end's
-#: users were evicted (their hashed rows overwritten) before the export, and the model
-#: scored as if it knew no user (scale 0.02: dynamic 0.616, one
-#: constant user 0.618, hashed 0.573). With one worker: dynamic 0.659, one constant user
-#: 0.625, hashed 0.645 (docs/benchmarks.md).
-STREAM_WORKERS = 1
+#: Two workers, each reading its own files (every other one) once: --epochs 1 (STREAM_EPOCHS).
+#: Without it each asynchronous worker repeated its files until the job's global step, at
+#: its own pace: the chief (which also runs the hooks) made 134 steps while the other made
+#: 319 of its 226, so the chief never read the last 40 % of its files, the other spent its
+#: last 93 steps on the stream's first 40 % again, and the model scored as if it knew no user
+#: (scale 0.02: dynamic 0.616, one constant user 0.618, hashed 0.573); the bench then ran
+#: 1 worker (dynamic 0.659, hashed 0.645, one constant user 0.625). With --epochs 1 each
+#: worker makes exactly its pass (227 steps each at scale 0.02, 454 in all) and the chief
+#: saves once the other is done: dynamic 0.651, 0.656, 0.653, hashed 0.644, 0.648, one
+#: constant user 0.627, 0.630 (docs/benchmarks.md).
+STREAM_WORKERS = 2
+#: --epochs of every stream run: each worker reads its own files once, then is done (the
+#: chief saves once the other is done too); the run's steps are an upper bound.
+STREAM_EPOCHS = 1
 STREAM_DIM = 16
 #: Lazy Adam: its step on a row is about the learning rate whatever the gradient's size, so a
 #: user's row moves with the user's few rows of a step (one of 512: a gradient of about 1e-3).
 #: Adagrad at 0.1 (the bench's setting until 2026-12) moves such a row by about 3e-4 a row
 #: (its accumulator starts at 0.1): an id seen 30 times stays near its initial value (AUC
 #: 0.598 hashed, 0.598 dynamic at scale 0.02). Adam at 0.003 learns the users once the
-#: stream is trained in order (one worker, above): the wide weights of users with 30+ rows
+#: stream is trained in order (one worker, or two with --epochs 1, above): the wide weights of users with 30+ rows
 #: correlate 0.72 with their hidden propensities (0.39 with two workers), and the next
 #: part's rows of users seen in training rank at 0.683, those of unseen users at 0.622. A
 #: larger rate does not help. Scale 0.02, one worker: dynamic 0.659 at 0.003, 0.656 at 0.01
-#: (one constant user 0.625 and 0.622, hashed 0.645 and 0.641). Two workers: dynamic 0.616,
-#: 0.612, 0.604 at 0.003, 0.01, 0.03 (one constant user 0.618, 0.616, 0.583: at 0.03 the
-#: model loses even without users).
+#: (one constant user 0.625 and 0.622, hashed 0.645 and 0.641). Two workers repeating their
+#: files (before --epochs): dynamic 0.616, 0.612, 0.604 at 0.003, 0.01, 0.03 (one constant
+#: user 0.618, 0.616, 0.583: at 0.03 the model loses even without users).
 STREAM_OPTIMIZER = "adam"
 STREAM_LEARNING_RATE = 0.003
 #: --steps_to_live in inter-arrival times of one active user (active users / examples per step):
@@ -760,7 +764,10 @@ def run_stream(kind: str, stream: dict, steps: int, ps: int, d: str, train_glob:
     flags, plan = stream_flags(kind, stream)
     argv = [PY, "-m", "tfps", "local", "--ps", str(ps), "--workers", str(STREAM_WORKERS), *flags,
             "--train_data", train_glob or stream["train_glob"], "--eval_data", stream["next_csv"],
-            "--train_steps", str(steps), "--model_dir", d, "--log_steps", str(max(10, steps // 40)),
+            # An upper bound: each worker's pass ends its own files with a smaller batch (the
+            # passes make up to a step more per worker than the stream's rows / batch).
+            "--epochs", str(STREAM_EPOCHS), "--train_steps", str(steps + 2 * STREAM_WORKERS), "--model_dir", d,
+            "--log_steps", str(max(10, steps // 40)),
             "--checkpoint_steps", str(steps * 10), *(["--replace"] if replace else [])]
     p = Watched(argv, FIRST_RE, time.time())
     pids: dict[str, int] = {}
@@ -819,7 +826,13 @@ def run_stream(kind: str, stream: dict, steps: int, ps: int, d: str, train_glob:
             "examples_s_training": round((res.global_step - start) * STREAM_BATCH / max(res.times.training_s, 1e-9)),
             "auc_next": (res.eval_metrics or {}).get("auc"), "ps_rss_mib_25": rss_at(0.25),
             "ps_rss_mib_100": rss_at(1.0), "ps_shares_mb": res.ps_shares_mb or None, "plan": plan,
-            "last_live_rows_line": live[0] if live else None}
+            "last_live_rows_line": live[0] if live else None,
+            # --epochs: the steps each worker made, and those of its passes over its files.
+            "worker_steps": {n: w.steps for n, w in sorted((res.workers or {}).items())},
+            "worker_pass_steps": {m.group(1): int(m.group(2)) for line in p.lines if (m := re.search(
+                r"(worker\d+): --epochs \d+: reads its \d+ training examples \d+ time\(s\), \d+ step\(s\) a pass, "
+                r"(\d+) in all", line))},
+            "ended_by": res.ended_by}
 
 
 def dynamic_available() -> str | None:
