@@ -70,8 +70,8 @@ def test_a_job_resumed_with_more_ps_tasks_splits_the_table_from_the_checkpoint(p
     ctr = demo_dir / "ctr"
     flags = ["--model", "tests.fixtures.ctr_models:build_model", "--train_data", ctr / "train-*.csv",
              "--batch_size", 128, "--partition_mb", 1]
-    # One worker each time: the split of the table is the ps tasks' concern (every task of a
-    # Keras model's job is a new interpreter, so each one left out saves a TensorFlow start).
+    # One worker each time: the split of the table is the ps tasks' concern (each task left
+    # out saves a process).
     first = procs.tfps("tfps-local-ctr-1ps", "local", "--ps", 1, "--workers", 1, *run_flags(model_dir, *flags, steps=100))
     assert first.wait(600) == 0, first.tail()
     assert set(read_results(model_dir)["ps_shares_mb"]) == {"ps0"}

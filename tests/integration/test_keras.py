@@ -236,6 +236,10 @@ def test_async_keras_job_succeeds_and_loss_falls(async_job):
     res = assert_succeeded(async_job, ASYNC_STEPS)
     assert res["mode"] == "async"
     assert_loss_fell(async_job, 3)
+    # The launcher's estimate checked the Keras model against the data in a forked child, so
+    # the launcher stayed clean and forked its tasks (no TensorFlow import of their own).
+    assert async_job.proc.lines(r"tfps local: 1 ps \+ 2 worker\(s\) on .*; tasks forked from this launcher$"), \
+        async_job.proc.tail()
     # The compiled optimizer and rate were used, and said so.
     assert async_job.proc.lines(r"worker0: optimizer adam \(the model's compile\(\)\), "
                                 r"learning_rate 0\.01 \(the model's compile\(\)\)"), async_job.proc.tail()
@@ -266,8 +270,7 @@ def test_keras_model_resumes_from_its_checkpoint_with_its_moving_statistics(asyn
     shutil.copytree(async_job.model_dir, model_dir)
     before = export_variables(async_job.results["export_dir"])
     done = async_job.results["global_step"]
-    # One worker: the restore is the chief's (each task of a Keras model's job is a new
-    # interpreter, so each one left out saves a TensorFlow start).
+    # One worker: the restore is the chief's (each task left out saves a process).
     job = run_job(procs, "keras-resume", model_dir, "--model", ASYNC_MODEL, "--train_data",
                   blob_data["train"], "--eval_data", blob_data["eval"], "--batch_size", 32, "--replace",
                   "--workers", 1, steps=done + 2)

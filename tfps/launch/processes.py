@@ -161,11 +161,16 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
     total = host_total_memory()
     if isinstance(memory, placement.MemoryEstimate):
         placement.check_fits_host(memory, total)
-    # A Keras model is built here, eagerly (after its variables were found to fit): TensorFlow's
-    # runtime then runs in this process, and the tasks are spawned, not forked.
-    eager = isinstance(setup.model_fn, keras_model.KerasBuilder)
-    with _said_when_slow(f"tfps local: building the model {cfg.model} once more, to check it against the data…"):
-        setup.bind()
+    # A Keras model was checked against the data by the estimate, which built the whole training
+    # graph in its forked child. Only when that child could not give an estimate is the model
+    # built here, eagerly: TensorFlow's runtime then runs in this process, and the tasks are
+    # spawned, not forked.
+    eager = isinstance(setup.model_fn, keras_model.KerasBuilder) and not (
+        forkable and isinstance(memory, placement.MemoryEstimate))
+    if eager or not isinstance(setup.model_fn, keras_model.KerasBuilder):
+        with _said_when_slow(f"tfps local: building the model {cfg.model} once more, to check it against the "
+                             "data…"):
+            setup.bind()
     setup.check_batch_fits(num_workers)
     results.check_model_dir(cfg.model_dir, setup.identity())   # the chief claims it later
     results.check_export_dir(cfg.export_path, cfg.model_dir)
@@ -214,8 +219,9 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
     env.pop(ENV_URLS, None)
     env.pop(ENV_URLS_FILE, None)
     where = (_script_dir(script_args or []) if script else f"model_dir {os.path.abspath(cfg.model_dir)}")
-    log.info("tfps local: %d ps + %d worker(s) on %s%s", num_ps, num_workers,
-             ", ".join(p.target for p in plan.tasks), f"; {where}" if where else "")
+    log.info("tfps local: %d ps + %d worker(s) on %s%s%s", num_ps, num_workers,
+             ", ".join(p.target for p in plan.tasks), f"; {where}" if where else "",
+             "; tasks forked from this launcher" if fork else "")
     if gpus is not None:
         log.info("tfps local: %s; every ps on the CPU", ", ".join(
             f"worker{i} on GPU {g.index} ({g.name})" for i, g in enumerate(found)))

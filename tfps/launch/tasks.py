@@ -232,9 +232,11 @@ def import_tensorflow_once(verbose: bool, keras: bool = True) -> bool:
     (``placement.partitioned``), and so does the memory estimate (``estimate.estimate_isolated``),
     forked from here before them; imported once, it is shared by all of them. Its import
     starts no thread either."""
-    if "tensorflow" in sys.modules:
+    if "tensorflow" in sys.modules and not single_threaded():
         # The launcher has used TensorFlow already (reading TFRecord data to check it): its
         # runtime has started threads, which a fork would not copy while their locks stay held.
+        # (A user's model module that imports TensorFlow itself, and uses nothing of it yet,
+        # leaves this process single-threaded: its tasks are forked.)
         return False
     from tfps.task import import_tensorflow
     saved = os.dup(2)
