@@ -707,7 +707,9 @@ STREAM_TTL_ARRIVALS = 4
 #: planned for the ids of that many steps. At scale 0.02 (steps_to_live 10) it ran every 8
 #: steps with one worker (the table peaked at 3880 of its 4296 rows) but every 28 with two
 #: (the table was full most of the run and had refused 17172 new ids by its first pass,
-#: about 70 steps in).
+#: about 70 steps in): the chief's own runs (up to --log_steps steps each) woke the eviction.
+#: Since 2026-12-07 it follows the global step (mostly 2-5 steps apart at scale 0.02, two
+#: workers); the table still refuses ids in stalls of the chief's process (docs/benchmarks.md).
 STREAM_EVICTION_LAG = 40
 
 
