@@ -15,8 +15,9 @@
    model.fit; each ps's peak RSS; a 4x larger table; Adam as compiled
 7. dynamic: wide_deep on a stream of churning users (bench/ctr_stream.py: 1 M distinct,
    50 k active at a time; --stream_scale shrinks it), hashed against dynamic tables of the
-   same memory budget, 2 ps + 1 worker: AUC on the next part of the stream (and the dynamic
-   side's on the stream with one constant user), ps RSS at 25 % and 100 % of the steps,
+   same memory budget, 2 ps + 2 workers each reading its share once (--epochs 1): AUC on
+   the next part of the stream (and the dynamic side's on the stream with one constant
+   user), ps RSS at 25 % and 100 % of the steps,
    examples/s, and a continuation saved on 2 ps resumed on 3
 8. dlrm: a Criteo-shaped DLRM (bench/dlrm.py: 13 numeric and 26 categorical columns, dim 16,
    MLPs 512-256-16 and 512-256-1, batch 512, Adagrad): examples/s and examples/s per vCPU of
