@@ -60,6 +60,18 @@ class Board:
             self.publish_error = self.error_vars[index].assign(self.error_value).op
         self.read_errors = [v.read_value() if hasattr(v, "read_value") else v.value() for v in self.error_vars]
 
+    def read_all(self, sess, options) -> list:
+        """Every worker's board as floats, by worker index; None for one not written yet (or
+        while ps 0 is away)."""
+        import tensorflow as tf
+        boards = []
+        for read in self.read:
+            try:
+                boards.append([float(x) for x in sess.run(read, options=options)])
+            except tf.errors.OpError:
+                boards.append(None)
+        return boards
+
 
 def restart_signal() -> int:
     """The signal that killed this task's predecessor, when a supervisor said so (else 0)."""

@@ -32,7 +32,7 @@ from tfps.task.checkpoint import checkpoint_step
 from tfps.task.lifecycle import session_config
 from tfps.task.setup import JobSetup
 from tfps.task.traingraph import TrainGraph
-from tfps.task.watch import JobWatch
+from tfps.task.watch import JobWatch, read_step
 from tfps.task.worker import Worker, WorkerFailed
 
 log = logging.getLogger("tfps")
@@ -233,17 +233,12 @@ class Chief(Worker):
                 if self.stop.requested:
                     log.info("chief: stop requested while waiting for the workers' data; saving now")
                     return
-                try:
-                    step = int(sess.run(ops.global_step, options=options))
-                    self.last_seen_step = max(self.last_seen_step, step)
-                except tf.errors.OpError:
-                    step = 0
+                step = read_step(sess, ops.global_step, options)
+                self.last_seen_step = max(self.last_seen_step, step)
                 waiting = []
+                boards = ops.board.read_all(sess, options)
                 for i in others:
-                    try:
-                        board = [float(x) for x in sess.run(ops.board.read[i], options=options)]
-                    except tf.errors.OpError:
-                        board = None   # not written yet, or ps 0 away
+                    board = boards[i]
                     if board is not None and board[done_field] > 0:
                         continue
                     steps = None if board is None else int(board[0])

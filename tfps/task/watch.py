@@ -37,6 +37,15 @@ READ_TIMEOUT_MS = timeouts.WATCH_READ_TIMEOUT_MS
 RATE_WINDOW_SECS = 60.0
 
 
+def read_step(sess, step_tensor, options) -> int:
+    """The global step, 0 while it cannot be read (its ps away)."""
+    import tensorflow as tf
+    try:
+        return int(sess.run(step_tensor, options=options))
+    except tf.errors.OpError:
+        return 0
+
+
 class _WatchedWorker:
     """What the chief knows of one worker's progress."""
 
@@ -114,14 +123,7 @@ class JobWatch:
             log.warning("chief: the job watch stopped: %s: %s", type(e).__name__, e)
 
     def _read(self, sess, options) -> list:
-        import tensorflow as tf
-        boards = []
-        for read in self.board.read:
-            try:
-                boards.append([float(x) for x in sess.run(read, options=options)])
-            except tf.errors.OpError:
-                boards.append(None)   # not written yet, or ps 0 away
-        return boards
+        return self.board.read_all(sess, options)
 
     def _read_failures(self, sess, options) -> bool:
         """Read why workers failed (tfps.task.board); True when one failed since the last look."""
@@ -153,11 +155,7 @@ class JobWatch:
             log.warning("chief: could not ask the workers to stop: %s", e.message.splitlines()[0] if e.message else e)
 
     def _read_step(self, sess, options) -> int:
-        import tensorflow as tf
-        try:
-            return int(sess.run(self.step_tensor, options=options))
-        except tf.errors.OpError:
-            return 0
+        return read_step(sess, self.step_tensor, options)
 
     # ------------------------------------------------------------------ one look
     def _update_all(self, boards: list, now: float, wall: float) -> None:
