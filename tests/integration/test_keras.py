@@ -448,7 +448,10 @@ def test_clipnorm_and_builder_arguments_are_honoured_as_model_fit_honours_them(p
     assert export_variables(res["export_dir"])["hidden/kernel"].shape == (8, 48)
     out = predict_in_a_client(res["export_dir"], {"measurements": hx})
     acc = float((np.asarray(out["outputs"]["classes"]) == hy).mean())
-    assert fit_acc > 0.8 and acc >= fit_acc - 0.08, (acc, fit_acc, fit_loss)
+    # At a step of up to 0.8 (40 x 0.02) two asynchronous workers end within a few points of
+    # model.fit but not always within 8 (one CI run: 0.800 against 0.895); unclipped, the job
+    # goes NaN and fails, or guesses (about 0.33 on three classes).
+    assert fit_acc > 0.8 and acc >= fit_acc - 0.15, (acc, fit_acc, fit_loss)
 
     wild_loss, wild_acc = fit(None)
     assert not np.isfinite(wild_loss) or wild_acc < 0.5, (wild_loss, wild_acc)   # model.fit diverges
