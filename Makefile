@@ -65,10 +65,10 @@ unit: install collections
 # at the end. Both must pass.
 SYSTEM_LOG ?= .test-system.log
 test: install image collections lint
-	@$(VENV)/bin/pytest -q -rs --durations=15 --fail-on-skip -p no:cacheprovider tests/system $(PYTEST_ARGS) \
+	@$(VENV)/bin/pytest -q -rs --durations=25 --fail-on-skip -p no:cacheprovider tests/system $(PYTEST_ARGS) \
 	  > $(SYSTEM_LOG) 2>&1 & system=$$!; \
 	echo "tests/system run alongside, in $(SYSTEM_LOG)"; \
-	$(VENV)/bin/pytest -q -rs --durations=15 --fail-on-skip tests/integration tests/unit $(PYTEST_ARGS); here=$$?; \
+	$(VENV)/bin/pytest -q -rs --durations=40 --fail-on-skip tests/integration tests/unit $(PYTEST_ARGS); here=$$?; \
 	wait $$system; there=$$?; \
 	echo "================ tests/system ($(SYSTEM_LOG)) ================"; cat $(SYSTEM_LOG); \
 	echo "tests/unit and tests/integration: exit $$here; tests/system: exit $$there"; \

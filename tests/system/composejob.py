@@ -144,5 +144,5 @@ class ComposeJob:
                 return current
             if self._up is not None and self._up.poll() is not None:
                 pytest.fail(f"the job ended before step {step}:\n{self.tail()}")
-            time.sleep(0.2)
+            time.sleep(0.5)   # each look is a docker exec: CPU the job's containers share
         pytest.fail(f"the chief did not reach step {step} within {timeout} s:\n{self.tail()}")

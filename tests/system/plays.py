@@ -62,7 +62,7 @@ def play_vars(tmp_path: Path, memory_check: bool = False) -> dict:
     and show it on a real play: the first deploy (a user's tf.keras model) and the one with
     tfps_data_src (the data from the controller). The estimate itself is tested in
     tests/unit/test_memory_plan.py and tests/integration/test_local_memory_plan.py."""
-    return {"tfps_results_dir": str(tmp_path / "results"), "tfps_wait_poll_interval": 2, "tfps_settle_timeout": 60,
+    return {"tfps_results_dir": str(tmp_path / "results"), "tfps_wait_poll_interval": 10, "tfps_settle_timeout": 60,
             "tfps_memory_check": memory_check}
 
 

@@ -9,10 +9,8 @@ machine, and every check of what happened on a host looks into that host itself.
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
 import json
-import os
 import re
 import subprocess
 import sys
@@ -34,7 +32,6 @@ from plays import (
     no_containers_anywhere,
     paced,
     play_vars,
-    recap,
     section,
 )
 
@@ -130,123 +127,6 @@ def test_deploy_trains_a_job_from_the_image_archive(bare_metal, finished_job):
                 assert (limits["Memory"], limits["NanoCpus"]) == (0, 0), name
             seen.append(name)
     assert sorted(seen) == [f"tfps-{job}-{t}" for t in ("ps0", "worker0", "worker1")]
-
-
-@pytest.mark.system
-@pytest.mark.timeout(1800)   # six plays over one job; a loaded CI machine can take past 900 s
-def test_rerun_changes_nothing_and_stop_saves(bare_metal, image_archive, network_smtp_server, run_playbook,
-                                              paced_model_dir, tmp_path):
-    """deploy.yml again while the job runs changes nothing, and so does --check --diff (which
-    says so); tfps jobs and tfps logs see it from the controller; stop.yml ends the job with a final checkpoint and export; cleanup.yml
-    removes what the job left. (A changed job and tfps_replace: the two-jobs test below.)"""
-    job = "rerun"
-    inventory = bare_metal.inventory(
-        tmp_path / "inventory", LAYOUT,
-        group_vars={"all": job_vars(job, image_archive, network_smtp_server, tfps_train_steps=10_000_000,
-                                    **paced(paced_model_dir))})
-    nowait = {**play_vars(tmp_path), "tfps_wait": False}
-
-    first = run_playbook("deploy.yml", inventory, nowait)
-    assert_ok(first, "deploy.yml (start only)")
-    assert any(c["changed"] for c in recap(first.output).values())
-    chief_host = bare_metal["host2"]
-    assert chief_host.containers(f"tfps.job={job}") == [f"tfps-{job}-worker0"]
-
-    running_id = chief_host.sh(f"docker inspect -f '{{{{.Id}}}}' tfps-{job}-worker0")[1].strip()
-
-    # deploy.yml again, and --check --diff, at the same time on the running job: both change
-    # nothing, and the check says that nothing would change.
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        again = pool.submit(run_playbook, "deploy.yml", inventory, nowait)
-        check = pool.submit(run_playbook, "deploy.yml", inventory, play_vars(tmp_path), args=["--check", "--diff"])
-        second, checked = again.result(), check.result()
-    print(f"deploy.yml again while the job runs: {second.seconds:.0f} s")
-    assert_ok(second, "deploy.yml (again)")
-    counts = recap(second.output)
-    assert set(counts) >= {"host1", "host2", "host3"}
-    assert all(c["changed"] == 0 for c in counts.values()), counts
-    assert not re.search(r"^changed:", second.output, re.M)
-    assert_ok(checked, "deploy.yml --check on a running job")
-    counts = recap(checked.output)
-    assert set(counts) == {"host1", "host2", "host3"}
-    assert all(c["changed"] == 0 for c in counts.values()), counts
-    assert f"--check: host2 already runs tfps-{job}-worker0: nothing would change" in checked.output
-    assert chief_host.sh(f"docker inspect -f '{{{{.Id}}}}' tfps-{job}-worker0")[1].strip() == running_id
-    assert f"job {job} step" not in checked.output and "RETRYING" not in checked.output
-    assert not (tmp_path / "results" / "latest" / "results.json").exists()
-
-    def trained_a_little():
-        deadline = time.monotonic() + 120
-        while "first training step done" not in chief_host.sh(f"docker logs tfps-{job}-worker0 2>&1")[1]:
-            assert time.monotonic() < deadline, "the chief did not start training"
-            time.sleep(2)
-
-    trained_a_little()
-    # The containers record what defines the job (settings.yml compares a new deploy with it).
-    label = chief_host.sh(f"docker inspect -f '{{{{index .Config.Labels \"tfps.settings\"}}}}' tfps-{job}-worker0")[1]
-    recorded = json.loads(base64.b64decode(label.strip()))
-    assert (recorded["tfps_train_steps"], recorded["tfps_batch_size"]) == (10_000_000, 32), recorded
-    assert recorded["layout"] == "ps0@host1 worker0@host2 worker1@host3", recorded
-
-    # tfps jobs, tfps logs and status.yml see the job from the controller, through the
-    # inventory (all at once: none of them changes anything).
-    env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"))
-    tfps = [sys.executable, "-m", "tfps"]
-
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*tfps, *args], env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        looks = [pool.submit(cli, "jobs", "-i", str(inventory)),
-                 pool.submit(cli, "logs", "-i", str(inventory), job, "-n", "20"),
-                 pool.submit(cli, "logs", "-i", str(inventory), "nosuchjob"),
-                 pool.submit(run_playbook, "status.yml", inventory, play_vars(tmp_path))]
-        follow = subprocess.Popen([*tfps, "logs", "-i", str(inventory), job, "ps0", "-n", "1", "-f"], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
-        try:
-            first = follow.stdout.readline()
-            assert first.startswith("[ps0] "), first
-        finally:
-            follow.terminate()
-            follow.wait(30)
-        listed, shown, missing, status = (look.result() for look in looks)
-    assert listed.returncode == 0, listed.stdout + listed.stderr
-    row = next((line.split() for line in listed.stdout.splitlines() if line.startswith(f"{job} ")), None)
-    assert row is not None, listed.stdout
-    assert row[1] == "running" and re.fullmatch(r"\d+/10000000", row[2]) and int(row[2].split("/")[0]) > 0, row
-    assert row[-1] == "host1,host2,host3", row
-    assert shown.returncode == 0, shown.stdout + shown.stderr
-    assert any(re.match(r"\[worker0\] \S+ I worker0: step \d+/10000000", line) for line in shown.stdout.splitlines()), \
-        shown.stdout[-2000:]
-    assert missing.returncode == 2 and "no host of the inventory has task worker0 of job 'nosuchjob'" in missing.stderr
-    assert_ok(status, "status.yml")
-    assert re.search(rf"tfps-{job}-worker0\s+running", status.output)
-
-    # Stop mid-job, once the chief has trained a little.
-    stop = run_playbook("stop.yml", inventory, play_vars(tmp_path))
-    print(f"stop.yml: {stop.seconds:.0f} s")
-    assert_ok(stop, "stop.yml")
-    results = json.loads((tmp_path / "results" / "latest" / "results.json").read_text())
-    assert results["status"] == "stopped"
-    assert 0 < results["global_step"] < 10_000_000
-    assert results["export_complete"] is True
-    assert chief_host.exists(f"/srv/tfps/{job}/export/tfps_export.json")
-    assert chief_host.sh(f"cat /srv/tfps/{job}/checkpoint")[1].count(f"model.ckpt-{results['global_step']}")
-    no_containers_anywhere(bare_metal, job)
-    # One message, stop.yml's, at the step of the final save.
-    expected = [f"[tfps] job {job} stopped at step {results['global_step']}"]
-
-    def mail() -> list[str]:
-        return [str(m["subject"]) for m in network_smtp_server.received() if f"job {job}" in str(m["subject"])]
-    deadline = time.monotonic() + 30
-    while not mail() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert mail() == expected
-
-    cleanup = run_playbook("cleanup.yml", inventory, {**play_vars(tmp_path), "tfps_cleanup_model_dir": True})
-    assert_ok(cleanup, "cleanup.yml")
-    assert not chief_host.exists(f"/srv/tfps/{job}")
-    for host in bare_metal.hosts:
-        assert f"tfps {job} " not in host.sh("iptables -S INPUT")[1]
 
 
 def user_files(directory: Path, *names: str) -> Path:
@@ -601,9 +481,11 @@ def test_killed_task_on_a_host_comes_back_and_the_job_completes(victim, mode, ba
     chief_host, host = bare_metal["host2"], bare_metal[TASK_HOST[victim]]
     target = faults.kill_target(FAULT_STEPS, FAULT_CHECKPOINT, margin=20)
     deadline = time.monotonic() + 300
+    # A look a second (a docker exec into the host, and the host's own): the kill lands up to
+    # a second of steps past the target, which is random anyway.
     while max((r["step"] for r in _history(chief_host, job)), default=0) < target:
         assert deploy.is_alive() and time.monotonic() < deadline, box.get("result") and box["result"].output[-3000:]
-        time.sleep(0.2)
+        time.sleep(1)
     container = f"tfps-{job}-{victim}"
     pid = host.sh(f"docker inspect {container} --format '{{{{.State.Pid}}}}'")[1].strip()
     host.sh(f"kill -KILL {pid}")
@@ -614,8 +496,8 @@ def test_killed_task_on_a_host_comes_back_and_the_job_completes(victim, mode, ba
 
     recover_s = None
     while recover_s is None and deploy.is_alive() and time.monotonic() < deadline + 240:
-        recover_s = faults.recovered_after(_history(chief_host, job), t_kill)
-        time.sleep(0.5)
+        recover_s = faults.recovered_after(_history(chief_host, job), t_kill)   # from the records' times
+        time.sleep(2)
     deploy.join(600)
     result = box["result"]
     assert_ok(result, f"deploy.yml with {victim} killed")

@@ -23,8 +23,11 @@
 
 from __future__ import annotations
 
+import base64
+import concurrent.futures
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -49,6 +52,7 @@ from plays import (
     no_containers_anywhere,
     paced,
     play_vars,
+    recap,
 )
 from test_compose import (
     COMPOSE_FAULT,
@@ -311,25 +315,34 @@ def test_compose_tasks_are_unprivileged_the_password_leaks_nowhere_and_a_killed_
     assert len(volume) > 5, sorted(volume)
 
 
-# A deploy, a job with a host's reboot in it, a stop and a cleanup: longer than the suite's
-# 900 s per test on a busy 2-core machine.
+# A deploy, a second one beside --check, the controller's looks, a job with a host's reboot
+# in it, a stop and a cleanup: longer than the suite's 900 s per test on a busy 2-core machine.
 @pytest.mark.timeout(1800)
-def test_ansible_firewall_admits_only_the_cluster_also_after_a_reboot(bare_metal, image_archive, run_playbook,
-                                                                     paced_model_dir, tmp_path):
-    """While a job deployed by deploy.yml trains, a fourth container on the hosts' network
-    (and this machine, the network's gateway) cannot connect to any TF port; the cluster's
-    hosts can. The rules are saved for the next boot; worker1's host reboots mid-job: its
-    task comes back by restart policy, its port is again closed to the outsider and open
-    to the cluster, and it trains again. stop.yml ends the job with a final save; cleanup.yml
-    removes the rules, live and saved.
+def test_ansible_firewall_admits_only_the_cluster_also_after_a_reboot_and_a_rerun_changes_nothing(
+        bare_metal, image_archive, network_smtp_server, run_playbook, paced_model_dir, tmp_path):
+    """While a job deployed by deploy.yml (start only) trains:
+
+    * deploy.yml again, and --check --diff, at the same time, change nothing (the check says
+      so); the containers record what defines the job; tfps jobs, tfps logs and status.yml
+      see it from the controller;
+    * a fourth container on the hosts' network (and this machine, the network's gateway)
+      cannot connect to any TF port; the cluster's hosts can; TensorBoard listens on the
+      chief's host's loopback only;
+    * the rules are saved for the next boot; worker1's host reboots mid-job: its task comes
+      back by restart policy, its port is again closed to the outsider and open to the
+      cluster, and it trains again.
+
+    stop.yml ends the job with a final checkpoint and export and one message; cleanup.yml
+    removes the rules, live and saved, and the job's files. (A changed job and tfps_replace:
+    test_ansible.py's three-jobs test.)
 
     The job is long (its steps are fast) and ended by stop.yml, so that it is still running
     when the rebooted host's task comes back: a job that ended meanwhile closes its ports."""
     job = f"fw{uuid.uuid4().hex[:6]}"
     steps = 10_000_000
     inventory = bare_metal.inventory(tmp_path / "inventory", LAYOUT, group_vars={"all": job_vars(
-        job, image_archive, tfps_train_steps=steps, tfps_checkpoint_steps=500, tfps_tensorboard=True,
-        **paced(paced_model_dir))})
+        job, image_archive, network_smtp_server, tfps_train_steps=steps, tfps_checkpoint_steps=500,
+        tfps_tensorboard=True, **paced(paced_model_dir))})
     plan = json.loads(subprocess.run([sys.executable, "-m", "tfps", "plan", "-i", str(inventory), "--format",
                                       "json"], check=True, capture_output=True, text=True, cwd=REPO).stdout)
     targets = {task["name"]: task["target"] for task in plan["tasks"]}
@@ -352,11 +365,15 @@ def test_ansible_firewall_admits_only_the_cluster_also_after_a_reboot(bare_metal
         start = run_playbook("deploy.yml", inventory, {**play_vars(tmp_path), "tfps_wait": False}, timeout=1500)
         assert_ok(start, "deploy.yml (start only)")
         print(f"deploy.yml (start only): {start.seconds:.0f} s")
+        assert any(c["changed"] for c in recap(start.output).values())
         chief = f"tfps-{job}-worker0"
+        assert chief in host2.containers(f"tfps.job={job}")
+        a_rerun_changes_nothing(host2, inventory, job, run_playbook, tmp_path)
         deadline = time.monotonic() + 180
         while "first training step done" not in host2.sh(f"docker logs {chief} 2>&1")[1]:
             assert time.monotonic() < deadline, host2.sh(f"docker logs {chief} 2>&1")[1][-3000:]
             time.sleep(1)
+        the_controller_sees_it(host2, inventory, job, run_playbook, tmp_path)
 
         def probe(container, *wanted: str, timeout: float = 3.0) -> dict[str, str]:
             code, out = container.exec_run(["python3", "-c", PROBE, str(timeout), *wanted])
@@ -450,18 +467,97 @@ def test_ansible_firewall_admits_only_the_cluster_also_after_a_reboot(bare_metal
         # -- the job ends with a final save -----------------------------------------------
         stop = run_playbook("stop.yml", inventory, play_vars(tmp_path), timeout=900)
         assert_ok(stop, "stop.yml after the reboot")
+        print(f"stop.yml: {stop.seconds:.0f} s")
         results = json.loads((tmp_path / "results" / "latest" / "results.json").read_text())
         assert results["status"] == "stopped" and 0 < results["global_step"] < steps, results
         assert results["export_complete"] is True, results
+        assert host2.exists(f"/srv/tfps/{job}/export/tfps_export.json")
+        assert host2.sh(f"cat /srv/tfps/{job}/checkpoint")[1].count(f"model.ckpt-{results['global_step']}")
+        no_containers_anywhere(bare_metal, job)
+        # One message, stop.yml's, at the step of the final save.
+        expected = [f"[tfps] job {job} stopped at step {results['global_step']}"]
+
+        def mail() -> list[str]:
+            return [str(m["subject"]) for m in network_smtp_server.received() if f"job {job}" in str(m["subject"])]
+        deadline = time.monotonic() + 30
+        while not mail() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert mail() == expected
     finally:
         outsider.remove(force=True)
         cleanup = run_playbook("cleanup.yml", inventory, {**play_vars(tmp_path), "tfps_cleanup_model_dir": True})
     assert_ok(cleanup, "cleanup.yml")
     print(f"cleanup.yml: {cleanup.seconds:.0f} s")
     no_containers_anywhere(bare_metal, job)
+    assert not host2.exists(f"/srv/tfps/{job}")
     for host in bare_metal.hosts:
         assert f"tfps {job} " not in host.sh("iptables -S INPUT")[1], host.name
         assert f"tfps {job} " not in host.sh("cat /etc/iptables/rules.v4")[1], host.name
+
+
+def a_rerun_changes_nothing(chief_host, inventory, job: str, run_playbook, tmp_path) -> None:
+    """deploy.yml again, and --check --diff, at the same time on the running job: both change
+    nothing, the check says that nothing would change, and the chief is the same container."""
+    running_id = chief_host.sh(f"docker inspect -f '{{{{.Id}}}}' tfps-{job}-worker0")[1].strip()
+    nowait = {**play_vars(tmp_path), "tfps_wait": False}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        again = pool.submit(run_playbook, "deploy.yml", inventory, nowait)
+        check = pool.submit(run_playbook, "deploy.yml", inventory, play_vars(tmp_path), args=["--check", "--diff"])
+        second, checked = again.result(), check.result()
+    print(f"deploy.yml again while the job runs: {second.seconds:.0f} s")
+    assert_ok(second, "deploy.yml (again)")
+    counts = recap(second.output)
+    assert set(counts) >= {"host1", "host2", "host3"}
+    assert all(c["changed"] == 0 for c in counts.values()), counts
+    assert not re.search(r"^changed:", second.output, re.M)
+    assert_ok(checked, "deploy.yml --check on a running job")
+    counts = recap(checked.output)
+    assert set(counts) == {"host1", "host2", "host3"}
+    assert all(c["changed"] == 0 for c in counts.values()), counts
+    assert f"--check: host2 already runs tfps-{job}-worker0: nothing would change" in checked.output
+    assert chief_host.sh(f"docker inspect -f '{{{{.Id}}}}' tfps-{job}-worker0")[1].strip() == running_id
+    assert f"job {job} step" not in checked.output and "RETRYING" not in checked.output
+    assert not (tmp_path / "results" / "latest" / "results.json").exists()
+    # The containers record what defines the job (settings.yml compares a new deploy with it).
+    label = chief_host.sh(f"docker inspect -f '{{{{index .Config.Labels \"tfps.settings\"}}}}' tfps-{job}-worker0")[1]
+    recorded = json.loads(base64.b64decode(label.strip()))
+    assert (recorded["tfps_train_steps"], recorded["tfps_batch_size"]) == (10_000_000, 32), recorded
+    assert recorded["layout"] == "ps0@host1 worker0@host2 worker1@host3", recorded
+
+
+def the_controller_sees_it(chief_host, inventory, job: str, run_playbook, tmp_path) -> None:
+    """tfps jobs, tfps logs and status.yml see the running job from the controller, through
+    the inventory (all at once: none of them changes anything)."""
+    env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"))
+    tfps = [sys.executable, "-m", "tfps"]
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*tfps, *args], env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        looks = [pool.submit(cli, "jobs", "-i", str(inventory)),
+                 pool.submit(cli, "logs", "-i", str(inventory), job, "-n", "20"),
+                 pool.submit(cli, "logs", "-i", str(inventory), "nosuchjob"),
+                 pool.submit(run_playbook, "status.yml", inventory, play_vars(tmp_path))]
+        follow = subprocess.Popen([*tfps, "logs", "-i", str(inventory), job, "ps0", "-n", "1", "-f"], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+        try:
+            first = follow.stdout.readline()
+            assert first.startswith("[ps0] "), first
+        finally:
+            follow.terminate()
+            follow.wait(30)
+        listed, shown, missing, status = (look.result() for look in looks)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    row = next((line.split() for line in listed.stdout.splitlines() if line.startswith(f"{job} ")), None)
+    assert row is not None, listed.stdout
+    assert row[1] == "running" and re.fullmatch(r"\d+/10000000", row[2]) and int(row[2].split("/")[0]) > 0, row
+    assert row[-1] == "host1,host2,host3", row
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert any(re.match(r"\[worker0\] \S+ I worker0: step \d+/10000000", line) for line in shown.stdout.splitlines()), \
+        shown.stdout[-2000:]
+    assert missing.returncode == 2 and "no host of the inventory has task worker0 of job 'nosuchjob'" in missing.stderr
+    assert_ok(status, "status.yml")
+    assert re.search(rf"tfps-{job}-worker0\s+running", status.output)
 
 
 # The job is conftest's finished_job: a fresh cluster gets the image archive on all three

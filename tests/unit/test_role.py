@@ -39,14 +39,16 @@ def _tasks(node):
 
 
 def test_every_task_whose_result_can_hold_the_chief_environment_does_not_log():
-    """docker_container and docker_container_info return the container's Config.Env, where
-    the chief's APPRISE_URLS live: their results must never reach the output (-v included)."""
+    """docker_container, docker_container_info and the role's tfps_containers return the
+    container's Config.Env, where the chief's APPRISE_URLS live: their results must never reach
+    the output (-v included)."""
     leaking, registered = [], set()
     files = {path.name: list(_tasks(yaml.safe_load(path.read_text())))
              for path in sorted((ROLE / "tasks").glob("*.yml"))}
     for name, tasks in files.items():
         for task in tasks:
-            module = next((k for k in task if k.startswith("community.docker.docker_container")), None)
+            module = next((k for k in task if k.startswith("community.docker.docker_container")
+                           or k == "tfps_containers"), None)
             if module:
                 registered.add(task.get("register"))
                 if task.get("no_log") is not True:
