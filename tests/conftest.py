@@ -9,6 +9,7 @@ and the end of the run says how many tests passed and how many skipped. Ad-hoc r
 
 from __future__ import annotations
 
+import os
 import resource
 
 import pytest
@@ -93,9 +94,10 @@ def pytest_runtest_protocol(item, nextitem):
 def _cpu_summary(terminalreporter) -> None:
     if not _cpu:
         return
-    top = sorted(_cpu.items(), key=lambda kv: -kv[1])[:15]
+    count = int(os.environ.get("TFPS_TEST_CPU_TOP", "30"))
+    top = sorted(_cpu.items(), key=lambda kv: -kv[1])[:count]
     terminalreporter.write_line(f"CPU seconds of this pytest and the processes it waited for: {sum(_cpu.values()):.0f} "
-                                f"over {len(_cpu)} tests; the 15 that cost the most:")
+                                f"over {len(_cpu)} tests; the {len(top)} that cost the most:")
     for nodeid, secs in top:
         terminalreporter.write_line(f"{secs:8.1f}s cpu  {nodeid}")
 

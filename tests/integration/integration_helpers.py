@@ -207,7 +207,7 @@ class Processes:
         return self.start(name, [sys.executable, "-m", "tfps", *map(str, args)], env, separate_stderr)
 
     def _watch(self) -> None:
-        while not self._stop.wait(0.25):
+        while not self._stop.wait(0.5):   # a scan reads every process of the machine
             procs = [p for p in self.procs if p.popen.poll() is None or p.alive_family()]
             if not procs:
                 continue
