@@ -140,24 +140,3 @@ def test_bad_data_is_refused_before_anything_starts(case, bare_metal, image_arch
     finally:
         for host in bare_metal.hosts:
             host.sh(f"rm -rf {data_dir}")
-
-
-@pytest.mark.system
-def test_check_mode_says_which_data_files_it_would_copy_and_copies_none(bare_metal, image_archive, run_playbook,
-                                                                        tmp_path):
-    """--check with tfps_data_src names the files each worker host would get, and copies nothing."""
-    job = "datacheck"
-    src = tmp_path / "src"
-    src.mkdir()
-    for i in range(3):
-        (src / f"train-{i}.csv").write_text(f"f0,label\n{i},0\n")
-    data_dir = f"/srv/tfps-data/{job}"
-    inventory = bare_metal.inventory(tmp_path / "inventory", {"ps": ["host1"], "worker": ["host2", "host3"]},
-                                     group_vars={"all": job_vars(job, image_archive, tfps_data_dir=data_dir,
-                                                                 tfps_data_src=str(src / "train-*.csv"))})
-    result = run_playbook("deploy.yml", inventory, play_vars(tmp_path), args=["--check", "--tags", "data"])
-    assert_ok(result, "deploy.yml --check --tags data")
-    assert f"--check: host2 would get train-0.csv, train-2.csv in {data_dir}" in result.output
-    assert f"--check: host3 would get train-1.csv in {data_dir}" in result.output
-    for host in bare_metal.hosts:
-        assert not host.exists(data_dir), host.name

@@ -139,17 +139,29 @@ def test_limit_that_leaves_out_job_hosts_is_refused_and_status_allows_it(bare_me
 @pytest.mark.system
 def test_check_mode_on_a_fresh_cluster_changes_nothing(bare_metal, image_archive, run_playbook, tmp_path):
     """--check --diff reports what deploy.yml would do and does nothing: on a fresh cluster
-    it would start every task. (On a running job it would change nothing: the rerun test in
-    test_ansible.py.)"""
+    it would start every task, and with tfps_data_src it names the files each worker host
+    would get and copies none. (On a running job it would change nothing: the firewall test
+    in test_security.py.)"""
     job = "checkmode"
     inventory = ini_inventory(bare_metal, tmp_path / "inventory" / "hosts.ini", job, image_archive,
                               steps=10_000_000)
     chief_host = bare_metal["host2"]
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"train-{i}.csv").write_text(f"f0,label\n{i},0\n")
+    data_dir = f"/srv/tfps-data/{job}"
 
-    fresh = run_playbook("deploy.yml", inventory, play_vars(tmp_path), args=["--check", "--diff"])
+    fresh = run_playbook("deploy.yml", inventory, {**play_vars(tmp_path), "tfps_data_dir": data_dir,
+                                                   "tfps_data_src": str(src / "train-*.csv")},
+                         args=["--check", "--diff"])
     assert_ok(fresh, "deploy.yml --check on a fresh cluster")
     for host, task in (("host1", "ps0"), ("host2", "worker0"), ("host3", "worker1")):
         assert f"--check: {host} would start tfps-{job}-{task}" in fresh.output, fresh.output[-4000:]
+    assert f"--check: host2 would get train-0.csv, train-2.csv in {data_dir}" in fresh.output, fresh.output[-4000:]
+    assert f"--check: host3 would get train-1.csv in {data_dir}" in fresh.output
+    for host in bare_metal.hosts:
+        assert not host.exists(data_dir), host.name
     no_containers_anywhere(bare_metal, job)
     assert not chief_host.exists(f"/srv/tfps/{job}")
     for host in bare_metal.hosts:

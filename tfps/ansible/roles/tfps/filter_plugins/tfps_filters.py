@@ -121,10 +121,23 @@ def tfps_memory_problems(estimate, plan, host, meminfo="", ps_memory="", worker_
     return host_problems(estimate, plan, host, memtotal_mb, ps_memory, worker_memory)
 
 
+def tfps_firewall_rules(tasks, job, addresses):
+    """The iptables rules of a host's tasks for the tfps_firewall module, in the order they are
+    kept: accept the host itself (lo) and each of the cluster's ``addresses`` on each task's TF
+    port (inserted at the top), then drop the rest (appended, so that an address added to the
+    cluster later is accepted before the drop). Each carries the comment ``tfps <job> <task>``."""
+    def rule(task, **kw):
+        return {"port": int(task["port"]), "comment": f"tfps {job} {task['name']}", **kw}
+    return ([rule(t, in_interface="lo", jump="ACCEPT", action="insert") for t in tasks]
+            + [rule(t, source=a, jump="ACCEPT", action="insert") for t in tasks for a in addresses]
+            + [rule(t, jump="DROP", action="append") for t in tasks])
+
+
 class FilterModule:
     def filters(self):
         return {"tfps_plan_row": tfps_plan_row, "tfps_status_row": tfps_status_row,
                 "tfps_is_archive_image": tfps_is_archive_image,
                 "tfps_data_mismatch": tfps_data_mismatch, "tfps_data_to_copy": tfps_data_to_copy,
                 "tfps_memory_problems": tfps_memory_problems,
-                "tfps_fixed_ports_beside": tfps_fixed_ports_beside, "tfps_chosen_ports": tfps_chosen_ports}
+                "tfps_fixed_ports_beside": tfps_fixed_ports_beside, "tfps_chosen_ports": tfps_chosen_ports,
+                "tfps_firewall_rules": tfps_firewall_rules}
