@@ -5,9 +5,11 @@ second copy of the role is kept in the repository), then runs ``ansible-galaxy c
 build`` on it and prints the tarball's path:
 
 - ``roles/tfps``: the role's tasks, defaults, vars and meta;
-- ``plugins/{modules,action,filter,lookup}``: the role's ``library/``,
-  ``action_plugins/``, ``filter_plugins/`` and ``lookup_plugins/`` (a role inside a
-  collection cannot carry plugins of its own);
+- ``plugins/{modules,action,filter,lookup,module_utils}``: the role's ``library/``,
+  ``action_plugins/``, ``filter_plugins/``, ``lookup_plugins/`` and ``module_utils/`` (a
+  role inside a collection cannot carry plugins of its own); the modules' imports of the
+  role's module_utils (``from ansible.module_utils.tfps_docker import ...``) name the
+  collection's instead;
 - ``playbooks/``: deploy.yml, stop.yml, status.yml, cleanup.yml (``ansible-playbook
   tfps.tfps.deploy``);
 - ``galaxy.yml`` (this directory's, with tfps's version), ``meta/runtime.yml``, README.md.
@@ -36,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 PLAYBOOKS = ("deploy.yml", "stop.yml", "status.yml", "cleanup.yml")
 #: The role's plugin directories -> the collection's.
 PLUGIN_DIRS = {"library": "modules", "action_plugins": "action", "filter_plugins": "filter",
-               "lookup_plugins": "lookup"}
+               "lookup_plugins": "lookup", "module_utils": "module_utils"}
 REQUIRES_ANSIBLE = ">=2.17"
 
 
@@ -74,6 +76,14 @@ def qualify(text: str, fqcn: str, modules: set[str], filters: set[str], lookups:
     return text
 
 
+def module_utils_imports(text: str, fqcn: str) -> str:
+    """The role's own module_utils imports (``ansible.module_utils.tfps_*``, found in the
+    role's module_utils/) -> the collection's (``ansible_collections.NS.NAME.plugins.module_utils``)."""
+    ns, name = fqcn.split(".")
+    return re.sub(r"^(\s*from\s+)ansible\.module_utils\.(tfps_\w+)(\s+import\b)",
+                  rf"\1ansible_collections.{ns}.{name}.plugins.module_utils.\2\3", text, flags=re.M)
+
+
 def assemble(dest: Path) -> Path:
     """The collection's tree under ``dest`` (returned)."""
     meta = yaml.safe_load((HERE / "galaxy.yml").read_text(encoding="utf-8"))
@@ -93,6 +103,10 @@ def assemble(dest: Path) -> Path:
         (root / "plugins" / dst).mkdir(parents=True, exist_ok=True)
         for path in sorted((ROLE / src).glob("*.py")):
             shutil.copy2(path, root / "plugins" / dst / path.name)
+            text = path.read_text(encoding="utf-8")
+            shared = module_utils_imports(text, fqcn)
+            if shared != text:
+                (root / "plugins" / dst / path.name).write_text(shared, encoding="utf-8")
     (root / "playbooks").mkdir()
     for name in PLAYBOOKS:
         text = (SOURCE / name).read_text(encoding="utf-8")

@@ -6,7 +6,6 @@ Ansible runs it on a host (ansible -m), to the same answer."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,11 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.role_modules import ROLE, load_module
+
 REPO = Path(__file__).resolve().parents[2]
-LIBRARY = REPO / "ansible" / "roles" / "tfps" / "library"
-_spec = importlib.util.spec_from_file_location("tfps_containers", LIBRARY / "tfps_containers.py")
-containers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(containers)
+containers = load_module("tfps_containers")
 SOCKET = "/var/run/docker.sock"
 IMAGE = os.environ.get("TFPS_TEST_IMAGE", "tfps:latest")
 
@@ -86,10 +84,12 @@ def test_the_module_as_ansible_runs_it(sleeper, tmp_path):
     name = sleeper(1)
     history = tmp_path / "history.jsonl"
     history.write_text(json.dumps({"step": 5, "loss": 0.5}) + "\n" + json.dumps({"step": 9, "loss": 0.4}) + "\n")
-    env = dict(os.environ, ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"), ANSIBLE_NOCOLOR="1")
+    # The role's library and module_utils, as a play of the role finds them.
+    env = dict(os.environ, ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_MODULE_UTILS=str(ROLE / "module_utils"))
     args = json.dumps({"names": [name], "wait": 60, "history": str(history)})
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local",
-                           "-M", str(LIBRARY), "-m", "tfps_containers", "-a", args,
+                           "-M", str(ROLE / "library"), "-m", "tfps_containers", "-a", args,
                            "-e", f"ansible_python_interpreter={sys.executable}"],
                           env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -48,7 +48,8 @@ def test_the_collection_builds_installs_and_runs_its_role(tmp_path):
     names = tarfile.open(tarball).getnames()
     for path in ("MANIFEST.json", "meta/runtime.yml", "roles/tfps/meta/argument_specs.yml",
                  "roles/tfps/tasks/main.yml", "plugins/action/tfps_plan.py", "plugins/modules/tfps_ports.py",
-                 "plugins/filter/tfps_filters.py", "plugins/lookup/tfps_image_archive.py", "playbooks/deploy.yml"):
+                 "plugins/filter/tfps_filters.py", "plugins/lookup/tfps_image_archive.py", "playbooks/deploy.yml",
+                 "plugins/module_utils/tfps_docker.py"):
         assert path in names, path
     assert not [n for n in names if n.startswith("roles/tfps/") and n.endswith(".py")]   # plugins live in plugins/
 
@@ -72,6 +73,11 @@ def test_the_collection_builds_installs_and_runs_its_role(tmp_path):
                 assert len(keys) == 1 and keys[0].startswith(("tfps.tfps.", *OTHER_COLLECTIONS)), (path.name, keys)
             for role in play.get("roles", []):
                 assert role["role"] == "tfps.tfps.tfps"
+    # The modules import the collection's module_utils (a collection has no ansible.module_utils.tfps_*).
+    for module in ("tfps_ports", "tfps_containers"):
+        source = (root / "plugins" / "modules" / f"{module}.py").read_text()
+        assert "from ansible_collections.tfps.tfps.plugins.module_utils.tfps_docker import engine_request" in source
+        assert "ansible.module_utils.tfps_" not in source
     text = "\n".join(p.read_text() for p in (root / "roles/tfps").rglob("*.yml"))
     assert "| tfps.tfps.tfps_plan_row" not in text and "map('tfps.tfps.tfps_plan_row')" in text
     assert "lookup('tfps.tfps.tfps_image_archive'" in text

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import multiprocessing
 import socket
@@ -10,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-LIBRARY = Path(__file__).resolve().parents[2] / "ansible" / "roles" / "tfps" / "library" / "tfps_ports.py"
-_spec = importlib.util.spec_from_file_location("tfps_ports", LIBRARY)
-ports = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ports)
+from tests.fixtures.role_modules import load_module
+
+ports = load_module("tfps_ports")
 
 NOW = 1_000_000.0
 

@@ -69,9 +69,10 @@ results:
 
 import http.client  # noqa: E402
 import json  # noqa: E402
-import socket  # noqa: E402
 import time  # noqa: E402
 import urllib.parse  # noqa: E402
+
+from ansible.module_utils.tfps_docker import engine_request  # noqa: E402
 
 #: States in which a container is done: it will not run again unless something starts it.
 ENDED = ("exited", "dead")
@@ -83,34 +84,16 @@ class EngineError(Exception):
     """The engine could not be asked (no socket, restarting, an error answer)."""
 
 
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str):
-        super().__init__("localhost", timeout=10)
-        self._path = path
-
-    def connect(self):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(10)
-        sock.connect(self._path)
-        self.sock = sock
-
-
 def inspect(socket_path: str, name: str) -> dict | None:
     """``docker inspect`` of one container; None when the engine has no such container."""
     try:
-        conn = _UnixHTTPConnection(socket_path)
-        try:
-            conn.request("GET", f"/containers/{urllib.parse.quote(name, safe='')}/json")
-            response = conn.getresponse()
-            body = response.read()
-        finally:
-            conn.close()
+        status, body = engine_request(socket_path, f"/containers/{urllib.parse.quote(name, safe='')}/json")
     except (OSError, http.client.HTTPException) as e:
         raise EngineError(f"the Docker engine at {socket_path} does not answer: {e}") from e
-    if response.status == 404:
+    if status == 404:
         return None
-    if response.status != 200:
-        raise EngineError(f"the Docker engine at {socket_path} answered {response.status}: "
+    if status != 200:
+        raise EngineError(f"the Docker engine at {socket_path} answered {status}: "
                           f"{body[:300].decode(errors='replace').strip()}")
     try:
         return json.loads(body)

@@ -91,9 +91,10 @@ import fcntl  # noqa: E402
 import http.client  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import socket  # noqa: E402
 import time  # noqa: E402
 import urllib.parse  # noqa: E402
+
+from ansible.module_utils.tfps_docker import engine_request  # noqa: E402
 
 TENSORBOARD = "tensorboard"
 
@@ -118,28 +119,12 @@ def listening_ports(paths=("/proc/net/tcp", "/proc/net/tcp6")) -> set[int]:
     return ports
 
 
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str):
-        super().__init__("localhost", timeout=10)
-        self._path = path
-
-    def connect(self):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(10)
-        sock.connect(self._path)
-        self.sock = sock
-
-
 def jobs_with_containers(socket_path: str) -> set[str] | None:
     """The tfps jobs that have a container (any state) on the engine; None when it cannot be asked."""
     query = urllib.parse.urlencode({"all": "1", "filters": json.dumps({"label": ["tfps.job"]})})
     try:
-        conn = _UnixHTTPConnection(socket_path)
-        conn.request("GET", f"/containers/json?{query}")
-        response = conn.getresponse()
-        body = response.read()
-        conn.close()
-        if response.status != 200:
+        status, body = engine_request(socket_path, f"/containers/json?{query}")
+        if status != 200:
             return None
         return {(c.get("Labels") or {}).get("tfps.job") for c in json.loads(body)} - {None}
     except (OSError, ValueError, http.client.HTTPException):
