@@ -480,3 +480,25 @@ def test_only_the_chief_needs_the_evaluation_data(tmp_path):
         JobSetup(cfg, shard=(2, 0), evaluates=True)
     setup = JobSetup(cfg, shard=(2, 1), evaluates=False)
     assert setup.eval_schema is None and setup.schema.feature_shape == (2,)
+
+
+def test_a_bad_label_is_named_by_its_file_and_place_among_several_files(tmp_path):
+    """Each scanned label's place is kept as one array a file and found when a message needs
+    it: the label past the first files is named by its own file and line, example or record."""
+    write(tmp_path / "a.csv", "a,y\n" + "".join(f"{i},{i % 2}\n" for i in range(5)))
+    write(tmp_path / "b.csv", "a,y\n1,0\n\n2,1\n")
+    write(tmp_path / "c.csv", "a,y\n1,0\n2,1\n3,0.5\n")
+    said = refused("label_column", data.infer_schema, str(tmp_path / "*.csv"), label_column="y")
+    assert f"{tmp_path / 'c.csv'}:4: label 0.5 is not a class number" in said
+
+    npz = tmp_path / "npz"
+    npz.mkdir()
+    np.savez(npz / "a.npz", x=np.zeros((3, 2)), y=np.array([0, 1, 0]))
+    np.savez(npz / "b.npz", x=np.zeros((4, 2)), y=np.array([1, 0, 1, 5]))
+    said = refused("num_classes", data.infer_schema, str(npz / "*.npz"), num_classes=2)
+    assert f"{npz / 'b.npz'} example 3: label 5 is outside --num_classes 2" in said
+
+    write_tfrecord(tmp_path / "a.tfrecord", [0, 1, 0])
+    write_tfrecord(tmp_path / "b.tfrecord", [1, 0, 4])
+    said = refused("num_classes", data.infer_schema, str(tmp_path / "*.tfrecord"), num_classes=3)
+    assert f"{tmp_path / 'b.tfrecord'} record 3: label 4 is outside --num_classes 3" in said
