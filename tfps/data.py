@@ -264,8 +264,10 @@ def load_idx(path: str) -> tuple[np.ndarray, np.ndarray]:
 
 class _Places:
     """Where each scanned label is, ``(file, "line 12")``, found when a message needs it:
-    a file's numbers are kept as one int64 array (a tuple of strings per label took about
-    120 B, 1.3 GB for 11.6 M CSV rows, in every worker)."""
+    a file's numbers are kept as one int64 array. A tuple of strings per label (with the
+    list of lines) took 185 B a CSV row, about 2 GB for 11.6 M rows, in every worker
+    (bench/data_scan.py). TFRecord places stay a list: that scan stops at CSV_SCAN_ROWS
+    records in all."""
 
     def __init__(self):
         self.starts: list[int] = []    # index of each part's first label
