@@ -2,6 +2,7 @@
 #   make demo   a local cluster (1 ps + 2 workers) trains the demo model: checkpoint,
 #               SavedModel and results in runs/demo-<time>/, installing what it needs
 #   make test   the whole test suite (unit, integration, system); .ci/run calls it
+#   make docs   the documentation site from docs/ into site/ (mkdocs.yml), --strict
 
 VENV    ?= .venv
 PYTHON  ?= python3
@@ -10,7 +11,7 @@ PYTEST_ARGS ?=
 TF_KERAS ?= 'tf_keras==2.21.*'
 TF_CPU ?= 'tensorflow-cpu==2.21.*'
 
-.PHONY: install demo test lint unit docker image collections galaxy compose-files compose-demo bench clean
+.PHONY: install demo test lint unit docs docker image collections galaxy compose-files compose-demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +75,14 @@ test: install image collections lint
 	echo "tests/unit and tests/integration: exit $$here; tests/system: exit $$there"; \
 	if [ $$here -eq 5 ] && [ $$there -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; \
 	for rc in $$here $$there; do if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then exit $$rc; fi; done
+
+# The documentation site (MkDocs + Material, mkdocs.yml): --strict fails on a broken link or
+# anchor and on a page left out of the nav; the generated reference pages are written first.
+# Preview: $(VENV)/bin/mkdocs serve (http://127.0.0.1:8000).
+docs: install
+	$(VENV)/bin/python docs/gen_reference.py
+	$(VENV)/bin/python docs/gen_errors.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # Benchmarks print ratios measured side by side; they are not tests (docs/benchmarks.md).
 bench: install

@@ -25,7 +25,7 @@ before anything starts, with one line on stderr and exit code 2:
 
 The table lists every such message in the code, generated from it by `docs/gen_errors.py`
 (a unit test keeps it current). `‹...›` marks what the message fills in: a path, a value,
-a line number. The exit codes are in the README ("Exit codes"). A mistyped command line (an
+a line number. The exit codes are in [Exit codes](reference/exit-codes.md). A mistyped command line (an
 unknown option, `--train_steps 1e20` where a whole number belongs) is refused the same way, in
 one line naming the option, with `(see tfps COMMAND --help)`. `tests/unit/test_errors_catalogue.py`
 makes rows of this table happen through the real command line and checks their lines.

@@ -87,9 +87,10 @@ def test_bad_inventory_layout_names_host_and_variable(tmp_path):
 
 
 def _documented_playbook_commands():
-    """Every ``ansible-playbook`` line of a sh block in README.md and docs/ansible.md, with
-    whether the block changed into ansible/ (or set ANSIBLE_CONFIG) before it."""
-    for doc in (REPO / "README.md", REPO / "docs" / "ansible.md"):
+    """Every ``ansible-playbook`` line of a sh block in README.md and the docs site's pages
+    (docs/ansible.md, docs/tutorials/ansible.md, ...), with whether the block changed into
+    ansible/ (or set ANSIBLE_CONFIG) before it."""
+    for doc in (REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))):
         for block in re.findall(r"```sh\n(.*?)```", doc.read_text(), re.S):
             in_ansible = False
             for line in block.splitlines():

@@ -147,10 +147,10 @@ def test_local_trains_a_plain_tf_keras_model(installed):
 
 
 def runnable_blocks() -> list[tuple[str, str]]:
-    """Every ```sh block of README.md and docs/*.md whose first line is a ``# test`` comment:
-    (where, the block dedented)."""
+    """Every ```sh block of README.md and the docs site's pages (docs/**/*.md) whose first line
+    is a ``# test`` comment: (where, the block dedented)."""
     found = []
-    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
         for m in re.finditer(r"^( *)```sh\n(.*?)^ *```", doc.read_text(), re.S | re.M):
             block = textwrap.dedent(m.group(2))
             if block.startswith("# test"):
@@ -161,6 +161,7 @@ def runnable_blocks() -> list[tuple[str, str]]:
 def test_there_are_runnable_blocks():
     where = [w for w, _ in runnable_blocks()]
     assert any(w.startswith("README.md") for w in where) and any(w.startswith("docs/ansible.md") for w in where)
+    assert any(w.startswith("docs/reference/commands.md") for w in where), where
 
 
 @pytest.mark.parametrize("where, block", runnable_blocks(), ids=[w for w, _ in runnable_blocks()])

@@ -134,7 +134,7 @@ def _installed(*dists: str) -> str | None:
 
 @dataclass
 class JobResult:
-    """The record of one job in results.json (see the README, "results.json")."""
+    """The record of one job in results.json (docs/how-to/results.md says what each field means)."""
 
     job: str
     status: str                                   # succeeded / failed / stopped
