@@ -255,8 +255,12 @@ def pages() -> dict[Path, str]:
 
 def stale() -> list[str]:
     """The generated pages whose file differs from what the code gives."""
-    return [str(path.relative_to(REPO)) for path, text in pages().items()
+    return [_name(path) for path, text in pages().items()
             if not path.is_file() or path.read_text(encoding="utf-8") != text]
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
 def main(argv: list[str]) -> int:
@@ -267,7 +271,7 @@ def main(argv: list[str]) -> int:
         return 1 if old else 0
     for path, text in pages().items():
         path.write_text(text, encoding="utf-8")
-        print(f"wrote {path.relative_to(REPO)}")
+        print(f"wrote {_name(path)}")
     return 0
 
 
