@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 TF_KERAS ?= 'tf_keras==2.21.*'
 TF_CPU ?= 'tensorflow-cpu==2.21.*'
 
-.PHONY: install demo test lint unit docs docker image collections galaxy compose-files compose-demo bench clean
+.PHONY: install demo test lint unit docs chromium docker image collections galaxy compose-files compose-demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,7 +65,7 @@ unit: install collections
 # this machine), whose output comes as it goes; theirs is in $(SYSTEM_LOG), printed whole
 # at the end. Both must pass.
 SYSTEM_LOG ?= .test-system.log
-test: install image collections lint
+test: install image collections chromium lint
 	@$(VENV)/bin/pytest -q -rs --durations=25 --fail-on-skip -p no:cacheprovider tests/system $(PYTEST_ARGS) \
 	  > $(SYSTEM_LOG) 2>&1 & system=$$!; \
 	echo "tests/system run alongside, in $(SYSTEM_LOG)"; \
@@ -75,6 +75,11 @@ test: install image collections lint
 	echo "tests/unit and tests/integration: exit $$here; tests/system: exit $$there"; \
 	if [ $$here -eq 5 ] && [ $$there -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; \
 	for rc in $$here $$there; do if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then exit $$rc; fi; done
+
+# Debian's chromium for the docs site's browser test (tests/integration/test_docs_browser.py);
+# nothing to do where /usr/bin/chromium exists (about 75 s of apt where it does not).
+chromium:
+	bash .ci/chromium.sh
 
 # The documentation site (MkDocs + Material, mkdocs.yml): --strict fails on a broken link or
 # anchor and on a page left out of the nav; the generated reference pages are written first.
