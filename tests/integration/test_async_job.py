@@ -1,6 +1,7 @@
 """An asynchronous job through ``tfps local``: it trains, exports, reports and ends by itself.
 
-One job (1 ps + 2 workers, 1200 steps on the demo data) is shared by every test here;
+One job (1 ps + 2 workers, 1200 steps on the demo data: the first tutorial's command, with this
+test's model_dir and steps after it) is shared by every test here;
 each test checks one promise about its outcome. The job is started as a user would start it
 from a shell that holds another cluster's TF_CONFIG, and the launcher forks its tasks (the
 default): what the processes look like while it runs is recorded for the tests too. Its
@@ -15,6 +16,7 @@ import os
 import re
 from pathlib import Path
 
+import docblocks
 import numpy as np
 import pytest
 from integration_helpers import (
@@ -43,6 +45,9 @@ pytestmark = pytest.mark.integration
 STEPS = 1200
 
 
+#: `tfps local ...` as the first tutorial gives it ("Train"): this job is that command.
+FIRST_JOB = ["local", *docblocks.tfps_args("tutorials/first-job.md", "tests/integration/test_async_job.py", "local")]
+
 #: A TF_CONFIG left in the user's shell (another cluster's): tfps local gives each task its own.
 STRAY_TF_CONFIG = '{"cluster": {"worker": ["example.invalid:1"]}, "task": {"type": "worker", "index": 0}}'
 
@@ -60,7 +65,8 @@ def job(module_procs, tmp_path_factory) -> AsyncJob:
     model_dir = tmp_path_factory.mktemp("async") / "model"
     # The demo problem is easy: with a small learning rate and progress every 5 steps the
     # history starts before it is learnt, so that "the loss fell" means something.
-    proc = module_procs.tfps("tfps-local-async", "local",
+    # The command of the first tutorial (docs/tutorials/first-job.md), with this test's settings after it.
+    proc = module_procs.tfps("tfps-local-async", *FIRST_JOB,
                              *run_flags(model_dir, "--log_steps", 5, "--learning_rate", 0.001, steps=STEPS),
                              env=base_env(TF_CONFIG=STRAY_TF_CONFIG))
     ports = launcher_ports(proc)

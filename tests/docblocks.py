@@ -1,0 +1,59 @@
+"""The commands and code of the docs site's tutorials, read by the tests that run them.
+
+A tutorial's fenced block whose first line is ``# run by tests/.../test_x.py ...`` holds
+commands that test runs (at its own small scale: it appends its own ``--model_dir``, steps and
+thread settings, which argparse takes over the earlier ones). The test reads them here, so
+the page and the test cannot part: a command edited on the page is the command the test runs,
+and a block the test no longer finds fails it. ``# test`` blocks are another thing: they run
+whole, as written (tests/integration/test_wheel_install.py).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+
+
+def blocks(page: str, lang: str = "sh") -> list[str]:
+    """Every fenced ``lang`` block of docs/``page``, dedented, as it reads."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    found = []
+    for m in re.finditer(rf"^( *)```{lang}\n(.*?)^ *```", text, re.S | re.M):
+        indent = len(m.group(1))
+        found.append("".join(line[indent:] if line[:indent].isspace() else line
+                             for line in m.group(2).splitlines(keepends=True)))
+    return found
+
+
+def block(page: str, first_line: str, lang: str = "sh") -> str:
+    """The one ``lang`` block of docs/``page`` whose first line starts with ``first_line``."""
+    found = [b for b in blocks(page, lang) if b.startswith(first_line)]
+    assert len(found) == 1, f"docs/{page}: {len(found)} {lang} blocks start with {first_line!r}, expected 1"
+    return found[0]
+
+
+def commands(page: str, test_file: str, paths: dict[str, Path] | None = None) -> list[list[str]]:
+    """The commands of the sh block of docs/``page`` that ``test_file`` runs (its first line
+    is ``# run by test_file``): one argv per command, continuation lines joined, comments
+    dropped. ``paths`` maps a relative path prefix on the page (``data/``) to where the test
+    holds it."""
+    text = block(page, f"# run by {test_file}")
+    argvs = []
+    for line in text.replace("\\\n", " ").splitlines():
+        argv = shlex.split(line, comments=True)
+        if argv:
+            for prefix, where in (paths or {}).items():
+                argv = [str(where) + "/" + a[len(prefix):] if a.startswith(prefix) else a for a in argv]
+            argvs.append(argv)
+    return argvs
+
+
+def tfps_args(page: str, test_file: str, command: str, paths: dict[str, Path] | None = None) -> list[str]:
+    """The arguments after ``tfps COMMAND`` of the page's one ``tfps COMMAND ...`` line in that block."""
+    found = [argv[2:] for argv in commands(page, test_file, paths) if argv[:2] == ["tfps", command]]
+    assert len(found) == 1, f"docs/{page}: {len(found)} `tfps {command}` lines in the block {test_file} runs"
+    return found[0]
