@@ -7,19 +7,25 @@ import json
 import signal
 import time
 
+import docblocks
 import pytest
 from integration_helpers import REPO, assert_nothing_left, cluster_pids, launcher_ports, poll, task_exit
 
 pytestmark = pytest.mark.integration
 
-STEPS = 200
+#: The command of the classic-script tutorial (docs/tutorials/classic-script.md), split at its `--`.
+TUTORIAL = docblocks.tfps_args("tutorials/classic-script.md", "tests/integration/test_classic_script.py", "local",
+                               paths={"tests/": REPO / "tests"})
+OPTIONS, SCRIPT_ARGS = TUTORIAL[:TUTORIAL.index("--")], TUTORIAL[TUTORIAL.index("--") + 1:]
+STEPS = int(SCRIPT_ARGS[SCRIPT_ARGS.index("--train_steps") + 1])
 
 
 def test_classic_script_runs_and_its_ps_is_ended(procs, tmp_path):
+    """The tutorial's command, with this test's model_dir and the script's --marker."""
     marker = tmp_path / "chief_done.json"
-    launcher = procs.tfps("tfps-local-script", "local", "--script", REPO / "tests/fixtures/classic_replica.py",
-                          "--model_dir", tmp_path / "model",
-                          "--", "--train_steps", STEPS, "--marker", marker)
+    assert OPTIONS[:2] == ["--script", str(REPO / "tests/fixtures/classic_replica.py")], OPTIONS
+    launcher = procs.tfps("tfps-local-script", "local", *OPTIONS, "--model_dir", tmp_path / "model",
+                          "--", *SCRIPT_ARGS, "--marker", marker)
     ports = launcher_ports(launcher)
     rc = launcher.wait(300)
     assert rc == 0, launcher.tail()
