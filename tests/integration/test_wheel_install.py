@@ -17,6 +17,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+import docblocks
 import pytest
 import wheelbuild
 
@@ -24,18 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(900)
 
-KERAS_MODEL = """\
-import tensorflow as tf
-
-def build_model(params):
-    model = tf.keras.Sequential([
-        tf.keras.Input(shape=params.feature_shape, name="features"),
-        tf.keras.layers.Dense(8, activation="relu"),
-        tf.keras.layers.Dense(params.num_classes, activation="softmax"),
-    ])
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-    return model
-"""
+#: The Keras tutorial's model (docs/tutorials/keras-model.md): `import tensorflow as tf` and
+#: tf.keras, which the installed tfps makes tf_keras.
+KERAS_MODEL = docblocks.block("tutorials/keras-model.md", "# mymodels/small.py", lang="python")
 
 
 @pytest.fixture(scope="module")
@@ -137,9 +129,13 @@ def test_jobs_and_deploy_find_their_playbooks_and_fail_about_the_hosts(installed
 
 
 def test_local_trains_a_plain_tf_keras_model(installed):
+    """The Keras tutorial: its model file and its command, at 1 worker and 20 steps."""
     work = installed[1]
-    (work / "mymodel.py").write_text(KERAS_MODEL)
-    done = _tfps(installed, "local", "--ps", "1", "--workers", "1", "--model", "mymodel:build_model",
+    (work / "mymodels").mkdir(exist_ok=True)
+    (work / "mymodels" / "small.py").write_text(KERAS_MODEL)
+    command = docblocks.tfps_args("tutorials/keras-model.md", "tests/integration/test_wheel_install.py", "local")
+    assert command[command.index("--model") + 1] == "mymodels.small:build_model", command
+    done = _tfps(installed, "local", *command, "--workers", "1",
                  "--train-steps", "20", "--checkpoint-steps", "10", "--model-dir", str(work / "run"),
                  env={"TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
