@@ -16,6 +16,7 @@ import csv
 import math
 import re
 
+import docblocks
 import pytest
 from integration_helpers import read_results, run_flags
 
@@ -65,11 +66,20 @@ def jobs(module_procs, tmp_path_factory, demo_dir):
         w.writerows(r for r in rows if r["user"] in top)
     flags = ["--model", "wide_deep", "--embedding", "dynamic", "--expected_ids", 20000, "--batch_size", BATCH,
              "--optimizer", OPTIMIZER, "--learning_rate", LEARNING_RATE]
+    # The first job is the CTR tutorial's (docs/tutorials/ctr.md), on this session's demo data
+    # (written by the same code as its `tfps demo-data data/`), with this test's settings after it.
+    tutorial = docblocks.commands("tutorials/ctr.md", "tests/integration/test_dynamic_tables.py",
+                                  paths={"data/": demo_dir})
+    assert [argv[:2] for argv in tutorial] == [["tfps", "demo-data"], ["tfps", "local"]], tutorial
+    command = tutorial[1][2:]
+    assert [command[command.index(f) + 1] for f in ("--model", "--embedding", "--expected_ids", "--train_data",
+                                                     "--eval_data")] == \
+        ["wide_deep", "dynamic", "20000", str(ctr / "train-*.csv"), str(ctr / "eval.csv")], command
     # The reference (model.fit in one process) trains beside the first job.
     reference = module_procs.start("dynamic-reference", _reference_argv(ctr), separate_stderr=True)
-    first = module_procs.tfps("tfps-local-dynamic-2ps", "local", "--ps", 2, "--workers", 2,
-                              *run_flags(model_dir, *flags, "--train_data", ctr / "train-*.csv",
-                                         "--eval_data", ctr / "eval.csv", steps=STEPS))
+    first = module_procs.tfps("tfps-local-dynamic-2ps", "local", *command,
+                              *run_flags(model_dir, "--batch_size", BATCH, "--optimizer", OPTIMIZER,
+                                         "--learning_rate", LEARNING_RATE, steps=STEPS))
     assert first.wait(900) == 0, first.tail()
     out = {"first": first, "first_results": read_results(model_dir), "saved_keys": _saved_keys(model_dir),
            "first_bytes": _checkpoint_bytes(model_dir),
