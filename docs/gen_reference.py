@@ -151,7 +151,7 @@ def _type_name(t: object) -> str:
     text = str(t) if not isinstance(t, type) else t.__name__
     text = re.sub(r"\btyping\.", "", text)
     text = re.sub(r"tfps\.outcome\.contract\.", "", text)
-    return text.replace("NoneType", "None").replace("<class '", "").replace("'>", "")
+    return re.sub(r"\bNone(Type)?\b", "null", text).replace("<class '", "").replace("'>", "")
 
 
 def _field_comments(cls: type) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Every timeout of a job, in one place: derived from ``final_save_timeout`` or named here once.
 
-The final save is what a stop must never cut (README, "The end of a job"), so every
+The final save is what a stop must never cut (docs/explanation/job-end.md), so every
 wait that could cut it derives from the one setting ``final_save_timeout`` through
 :func:`grace_period`. The other timeouts bound waits that cannot cut the final save
 (polls, end-of-job RPCs); they are named here so that a reader finds them all together

@@ -5,7 +5,7 @@ died while the job ran), and every reader goes through ``JobResult.load``: the l
 summary, the completion message, the Ansible role's filter plugin (which imports this
 module on the controller, so it stays pure Python: no TensorFlow, no tfps.config).
 
-The file keeps the keys it had before it had a schema (the README lists them); what is new
+The file keeps the keys it had before it had a schema (docs/how-to/results.md lists them); what is new
 is added next to them: ``schema_version``, ``config`` (the settings the job trained with),
 ``versions`` and ``attempts``. A file from a newer schema, or one that is not a tfps record,
 is refused with one ``ResultsError`` that says which file and why. Keys this version does not

@@ -1,6 +1,6 @@
 """The chief worker (worker 0): trains like any worker, then saves, exports and reports.
 
-The end of the job is the point of this module (README, "The end of a job"): the
+The end of the job is the point of this module (docs/explanation/job-end.md): the
 chief's last checkpoint is written by ``CheckpointSaverHook.end``; the SavedModel is
 exported afterwards from the newest checkpoint in a fresh graph (tfps.task.export),
 then results.json and the one completion message (tfps.outcome.report), and only
