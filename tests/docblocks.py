@@ -39,17 +39,26 @@ def block(page: str, first_line: str, lang: str = "sh") -> str:
 def commands(page: str, test_file: str, paths: dict[str, Path] | None = None) -> list[list[str]]:
     """The commands of the sh block of docs/``page`` that ``test_file`` runs (its first line
     is ``# run by test_file``): one argv per command, continuation lines joined, comments
-    dropped. ``paths`` maps a relative path prefix on the page (``data/``) to where the test
-    holds it."""
+    dropped. ``paths`` maps a path on the page (``inventory/mycluster``, or a prefix such as
+    ``data/``) to where the test holds it."""
     text = block(page, f"# run by {test_file}")
     argvs = []
     for line in text.replace("\\\n", " ").splitlines():
         argv = shlex.split(line, comments=True)
         if argv:
-            for prefix, where in (paths or {}).items():
-                argv = [str(where) + "/" + a[len(prefix):] if a.startswith(prefix) else a for a in argv]
-            argvs.append(argv)
+            argvs.append([_mapped(a, paths or {}) for a in argv])
     return argvs
+
+
+def _mapped(arg: str, paths: dict[str, Path]) -> str:
+    """``arg`` with a path of the page replaced by the test's: ``inventory/mycluster`` exactly,
+    or anything under ``data/`` (a prefix ending in ``/``)."""
+    for prefix, where in paths.items():
+        if arg in (prefix, prefix.rstrip("/")):
+            return str(where) + ("/" if arg.endswith("/") else "")
+        if prefix.endswith("/") and arg.startswith(prefix):
+            return f"{where}/{arg[len(prefix):]}"
+    return arg
 
 
 def tfps_args(page: str, test_file: str, command: str, paths: dict[str, Path] | None = None) -> list[str]:

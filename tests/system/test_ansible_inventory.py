@@ -13,6 +13,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import docblocks
 import pytest
 import wheelbuild
 from plays import IMAGE, assert_ok, no_containers_anywhere, play_vars, recap
@@ -88,7 +89,14 @@ def test_ini_inventory_deploys_and_extra_vars_reach_the_tasks(bare_metal, image_
     extra = tmp_path / "extra.json"
     extra.write_text(json.dumps({**play_vars(tmp_path), "tfps_train_steps": 120, "tfps_remove_containers": False}))
     empty = tmp_path / "empty"
-    deploy = wheel_tfps(installed_tfps, empty, "deploy", "-i", str(inventory), "-e", f"@{extra}")
+    # The Ansible tutorial's commands (docs/tutorials/ansible.md) on this inventory; this test's
+    # variables come after the page's -e, and the last -e wins.
+    tutorial = docblocks.commands("tutorials/ansible.md", "tests/system/test_ansible_inventory.py",
+                                  paths={"inventory/mycluster": inventory})
+    deploy_args = next(argv[2:] for argv in tutorial if argv[:2] == ["tfps", "deploy"] and "--check" not in argv)
+    jobs_args = next(argv[2:] for argv in tutorial if argv[:2] == ["tfps", "jobs"])
+    assert deploy_args == ["-i", str(inventory), "-e", "tfps_train_steps=500"], deploy_args
+    deploy = wheel_tfps(installed_tfps, empty, "deploy", *deploy_args, "-e", f"@{extra}")
     output = deploy.stdout + deploy.stderr
     assert deploy.returncode == 0, output[-6000:]
     assert re.search(r"worker1\s+host3\s+\S+:2230", output), output[-4000:]
@@ -101,7 +109,7 @@ def test_ini_inventory_deploys_and_extra_vars_reach_the_tasks(bare_metal, image_
     assert bare_metal["host2"].exists(f"/srv/tfps/{job}/export/saved_model.pb")
     assert bare_metal["host2"].containers(f"tfps.job={job}")   # kept (tfps_remove_containers false)
 
-    jobs = wheel_tfps(installed_tfps, empty, "jobs", "-i", str(inventory), timeout=300)
+    jobs = wheel_tfps(installed_tfps, empty, "jobs", *jobs_args, timeout=300)
     assert jobs.returncode == 0, jobs.stdout + jobs.stderr
     row = next((line for line in jobs.stdout.splitlines() if line.split()[:1] == [job]), None)
     assert row is not None and f"/{results['train_steps']}" in row, jobs.stdout
