@@ -138,8 +138,7 @@ def _locked(shard, fn):
     graph = v1.get_default_graph()
     with tf.device(shard.device):
         out = shard.lock.execute(fn, exclusive_resource_access=False)
-    for key in ("critical_sections", "critical_section_executions"):
-        graph.clear_collection(key)
+    compat.clear_critical_section_collections(graph)
     return out
 
 
