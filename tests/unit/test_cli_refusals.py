@@ -105,3 +105,23 @@ def test_demo_data_on_a_file_is_one_line(capsys, tmp_path):
     assert f.read_text() == "keep me\n"
     line = refusal(capsys, ["demo-data", str(f / "sub")])
     assert line.startswith(f"tfps: error: directory: cannot write the demo data to {f / 'sub'}"), line
+
+
+@pytest.mark.parametrize("field,value,most", [("min_count", 2**31, 2**31 - 1),
+                                              ("expected_ids", 999999999999, 2**31 - 1)])
+@pytest.mark.parametrize("how", ["flag", "config"])
+def test_dynamic_table_counts_past_32_bits_are_refused_with_their_bound(capsys, tmp_path, monkeypatch,
+                                                                        field, value, most, how):
+    """min_count 2**31 wrapped in the int32 sketch (every id admitted at once); expected_ids
+    999999999999 failed every task on a negative shape."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["local", "--model", "wide_deep", "--embedding", "dynamic", "--model_dir", str(tmp_path / "m")]
+    if how == "flag":
+        argv += [f"--{field}", str(value)]
+    else:
+        (tmp_path / "job.yml").write_text(f"{field}: {value}\n")
+        argv += ["--config", str(tmp_path / "job.yml")]
+    line = refusal(capsys, argv)
+    assert line.startswith(f"tfps: error: {field}: {value} is too large: "), line
+    assert line.endswith(f"use at most {most}"), line
+    assert not (tmp_path / "m").exists()

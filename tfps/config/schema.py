@@ -53,6 +53,13 @@ MAX_PARTITION_MB = 2**42
 MAX_LEARNING_RATE = 3.4028234663852886e38
 #: The largest --tf_threads: TensorFlow's ConfigProto holds thread counts in 32-bit integers.
 MAX_TF_THREADS = 2**31 - 1
+#: The largest --min_count (and DynamicEmbedding's min_count): a dynamic table counts the ids
+#: that have no row yet in a sketch of 32-bit integers, which a larger count would wrap.
+MAX_MIN_COUNT = 2**31 - 1
+#: The most ids one dynamic table may hold (--expected_ids, DynamicEmbedding's capacity): a ps
+#: keeps its share of the rows in one variable, and TensorFlow sizes the pass that frees the
+#: oldest rows (top_k) in 32-bit integers.
+MAX_TABLE_IDS = 2**31 - 1
 
 #: Upper bounds of the numeric options, (largest value, why): checked before anything starts,
 #: since a value past them fails every task only after the start (an OverflowError).
@@ -60,8 +67,9 @@ NUMERIC_LIMITS = {
     "learning_rate": (MAX_LEARNING_RATE, "TensorFlow trains in 32-bit floats"),
     "partition_mb": (MAX_PARTITION_MB, "its size in bytes must be a 64-bit integer"),
     "tf_threads": (MAX_TF_THREADS, "TensorFlow counts threads in 32-bit integers"),
-    **{f: (MAX_INT64_FLAG, "TensorFlow counts in 64-bit integers")
-       for f in ("min_count", "steps_to_live", "expected_ids", "epochs")},
+    "min_count": (MAX_MIN_COUNT, "a dynamic table counts unadmitted ids in 32-bit integers"),
+    "expected_ids": (MAX_TABLE_IDS, "a dynamic table's rows are sized in 32-bit integers by TensorFlow"),
+    **{f: (MAX_INT64_FLAG, "TensorFlow counts in 64-bit integers") for f in ("steps_to_live", "epochs")},
     **{f: (MAX_SECONDS, "a longer wait is never (about 31 years)")
        for f in ("sync_timeout", "startup_timeout", "final_save_timeout", "notify_every", "stall_timeout")},
 }
