@@ -241,10 +241,15 @@ def normalize_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def job_flags(action: argparse.Action, value) -> list[str]:
-    """A job file's ``option: value`` as the command-line flags that give it."""
+def job_flags(action: argparse.Action, value, where: str = "the job file", field: str = "config") -> list[str]:
+    """A job file's ``option: value`` as the command-line flags that give it. A switch takes
+    YAML's true or false only: ``"false"`` (quoted, a string) used to turn it on."""
     names = [o[2:] for o in action.option_strings if o.startswith("--")]
     flag = action.option_strings[-1] if not names else f"--{names[0]}"
+    if action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: {action.dest}: {value!r} is not true or false; write true or false "
+                              "without quotes", field)
     if isinstance(action, argparse.BooleanOptionalAction):
         return [flag if value else f"--no-{names[0]}"]
     if action.nargs == 0:   # store_true and the like
