@@ -277,3 +277,37 @@ def test_the_keras_layer_refuses_bad_arguments_when_made_and_float_ids_in_one_li
         assert str(e.value).startswith("DynamicEmbedding e takes string or integer ids (tf.string, tf.int32")
         assert "in user code" not in str(e.value)
         assert DynamicEmbedding(4, name="f")(tf_keras.Input([2], dtype="int64")).shape.as_list() == [None, 2, 4]
+
+
+def test_a_checkpoint_saved_with_min_count_1_restores_into_a_table_with_a_larger_min_count(tmp_path):
+    """--min_count 1 -> 3 with --replace failed every restore (NotFoundError: the checkpoint has
+    no emb/sketch, saved only with min_count > 1). The job's saver restores zero counts, exact
+    here: with min_count 1 every id seen has its row, so no id was being counted."""
+    from tfps.layers import table_restore
+    g, table, ops = _build(min_count=1)
+    with g.as_default(), _session(g) as sess:
+        sess.run(ops["init"])
+        sess.run(ops["train"], {ops["ids"]: [1, 2, 3]})
+        path = table_restore.job_saver(g, None).save(sess, str(tmp_path / "ckpt"), global_step=1)
+        saved = sess.run(ops["rows"], {ops["ids"]: [1, 2, 3]})
+    assert "emb/sketch" not in tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    g3, table3, ops3 = _build(min_count=3)
+    with g3.as_default(), _session(g3) as sess:
+        with pytest.raises(tf.errors.NotFoundError, match="emb/sketch"):   # what restoring it did
+            ops3["saver"].restore(sess, path)
+        table_restore.job_saver(g3, path).restore(sess, path)
+        assert set(_live(sess, table3)) == {1, 2, 3}
+        np.testing.assert_allclose(sess.run(ops3["rows"], {ops3["ids"]: [1, 2, 3]}), saved, rtol=1e-6)
+        assert not sess.run(table3.shards[0].sketch).any()
+        for _ in range(2):                                   # a new id is counted from zero: 3 sightings
+            sess.run(ops3["train"], {ops3["ids"]: [9]})
+            assert 9 not in _live(sess, table3)
+        sess.run(ops3["train"], {ops3["ids"]: [9]})
+        assert 9 in _live(sess, table3)
+        # The other way (3 -> 1) needs nothing: the saved counts are not read.
+        path3 = table_restore.job_saver(g3, path).save(sess, str(tmp_path / "ckpt3"), global_step=2)
+    assert "emb/sketch" in tf.train.load_checkpoint(path3).get_variable_to_shape_map()
+    g1, table1, ops1 = _build(min_count=1)
+    with g1.as_default(), _session(g1) as sess:
+        table_restore.job_saver(g1, path3).restore(sess, path3)
+        assert set(_live(sess, table1)) == {1, 2, 3, 9}
