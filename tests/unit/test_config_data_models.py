@@ -97,6 +97,24 @@ def test_dynamic_tables_are_for_wide_deep_or_your_own_model():
     RunConfig(model="my.models:build", embedding="dynamic", steps_to_live=100).validate()
 
 
+def test_dynamic_tables_on_data_whose_ids_read_as_numbers_are_refused_before_start(capsys, tmp_path):
+    """Integer ids in a CSV read as numbers: wide_deep built no table and ignored --min_count."""
+    data = tmp_path / "clicks.csv"
+    data.write_text("user,ad,price,label\n" + "".join(f"{i % 7},{i % 5},{i / 10},{i % 2}\n" for i in range(40)))
+    from tfps.cli import main
+    rc = main(["local", "--model", "wide_deep", "--embedding", "dynamic", "--min_count", "2",
+               "--train_data", str(data), "--model_dir", str(tmp_path / "m")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith("tfps: error: embedding: wide_deep keeps dynamic rows for id columns"), err
+    assert "give the ids as text (e.g. u123)" in err[0] and str(data) in err[0]
+    assert not (tmp_path / "m").exists()
+    data.write_text("user,ad,price,label\n" + "".join(f"u{i % 7},{i % 5},{i / 10},{i % 2}\n" for i in range(40)))
+    from tfps.task.setup import JobSetup
+    setup = JobSetup(RunConfig(model="wide_deep", embedding="dynamic", train_data=str(data)), bind=False)
+    assert ("user", "string") in setup.params.columns
+
+
 def test_epochs_are_asynchronous_and_refused_with_sync_replicas_in_one_line(capsys, tmp_path):
     assert RunConfig(epochs=2).validate().to_args() == ["--epochs=2"]
     assert RunConfig().validate().to_args() == []   # without --epochs nothing changes
