@@ -80,7 +80,8 @@ def test_bad_run_option_names_its_field(field, value, words):
     ("min_count", 0, "1 or more"),
     ("steps_to_live", -1, "0 to never evict"),
     ("expected_ids", -5, "0 when unknown"),
-    ("expected_ids", 2**63, "64-bit"),
+    ("expected_ids", 2**63, "32-bit"),
+    ("min_count", 2**31, "counts unadmitted ids in 32-bit integers; use at most 2147483647"),
     ("min_count", 2.5, "whole number"),
 ])
 def test_bad_dynamic_table_option_names_its_field(field, value, words):
