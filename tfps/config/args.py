@@ -246,7 +246,7 @@ def job_flags(action: argparse.Action, value, where: str = "the job file", field
     YAML's true or false only: ``"false"`` (quoted, a string) used to turn it on."""
     names = [o[2:] for o in action.option_strings if o.startswith("--")]
     flag = action.option_strings[-1] if not names else f"--{names[0]}"
-    if action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction):
+    if (action.nargs == 0 and isinstance(action.const, bool)) or isinstance(action, argparse.BooleanOptionalAction):
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: {action.dest}: {value!r} is not true or false; write true or false "
                               "without quotes", field)
