@@ -364,6 +364,12 @@ def cmd_demo_data(ns) -> ExitCode:
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"{path} is a file, not a directory; give a new or existing directory for the demo data",
                           "directory")
+    from tfps.demo import foreign_entries
+    theirs = foreign_entries(path)
+    if theirs:   # a user's file of the same name would be overwritten
+        shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
+        raise ConfigError(f"{path} holds files tfps did not write ({shown}); give a new or empty directory for the "
+                          "demo data", "directory")
     try:
         paths = ensure_demo_data(path)
     except OSError as e:

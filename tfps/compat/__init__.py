@@ -127,6 +127,8 @@ def _tensorflow_missing(tf) -> list[tuple[str, str]]:
     for attr in ("SaveableObject", "SaveSpec"):
         if not isinstance(getattr(saveables, attr, None), type):
             missing.append((attr, _SAVEABLE_OBJECT))
+    if not callable(getattr(getattr(importlib.import_module(_SAVER), "BulkSaverBuilder", None), "bulk_restore", None)):
+        missing.append(("BulkSaverBuilder.bulk_restore", _SAVER))
     if not glob.glob(os.path.join(os.path.dirname(tf.__file__), TF_CC_LIBRARY + "*")):
         missing.append((TF_CC_LIBRARY, "package directory"))
     return missing
@@ -158,6 +160,17 @@ def saveable_classes() -> tuple[type, type]:
     ``var_list`` accepts them; the classes themselves have no public name)."""
     module = importlib.import_module(_SAVEABLE_OBJECT)
     return module.SaveableObject, module.SaveSpec
+
+
+_SAVER = "tensorflow.python.training.saver"
+
+
+def bulk_saver_builder() -> type:
+    """TensorFlow's ``BulkSaverBuilder``: what a ``tf.compat.v1.train.Saver(builder=...)`` builds
+    its save and restore ops with (one RestoreV2 for every tensor, in ``bulk_restore``).
+    ``tfps.layers.dynamic_embedding.saver_builder`` subclasses it to restore a table's
+    admission counts that a checkpoint lacks as zeros."""
+    return importlib.import_module(_SAVER).BulkSaverBuilder
 
 
 # --------------------------------------------------------------- the global step's read
