@@ -168,3 +168,19 @@ def test_the_run_options_reach_tfps_run_as_given():
     mine, theirs = dataclasses.asdict(from_args(ns)), dataclasses.asdict(from_args(back))
     mine["model_dir"] = "/shared/m"
     assert mine == theirs
+
+
+def test_a_model_dir_a_running_job_holds_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    import fcntl
+    import json
+
+    from tfps.outcome import lock
+    (tmp_path / "m").mkdir()
+    with open(tmp_path / "m" / lock.LOCK_FILE, "w") as held:    # the running job's chief, on another node
+        fcntl.flock(held, fcntl.LOCK_EX)
+        json.dump({"pid": 31, "host": "node2", "by": "the chief of Slurm job 12 (tfps slurm)", "job": "job"}, held)
+        held.flush()
+        code, out = _tfps(tmp_path, monkeypatch, capsys, "--model_dir", "m")
+    assert code == 2 and out.err.count("\n") == 1, out.err
+    assert "model_dir: " in out.err and "is in use by job 'job' (the chief of Slurm job 12" in out.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]    # no script, no m.slurm/

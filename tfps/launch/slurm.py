@@ -23,6 +23,7 @@ from tfps import compat, timeouts
 from tfps.config import add_replace_option, add_run_options, from_args
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
+from tfps.outcome import lock
 
 #: Slurm's longest ``--signal`` lead time (seconds).
 MAX_SIGNAL_SECS = 65535
@@ -250,6 +251,9 @@ def main(ns: argparse.Namespace) -> ExitCode:
     workdir = os.getcwd()
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     model_dir = os.path.abspath(ns.model_dir or os.path.join("runs", f"{cfg.name}-{stamp}"))
+    # A job running in model_dir (its chief holds the lock, seen over the shared filesystem): refused
+    # here; a job that starts meanwhile is refused by this job's chief when it starts.
+    lock.check_free(model_dir)
     overrides = {"model_dir": model_dir}
     if ns.export_dir:
         overrides["export_dir"] = os.path.abspath(ns.export_dir)
