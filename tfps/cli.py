@@ -268,8 +268,9 @@ def cmd_jobs(ns) -> int:
     _inventory_or_slurm(ns)
     if ns.slurm:
         from tfps.outcome import slurm_jobs
-        print(slurm_jobs.list_jobs(ns.dir or [".", "runs"]), flush=True)
-        return ExitCode.OK
+        table, complete = slurm_jobs.list_jobs(ns.dir or [".", "runs"])
+        print(table, flush=True)
+        return ExitCode.OK if complete else ExitCode.TRAINING_FAILED
     ensure_collections()
     table, complete = jobs.list_jobs(ns.inventory, _playbook_args(ns))
     print(table, flush=True)
