@@ -294,8 +294,8 @@ def write_script(path: str, text: str, slurm_dir: str, field: str) -> None:
     before any task runs); never over a file tfps did not write. A refusal leaves no directory behind
     that this call made."""
     if os.path.isdir(path):
-        raise ConfigError(f"{path} is a directory; give -o the script to write, e.g. {os.path.join(path, 'job.sbatch')}",
-                          "output")
+        raise ConfigError(f"{path} is a directory; give -o the script to write, e.g. "
+                          f"{os.path.join(path, 'job.sbatch')}", "output")
     if os.path.lexists(path) and not written_by_tfps(path):
         raise ConfigError(f"{path} exists and tfps slurm did not write it (its first lines are not a tfps slurm "
                           "script), so it was left as it is; give -o a new file, or move that one away", field)
