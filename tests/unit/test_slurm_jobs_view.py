@@ -169,3 +169,12 @@ def test_a_job_whose_files_hold_wrong_types_is_one_line_and_the_others_are_liste
     assert lines[0].split()[0] == "JOB" and lines[1].startswith("cap-a (1) ") and len(lines) == 3, table
     assert lines[2].startswith(f"job 5 ({jobs_dir / 'cap-x'}): not read: a value in its files has the wrong type ")
     assert "status.json, history.jsonl and results.json" in lines[2]
+
+
+def test_a_job_name_with_blanks_is_read_back_from_the_script(tmp_path):
+    from tfps.launch import slurm
+    script = tmp_path / "job.sbatch"
+    script.write_text(slurm.sbatch_script(name="my run", num_ps=1, num_workers=2, model_dir="/s/m",
+                                          slurm_dir="/s/m.slurm", workdir="/s", python="/p", grace=60,
+                                          run_options=["--train_steps", "40"]))
+    assert slurm_jobs._script_settings(str(script)) == {"name": "my run", "ps": 1, "workers": 2, "train_steps": 40}

@@ -125,8 +125,8 @@ def _script_settings(script: str | None) -> dict:
     except (OSError, TypeError):
         return {}
     found = {}
-    if m := re.search(r"^#SBATCH --job-name=(\S+)", text, re.M):
-        found["name"] = m.group(1)
+    if m := re.search(r'^#SBATCH --job-name=(?:"([^"]*)"|(\S+))', text, re.M):   # quoted when it holds a blank
+        found["name"] = m.group(1) if m.group(1) is not None else m.group(2)
     if m := re.search(r"tfps\.launch\.slurm_step'? --ps '?(\d+)'? --workers '?(\d+)", text):
         found["ps"], found["workers"] = int(m.group(1)), int(m.group(2))
     for line in text.splitlines():
