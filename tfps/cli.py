@@ -268,8 +268,9 @@ def cmd_jobs(ns) -> int:
     _inventory_or_slurm(ns)
     if ns.slurm:
         from tfps.outcome import slurm_jobs
-        print(slurm_jobs.list_jobs(ns.dir or [".", "runs"]), flush=True)
-        return ExitCode.OK
+        table, complete = slurm_jobs.list_jobs(ns.dir or [".", "runs"])
+        print(table, flush=True)
+        return ExitCode.OK if complete else ExitCode.TRAINING_FAILED
     ensure_collections()
     table, complete = jobs.list_jobs(ns.inventory, _playbook_args(ns))
     print(table, flush=True)
@@ -293,10 +294,14 @@ def cmd_logs(ns) -> int:
                               "lists them (--dir DIR for a model_dir elsewhere)", "job")
         return ExitCode.OK
     ensure_collections()
-    if not jobs.show_logs(ns.inventory, ns.job, ns.task, ns.follow, ns.lines, _playbook_args(ns)):
-        raise ConfigError(f"no host of the inventory has task {ns.task} of job {ns.job!r}; `tfps jobs -i ...` "
-                          "lists the jobs there", "job")
-    return ExitCode.OK
+    shown = jobs.show_logs(ns.inventory, ns.job, ns.task, ns.follow, ns.lines, _playbook_args(ns))
+    if shown is True:
+        return ExitCode.OK
+    if shown:   # hosts that could not be read: as tfps jobs -i, exit 1
+        print(f"tfps: error: {shown}", file=sys.stderr, flush=True)
+        return ExitCode.TRAINING_FAILED
+    raise ConfigError(f"no host of the inventory has task {ns.task} of job {ns.job!r}; `tfps jobs -i ...` "
+                      "lists the jobs there", "job")
 
 
 def _plan_memory(data: dict, view) -> str:

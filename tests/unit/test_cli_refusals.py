@@ -144,3 +144,31 @@ def test_dynamic_table_counts_past_32_bits_are_refused_with_their_bound(capsys, 
     assert line.startswith(f"tfps: error: {field}: {value} is too large: "), line
     assert line.endswith(f"use at most {most}"), line
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("command", ["deploy", "stop", "status", "cleanup"])
+@pytest.mark.parametrize("content, words", [
+    (None, "no such file or directory"),
+    ("", "Ansible could not read it as an inventory: no hosts were found"),
+    ("[ps\nfoo=[\n", "Ansible could not read it as an inventory: Failed to parse"),
+    ("[ps]\nh1\n", "the inventory has no 'worker' group"),
+])
+def test_a_playbook_command_refuses_the_inventories_plan_refuses_before_any_play(
+        capsys, tmp_path, command, content, words):
+    """Issue 51: ``-i /nonexistent``, an empty and an unparseable inventory exited 0 after
+    Ansible's warnings and "no hosts matched"; now they are the plan's one line, exit 2."""
+    source = tmp_path / "hosts.ini"
+    if content is not None:
+        source.write_text(content)
+    line = refusal(capsys, [command, "-i", str(source)])
+    assert words in line, line
+
+
+def test_a_good_inventory_passes_the_playbook_commands_check():
+    import argparse
+    import pathlib
+
+    from tfps import cli_ansible
+    example = pathlib.Path(__file__).resolve().parents[2] / "inventory" / "example"
+    cli_ansible.check_inventory(argparse.Namespace(inventory=[str(example)], extra_vars=[], vault_id=[],
+                                                   vault_password_file=[]))

@@ -26,7 +26,7 @@ from tfps.cluster import settings
 from tfps.cluster.spec import split_target
 from tfps.exitcodes import ExitCode
 from tfps.notify import job_notifier
-from tfps.outcome import journal, report, results
+from tfps.outcome import journal, lock, report, results
 from tfps.task import diskfull
 from tfps.task.checkpoint import checkpoint_step
 from tfps.task.lifecycle import session_config
@@ -143,6 +143,8 @@ class Chief(Worker):
         against it."""
         cfg = self.cfg
         results.check_export_dir(cfg.export_path, cfg.model_dir)
+        # One running job per model_dir, whatever started this chief (held until it exits).
+        lock.acquire(cfg.model_dir, cfg.name, lock.chief_holder())
         self.defined = defined = settings.job_settings(cfg, self.task.num_ps, self.task.num_workers)
         replaced = settings.check(cfg.model_dir, defined, self.replace)
         resuming = results.claim_model_dir(cfg.model_dir, setup.identity())
