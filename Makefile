@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 TF_KERAS ?= 'tf_keras==2.21.*'
 TF_CPU ?= 'tensorflow-cpu==2.21.*'
 
-.PHONY: install demo test lint unit docs chromium docker image collections galaxy compose-files compose-demo bench clean
+.PHONY: install demo test test-next lint unit docs chromium docker image collections galaxy compose-files compose-demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +88,12 @@ docs: install
 	$(VENV)/bin/python docs/gen_reference.py
 	$(VENV)/bin/python docs/gen_errors.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# The next TensorFlow before its users: the compat self-check, then the unit and integration suites
+# against the newest pre-release in .venv-next (Keras tests deselected while no tf_keras matches it).
+# Not part of `make test`; docs/design/next-tensorflow.md keeps what the last run found.
+test-next:
+	bash .ci/test-next.sh $(PYTEST_ARGS)
 
 # Benchmarks print ratios measured side by side; they are not tests (docs/benchmarks.md).
 bench: install
