@@ -14,9 +14,11 @@ import time
 from results import Figure, figures, hang_counts, info, ratio, section_status, spread, starts
 
 HEADER = ("benchmark", "tfps", "baseline", "ratio", "target")
-GENERAL = ("startup", "throughput", "backup", "final_save", "image", "deploy")
+GENERAL = ("startup", "throughput")
+OTHER = ("backup", "final_save", "image", "deploy")
 BEGIN, END = "<!-- bench:begin (written by bench/run.py) -->", "<!-- bench:end -->"
 MARKERS = {"general": (BEGIN, END),
+           "other": ("<!-- bench:other:begin (written by bench/run.py) -->", "<!-- bench:other:end -->"),
            "ctr": ("<!-- bench:ctr:begin (written by bench/run.py) -->", "<!-- bench:ctr:end -->"),
            "dynamic": ("<!-- bench:dynamic:begin (written by bench/run.py) -->", "<!-- bench:dynamic:end -->"),
            "dlrm": ("<!-- bench:dlrm:begin (written by bench/run.py) -->", "<!-- bench:dlrm:end -->")}
@@ -42,7 +44,7 @@ def startup_rows(records: list[dict]) -> list[tuple]:
         if fig == "ps_serving_join":   # its hangs are those of ps_serving
             t, c = _with_hangs(t, fs.get(("ps_serving", "tfps"))), _with_hangs(c, fs.get(("ps_serving", "classic")))
         floor = Figure([{"outcome": "ok", "value": max(t.med(), 0.05)}]) if t and t.values else t
-        r = ratio(c, floor) if fig == "ps_serving_join" else ratio(c, t)
+        r = ratio(c, floor if fig == "ps_serving_join" else t, names=("classic", "tfps"))
         rows.append((what, _cell(t, fmt), _cell(c, fmt), r.replace("x (", "x sooner (", 1), target))
     return rows
 
@@ -63,11 +65,12 @@ def throughput_rows(records: list[dict]) -> list[tuple]:
             if t is None and c is None:
                 continue
             rows.append((f"throughput {model} {mode} (examples/s)", _cell(t, "{:.0f}"), _cell(c, "{:.0f}"),
-                         f"{ratio(t, c)} classic; {ratio(t, single)} one process",
+                         f"{ratio(t, c, names=('tfps', 'classic'))} classic; "
+                         f"{ratio(t, single, names=('tfps', 'one-process'))} one process",
                          ">= 1.3x classic, >= 0.6x one process" if mode == "async" else ""))
         a, s = fs.get((f"{model}-async", "tfps")), fs.get((f"{model}-sync", "tfps"))
         if a and s and a.med() and s.med():
-            rows.append((f"throughput {model}: sync/async (tfps)", ratio(s, a), "", "", ""))
+            rows.append((f"throughput {model}: sync/async (tfps)", ratio(s, a, names=("sync", "async")), "", "", ""))
         if single:
             rows.append((f"throughput {model}: one process (examples/s)", "", _cell(single, "{:.0f}"), "", ""))
     return rows
@@ -129,8 +132,11 @@ def hang_rows(records: list[dict], sections) -> list[tuple]:
 
 
 def general_rows(records: list[dict]) -> list[tuple]:
-    return [*startup_rows(records), *throughput_rows(records), *hang_rows(records, ("startup", "throughput")),
-            *backup_rows(records), *other_rows(records)]
+    return [*startup_rows(records), *throughput_rows(records), *hang_rows(records, GENERAL)]
+
+
+def more_rows(records: list[dict]) -> list[tuple]:
+    return [*backup_rows(records), *other_rows(records)]
 
 
 def ctr_table(records: list[dict]) -> list[tuple]:
@@ -151,7 +157,8 @@ def dlrm_table(records: list[dict]) -> list[tuple]:
     return dlrm_rows(info(records, "dlrm"), {name: f.data() for (name, _), f in figures(records, "dlrm").items()})
 
 
-PARTS = {"general": (GENERAL, general_rows), "ctr": (("ctr",), ctr_table), "dynamic": (("dynamic",), dynamic_table),
+PARTS = {"general": (GENERAL, general_rows), "other": (OTHER, more_rows), "ctr": (("ctr",), ctr_table),
+         "dynamic": (("dynamic",), dynamic_table),
          "dlrm": (("dlrm",), dlrm_table)}
 
 
@@ -209,7 +216,8 @@ def write_docs(records: list[dict], path: str, data_link: str = "") -> list[str]
     done = []
     for part, (sections, rows) in PARTS.items():
         if measured(records, sections):
-            body = "\n".join([preamble(records, sections, data_link), "", *markdown(rows(records)), ""])
+            chart_link = ["", "![benchmarks](benchmarks.png)"] if part == "general" else []
+            body = "\n".join([preamble(records, sections, data_link), "", *markdown(rows(records)), *chart_link, ""])
             write_section(path, body, *MARKERS[part])
             done.append(part)
     return done

@@ -134,11 +134,13 @@ def figures(records: list[dict], section: str) -> dict[tuple[str, str], Figure]:
     return {k: Figure(v) for k, v in grouped.items()}
 
 
-def ratio(a: Figure | None, b: Figure | None, fmt="{:.2f}") -> str:
-    """The ratio of two medians, with the runs each holds: ``1.31x (medians of 3 and 2 runs)``."""
+def ratio(a: Figure | None, b: Figure | None, fmt="{:.2f}", names: tuple[str, str] = ("", "")) -> str:
+    """The ratio of two medians, with the runs each holds:
+    ``1.31x (medians of 3 tfps and 2 classic runs)``."""
     if not a or not b or a.med() is None or not b.med():
         return "n/a (no completed run on one side)"
-    return f"{fmt.format(a.med() / b.med())}x (medians of {len(a.values)} and {len(b.values)} runs)"
+    na, nb = (f" {n}" if n else "" for n in names)
+    return f"{fmt.format(a.med() / b.med())}x (medians of {len(a.values)}{na} and {len(b.values)}{nb} runs)"
 
 
 def hang_counts(records: list[dict]) -> dict[tuple[str, str], tuple[int, int]]:

@@ -212,8 +212,10 @@ def run_ps_first(kind: str, steps: int, deadline=float("inf"), window=CLASSIC_PO
             if t.job == "worker":
                 procs[t.name] = Watched(argv(t), first_line, t0)
         ws = {n: procs[n] for n in ("worker0", "worker1")}
+        # A worker that ended (the chief may train every step while the other sleeps its
+        # readiness poll) is no failure: only one that failed ends the wait early.
         watch_workers(lambda: {n: w.seen["first"] for n, w in ws.items() if "first" in w.seen}, lambda: {},
-                      lambda: all(w.popen.poll() is None for w in ws.values()), t0, 2, window, deadline,
+                      lambda: not any(w.popen.poll() for w in ws.values()), t0, 2, window, deadline,
                       stop_at_first=True)
         first = {n: w.seen.get("first") for n, w in ws.items()}
     finally:

@@ -59,7 +59,7 @@ def test_a_hung_run_is_counted_and_kept_out_of_the_median(tmp_path):
     row = rows["throughput mlp sync (examples/s)"]
     assert row[1] == "1100 (1000-1200, 3 runs)"
     assert row[2] == "600 (500-700, 2 runs); 2 hung in 4 starts"
-    assert row[3].startswith("1.83x (medians of 3 and 2 runs) classic")
+    assert row[3].startswith("1.83x (medians of 3 tfps and 2 classic runs) classic")
     hangs = {r[0]: r for r in report.hang_rows(records, ("throughput",))}
     assert hangs["throughput: hung runs (counted, left out of the medians)"][1:3] == (
         "0 hung in 3 starts", "2 hung in 4 starts")
