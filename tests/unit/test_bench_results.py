@@ -148,3 +148,26 @@ def test_results_lines_are_json_objects(tmp_path):
     path = _throughput_file(tmp_path / "r.jsonl")
     with open(path) as fh:
         assert all(isinstance(json.loads(line), dict) for line in fh)
+
+
+def test_the_ctr_dynamic_and_dlrm_tables_of_a_section_stopped_halfway(tmp_path):
+    out = results.ResultsFile(str(tmp_path / "r.jsonl"))
+    out.add({"type": "info", "section": "ctr", "data": {"steps": 2000, "batch_size": 256}})
+    out.run("ctr", "single", "single", "ok", 170000.0, {"examples_s": 170000.0, "cpu_s_per_1k_examples": 0.006})
+    out.run("ctr", "tfps_1ps", "tfps", "ok", 85000.0, {"examples_s": 85000.0, "ps_peak_rss_mib": {"ps0": 1800}})
+    out.run("ctr", "pss_1ps", "pss", "failed", why="ctr_tf2.py pss failed (1)")
+    out.add({"type": "info", "section": "dynamic", "data": {"scale": 0.05, "steps": 400, "stream": {
+        "users_seen": {"25%": 10, "100%": 40}, "active_users": 5}}})
+    out.run("dynamic", "hashed", "hashed", "ok", 9000.0, {"auc_next": 0.64, "examples_s": 9000,
+                                                          "examples_s_from": "progress lines",
+                                                          "ps_rss_mib_25": {"ps0": 100}, "ps_rss_mib_100": {"ps0": 110}})
+    out.add({"type": "info", "section": "dlrm", "data": {"vcpus": 2}})
+    out.run("dlrm", "tfps_hashed", "tfps", "ok", 15000.0, {"examples_s": 15000.0, "examples_per_cpu_s": 7000.0,
+                                                           "auc": 0.7, "cpu_s": {"ps0": 1.0, "worker0": 2.0}})
+    text = report.report(results.load(str(tmp_path / "r.jsonl")))
+    assert "85000" in text and "0.50x one process" in text
+    assert "not measured" in text                       # pss, the 1 GiB table, Adam: not run
+    assert "0.6400, 9000 (progress lines)" in text       # the dynamic section's hashed side
+    assert "dynamic bench, dynamic" in text and "continued on 3 (AUC)" in text
+    assert "DLRM tfps 1 ps + 2 workers, hashed: examples/s" in text and "15000 (1 run)" in text
+    assert "Section ctr: the bench was stopped in it" in text
