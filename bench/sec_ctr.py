@@ -24,6 +24,11 @@ CTR_MODEL = "examples.ctr_model:build_model"
 #: the figures compare the parameter-server machinery. tf_keras's Adam (the example's own
 #: compile()) updates the whole table every step; a row of its own shows what that costs.
 CTR_OPTIMIZER = "adagrad"
+#: The chief's first checkpoint of the 4x table (1 GiB, 2 GiB with Adagrad's slot) took 4-5x
+#: the 256 MiB table's (2026-12-07, 2 ps, load 10-25: 40 and 54 s against 10 and 28 s).
+CKPT_GROWTH = 6
+#: A CTR run's steady window must hold at least this share of the 256 MiB run's steps.
+CTR_MIN_WINDOW_SHARE = 0.25
 PROGRESS_RE = re.compile(r"^\[worker\d+\] .*worker\d+: step (\d+)/\d+ ")
 
 
@@ -35,8 +40,37 @@ def cpu_between(samples: list[tuple[float, dict]], t0: float, t1: float) -> dict
     return {n: round(b[n] - a[n], 2) for n in sorted(a) if n in b}
 
 
+def steady_window(points: list[tuple[float, int]], ckpt_at: float | None, steps: int,
+                  min_steps: int = 0) -> tuple[tuple[float, int], tuple[float, int]]:
+    """The steady state of a run's progress lines ``(time, global step)``: from the first at
+    or past 20 % of the steps, after the chief's first checkpoint was complete
+    (``ckpt_at``), to the last. ValueError when it holds fewer than ``min_steps`` steps: the
+    few lines after a long first checkpoint are the chief's restart at the job's end, not a
+    steady state (issue 52: a 1 GiB table's checkpoint ended at step 5881 of 6000)."""
+    window = [(t, step) for t, step in points if step >= 0.2 * steps and t > (ckpt_at or 0)]
+    if len(window) < 2 or window[-1][0] <= window[0][0] or window[-1][1] - window[0][1] < min_steps:
+        held = window[-1][1] - window[0][1] if len(window) > 1 else 0
+        at = max((s for t, s in points if ckpt_at and t <= ckpt_at), default=None)
+        raise ValueError(f"its steady window held {held} steps (at least {min_steps} needed): the chief's first "
+                         f"checkpoint was complete at global step {at} of {steps}")
+    return window[0], window[-1]
+
+
+def steps_for_4x(steps: int, base: dict | None) -> int:
+    """--train_steps of the 4x-rows run, so that its steady window is as long as the 256 MiB
+    run's (``base``): ``steps`` plus the steps the job makes at ``base``'s pace while the chief
+    writes its first checkpoint, which takes up to CKPT_GROWTH x ``base``'s; at least 3x,
+    at most 10x ``steps``. Until 2026-12-07 it was 3x: on a quiet machine the 1 GiB table's
+    first checkpoint (40-54 s under load) lasted nearly the whole job, and the window held
+    its last lines only (0.66x, then 0.97x, of the 256 MiB run's examples/s)."""
+    if not base or not base.get("first_checkpoint_s") or not base.get("examples_s"):
+        return 3 * steps
+    during = base["examples_s"] * CKPT_GROWTH * base["first_checkpoint_s"] / CTR_BATCH
+    return int(min(10 * steps, max(3 * steps, steps + during)))
+
+
 def watch_local_steady(argv: list, d: str, tasks: int, steps: int, what: str, result_timeout: float,
-                       deadline: float = float("inf")) -> dict:
+                       deadline: float = float("inf"), min_steps: int = 0) -> dict:
     """Run ``tfps local`` (``argv``, model_dir ``d``, ``tasks`` ps and workers) to its end,
     sampling every task's CPU seconds and each ps task's peak RSS, and find its steady state:
     the global step of the progress lines (timed as they arrive) from the first at or past
@@ -67,16 +101,16 @@ def watch_local_steady(argv: list, d: str, tasks: int, steps: int, what: str, re
         end(p.popen)
         shutil.rmtree(d, ignore_errors=True)
     points = [(t, int(m.group(1))) for t, line in zip(p.arrived, p.lines) if (m := PROGRESS_RE.search(line))]
-    window = [(t, step) for t, step in points if step >= 0.2 * steps and t > (ckpt_at or 0)]
-    if len(window) < 2 or window[-1][0] <= window[0][0]:
-        raise RuntimeError(f"tfps local ({what}) printed too few progress lines:\n{out[-3000:]}")
-    (t0, s0), (t1, s1) = window[0], window[-1]
+    try:
+        (t0, s0), (t1, s1) = steady_window(points, ckpt_at, steps, min_steps)
+    except ValueError as e:
+        raise RuntimeError(f"tfps local ({what}): {e}\n{out[-3000:]}") from None
     return {"p": p, "res": res, "ckpt_at": ckpt_at, "peak": peak, "t0": t0, "s0": s0, "t1": t1, "s1": s1,
             "cpu": cpu_between(samples, t0, t1)}
 
 
 def run_tfps_ctr(train_data: str, ps: int, steps: int, buckets: int = CTR_BUCKETS,
-                 optimizer: str = CTR_OPTIMIZER, deadline: float = float("inf")) -> dict:
+                 optimizer: str = CTR_OPTIMIZER, deadline: float = float("inf"), min_steps: int = 0) -> dict:
     """``tfps local --ps N --workers 2`` on the CTR model, its ps tasks' peak RSS sampled.
 
     examples/s is the steady state: the global step of the progress lines (timed as they
@@ -90,10 +124,11 @@ def run_tfps_ctr(train_data: str, ps: int, steps: int, buckets: int = CTR_BUCKET
             "--model_arg", f"buckets={buckets}", "--optimizer", optimizer, "--train_data", train_data,
             "--train_steps", str(steps), "--batch_size", str(CTR_BATCH), "--model_dir", d, "--log_steps", "100",
             "--checkpoint_steps", str(steps * 10)]
-    w = watch_local_steady(argv, d, ps + 2, steps, f"ctr, {ps} ps", 120, deadline)
+    w = watch_local_steady(argv, d, ps + 2, steps, f"ctr, {ps} ps", 120, deadline, min_steps)
     p, res, ckpt_at, peak, cpu = w["p"], w["res"], w["ckpt_at"], w["peak"], w["cpu"]
     (t0, s0), (t1, s1) = (w["t0"], w["s0"]), (w["t1"], w["s1"])
-    return {"examples_s": (s1 - s0) * CTR_BATCH / (t1 - t0), "window_steps": [s0, s1], "window_s": round(t1 - t0, 2),
+    return {"examples_s": (s1 - s0) * CTR_BATCH / (t1 - t0), "steps": steps, "window_steps": [s0, s1],
+            "window_s": round(t1 - t0, 2),
             "cpu_s_per_1k_examples": round(sum(cpu.values()) * 1000 / ((s1 - s0) * CTR_BATCH), 4),
             "cpu_s": cpu,
             # the chief's first step -> its first checkpoint complete (s)
@@ -146,15 +181,18 @@ def bench_ctr(ctx) -> None:
     dl = ctx.deadline
     try:
         train = ensure_demo_data(d)["ctr_train"]
+        done: dict = {}
+        least = int(CTR_MIN_WINDOW_SHARE * steps)
         arms = [("single", "single", lambda: run_tf2_ctr("single", train, steps, deadline=dl)),
-                ("tfps_1ps", "tfps", lambda: run_tfps_ctr(train, 1, steps, deadline=dl)),
+                ("tfps_1ps", "tfps", lambda: run_tfps_ctr(train, 1, steps, deadline=dl, min_steps=least)),
                 ("pss_1ps", "pss", lambda: run_tf2_ctr("pss", train, steps, ps=1, deadline=dl)),
                 ("pss_2ps", "pss", lambda: run_tf2_ctr("pss", train, steps, ps=2, deadline=dl)),
-                ("tfps_2ps", "tfps", lambda: run_tfps_ctr(train, 2, steps, deadline=dl)),
+                ("tfps_2ps", "tfps", lambda: run_tfps_ctr(train, 2, steps, deadline=dl, min_steps=least)),
                 # The chief's first checkpoint of a 1 GiB table (and its Adagrad slot) takes a while:
                 # more steps, so that the steady state after it is as long as in the other runs.
-                ("tfps_2ps_4x_rows", "tfps", lambda: run_tfps_ctr(train, 2, 3 * steps, buckets=4 * CTR_BUCKETS,
-                                                                  deadline=dl)),
+                ("tfps_2ps_4x_rows", "tfps", lambda: run_tfps_ctr(
+                    train, 2, steps_for_4x(steps, done.get("tfps_2ps")), buckets=4 * CTR_BUCKETS, deadline=dl,
+                    min_steps=least)),
                 # The example as written: compiled with Adam. tfps's Adam is lazy on the table's sparse
                 # gradient; tf_keras's decays both moments of every row each step (few steps suffice).
                 ("adam_tfps_2ps", "tfps", lambda: run_tfps_ctr(train, 2, steps, optimizer="adam", deadline=dl)),
@@ -162,7 +200,7 @@ def bench_ctr(ctx) -> None:
                                                               optimizer="adam", epochs=3, steps_per_execution=10,
                                                               deadline=dl))]
         for name, side, run in arms:
-            measure(ctx, name, side, run, lambda r: (r["examples_s"], r))
+            done[name] = measure(ctx, name, side, run, lambda r: (r["examples_s"], r))
     finally:
         shutil.rmtree(d, ignore_errors=True)
 

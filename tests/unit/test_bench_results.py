@@ -171,3 +171,26 @@ def test_the_ctr_dynamic_and_dlrm_tables_of_a_section_stopped_halfway(tmp_path):
     assert "dynamic bench, dynamic" in text and "continued on 3 (AUC)" in text
     assert "DLRM tfps 1 ps + 2 workers, hashed: examples/s" in text and "15000 (1 run)" in text
     assert "Section ctr: the bench was stopped in it" in text
+
+
+def test_the_ctr_window_refuses_the_few_lines_after_a_long_first_checkpoint():
+    import sec_ctr
+    # Issue 52 item 6, as measured: the 1 GiB table's first checkpoint ended at step 5881 of
+    # 6000; the lines after it are the chief's restart at the job's end, not a steady state.
+    lines = [(100.0 + i, s) for i, s in enumerate(range(0, 6001, 100))] + [(159.8, 5950)]
+    with pytest.raises(ValueError, match="held 50 steps .at least 500 needed.: the chief's first checkpoint was "
+                                         "complete at global step 5900 of 6000"):
+        sec_ctr.steady_window(sorted(lines), 159.5, 6000, 500)
+    (t0, s0), (t1, s1) = sec_ctr.steady_window(sorted(lines), 120.5, 6000, 500)
+    assert (s0, s1) == (2100, 6000) and t1 - t0 == 39
+
+
+def test_the_4x_table_run_trains_long_enough_for_its_first_checkpoint():
+    import sec_ctr
+    # A quiet machine: 75 k examples/s, the 256 MiB table's first checkpoint 4 s. The 1 GiB
+    # one takes up to 6x as long, and the job makes ~7000 steps meanwhile: 3x 2000 was short.
+    n = sec_ctr.steps_for_4x(2000, {"examples_s": 75000.0, "first_checkpoint_s": 4.0})
+    assert n == int(2000 + 75000 * 6 * 4 / 256) == 9031
+    assert sec_ctr.steps_for_4x(2000, {"examples_s": 5000.0, "first_checkpoint_s": 4.0}) == 6000   # at least 3x
+    assert sec_ctr.steps_for_4x(2000, {"examples_s": 9e5, "first_checkpoint_s": 30.0}) == 20000    # at most 10x
+    assert sec_ctr.steps_for_4x(2000, None) == 6000
