@@ -242,7 +242,8 @@ def measure(ctx, figure: str, side: str, run, value) -> dict | None:
         ctx.out.run(ctx.section, figure, side, HUNG, why=str(e))
         return None
     except RuntimeError as e:
-        ctx.out.run(ctx.section, figure, side, FAILED, why=str(e)[-1500:])
+        head, _, tail = str(e).partition("\n")    # what failed, then the output's tail
+        ctx.out.run(ctx.section, figure, side, FAILED, why=f"{head[:500]}\n{tail[-1400:]}" if tail else head[:1900])
         return None
     v, data = value(r)
     ctx.out.run(ctx.section, figure, side, OK, v, data)

@@ -194,3 +194,18 @@ def test_the_4x_table_run_trains_long_enough_for_its_first_checkpoint():
     assert sec_ctr.steps_for_4x(2000, {"examples_s": 5000.0, "first_checkpoint_s": 4.0}) == 6000   # at least 3x
     assert sec_ctr.steps_for_4x(2000, {"examples_s": 9e5, "first_checkpoint_s": 30.0}) == 20000    # at most 10x
     assert sec_ctr.steps_for_4x(2000, None) == 6000
+
+
+def test_a_failed_run_keeps_what_failed_before_the_outputs_tail(tmp_path, capsys):
+    class Ctx:
+        section, out = "ctr", results.ResultsFile(str(tmp_path / "r.jsonl"))
+
+        def check(self):
+            pass
+
+    def run():
+        raise RuntimeError("tfps local (ctr, 2 ps): its steady window held 0 steps\n" + "progress line\n" * 500)
+    assert sec_basic.measure(Ctx(), "adam_tfps_2ps", "tfps", run, lambda r: (1.0, None)) is None
+    (rec,) = results.load(str(tmp_path / "r.jsonl"))
+    assert rec["outcome"] == "failed" and rec["why"].startswith("tfps local (ctr, 2 ps): its steady window held 0")
+    assert "steady window held 0 steps" in capsys.readouterr().out
