@@ -188,6 +188,10 @@ def preamble(records: list[dict], sections, data_link: str = "") -> str:
                        f"{end.get('elapsed_s', 0):.0f} s; the figures it had measured are shown.")
         elif end and end.get("status") == "failed":
             out.append(f"Section {s}: failed ({(end.get('why') or '').splitlines()[0][:300]}).")
+    failed = [r for r in runs if r["outcome"] == "failed"]
+    if failed:
+        out.append("Failed runs (recorded, not in the figures): " + "; ".join(
+            f"{r['figure']} {r['side']}: {(r.get('why') or '?').splitlines()[0][:200]}" for r in failed) + ".")
     if data_link:
         out.append(f"Raw results (JSON lines, one record a run): [{os.path.basename(data_link)}]({data_link}).")
     return " ".join(out)
