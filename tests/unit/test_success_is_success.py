@@ -112,6 +112,8 @@ def test_a_refusal_of_the_estimate_survives_the_trip_between_processes():
     ("raises", "this model_fn refuses to build"),
     ("lambda_metric", "'<lambda>' is not a valid scope name"),
     ("steps_per_execution", "steps_per_execution"),
+    ("returns_none", "returns_none returned None (no return statement?) in train mode; a model_fn must return "
+                     "tfps.models.ModelSpec(loss, predictions, metrics)"),
 ])
 def test_a_model_that_raises_while_its_graph_is_built_is_refused_not_advice(tmp_path, name, words):
     pytest.importorskip("tensorflow")
