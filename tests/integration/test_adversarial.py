@@ -33,6 +33,7 @@ from integration_helpers import (
     pids_with_cmdline,
     poll,
     read_results,
+    refusal_lines,
     run_flags,
     task_exit,
 )
@@ -109,7 +110,7 @@ def test_a_directory_with_the_users_files_is_refused_and_kept(procs, tmp_path, f
                           *run_flags(d if flag == "--model_dir" else tmp_path / "model", *extra),
                           separate_stderr=True)
     assert launcher.wait(60) == 2, launcher.tail()
-    err = launcher.stderr().strip().splitlines()
+    err = refusal_lines(launcher.stderr())
     assert len(err) == 1 and "notes.txt" in err[0] and "did not write" in err[0], err
     assert err[0].startswith(f"tfps: error: {flag[2:]}: {d}")
     assert (d / "notes.txt").read_text() == "x\n"
@@ -170,5 +171,5 @@ def test_a_builder_that_raises_is_one_line(procs, tmp_path):
                                                                           "broken_builder:build_model"),
                       env=env, separate_stderr=True)
     assert proc.wait(120) == 2, proc.tail()
-    err = [line for line in proc.stderr().splitlines() if line.strip()]
+    err = refusal_lines(proc.stderr())
     assert len(err) == 1 and "raised ValueError: no such layer at" in err[0] and "broken_builder.py:2" in err[0], err

@@ -109,21 +109,14 @@ def _wait(tasks: list[TaskProcess], timeout: float) -> bool:
 SLOW_CHECK_NOTICE_SECS = 10.0
 
 
-def _watched() -> bool:
-    """Whether a person watches stderr (a terminal): only then is the notice said, so that a
-    refusal read by a program (CI, a wrapper, the tests) stays the one line it promises."""
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
 @contextlib.contextmanager
 def _said_when_slow(message: str, after: float | None = None):
-    """Log ``message`` (one line) if the block takes longer than ``after`` seconds, on a terminal."""
-    if not _watched():
-        yield
-        return
+    """Log ``message`` (one line) if the block takes longer than ``after`` seconds.
+
+    On a terminal and in a pipe alike (``tfps local ... | tee log``, CI): a slow builder must
+    not look like a hang wherever the output goes. A refusal that follows is still its own
+    one line (``tfps: error: ...``); the notice before it is a progress line like
+    ``tfps local: N ps + M worker(s)``."""
     timer = threading.Timer(SLOW_CHECK_NOTICE_SECS if after is None else after, log.info, (message,))
     timer.daemon = True
     timer.start()
