@@ -32,7 +32,7 @@ from tfps.task.checkpoint import checkpoint_step
 from tfps.task.lifecycle import session_config
 from tfps.task.setup import JobSetup
 from tfps.task.traingraph import TrainGraph
-from tfps.task.watch import JobWatch, read_step
+from tfps.task.watch import JobWatch, is_step_timeout, read_step
 from tfps.task.worker import Worker, WorkerFailed
 
 log = logging.getLogger("tfps")
@@ -71,6 +71,10 @@ class Chief(Worker):
         it needs (tfps.task.diskfull), and what the failed save left in model_dir is removed:
         results.json needs the room."""
         error = super().failure(error)
+        if self.cfg.sync_replicas and self.watch is not None and is_step_timeout(error):
+            from tfps.task.watchdog import probe_tasks
+            silent = [p for p in probe_tasks(self.task) if p[2] != "answers"]
+            return self.watch.sync_timeout(error, self.highest_step(), self.cfg.sync_timeout, silent)
         if isinstance(error, diskfull.DiskFull) or not diskfull.is_disk_full(error):
             return error
         return self._disk_full(error)
