@@ -324,7 +324,8 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
     reported = True
     if not script:
         why = f"killed before the final save: {killed[0]}" if killed else None
-        reported = summarize(cfg, code, launched, urls, {t.name: t.describe_exit() for t in lost}, why=why)
+        reported = summarize(cfg, code, launched, urls, {t.name: t.describe_exit() for t in lost}, why=why,
+                             chief_sent=any(t.sent_without_results for t in tasks))
     return _launcher_code(code, stops, bool(killed), reported, script is not None)
 
 

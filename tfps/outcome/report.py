@@ -251,7 +251,8 @@ class Reporter:
             # A full disk (or a lost mount): the message needs no disk and still goes out,
             # with the job's outcome in its text.
             log.error("chief: job %s %s at step %d, but %s", res.job, status, step, _unwritable(path, e))
-            self.notify(res)
+            if self.notify(res):
+                log.info("chief: %s", results.SENT_WITHOUT_RESULTS)
             return res
         if self.story is not None:
             try:
@@ -286,14 +287,16 @@ class Reporter:
             log.warning("chief: no loss plot: %s", e)
             return []
 
-    def notify(self, res: JobResult) -> None:
+    def notify(self, res: JobResult) -> bool:
+        """Send the end message; whether a service was configured to take it."""
         if self.notifier is None or not self.notifier.enabled:
-            return
+            return False
         attachments = [os.path.join(self.cfg.model_dir, results.RESULTS)]
         png = os.path.join(self.cfg.model_dir, "loss.png")
         if os.path.exists(png) and os.path.getmtime(png) >= self.started_wall:   # drawn by ``draw_plots`` for this job
             attachments.append(png)
         self.notifier.send(res.status, res, attachments)
+        return True
 
 
 def _unwritable(path: str, error: OSError) -> str:
