@@ -39,6 +39,10 @@ log = logging.getLogger("tfps")
 
 
 
+class EvaluationFailed(RuntimeError):
+    """The final evaluation failed after a complete export: the job fails, the export stays."""
+
+
 class Chief(Worker):
     """Worker 0 from start to exit code: it alone writes to model_dir and sends messages."""
 
@@ -289,7 +293,6 @@ class Chief(Worker):
     def _run_trained(self, setup: JobSetup, server, graph, ops: TrainGraph) -> ExitCode:
         import tensorflow as tf
 
-        from tfps.task import export
         self.ops = ops
         cfg, task = self.cfg, self.task
         reporter = report.Reporter(cfg, task, setup, self.started_iso, self.started_wall, story=self.story,
@@ -339,28 +342,9 @@ class Chief(Worker):
         # A failed job keeps its checkpoints for a resume but exports nothing, unless the
         # checkpoint already reached the target (a ps lost after the last step, say).
         if ckpt and (error is None or (ckpt_step >= cfg.train_steps and not isinstance(error, FloatingPointError))):
-            try:
-                export_dir = export.export_saved_model(setup.model_fn, setup.params, ckpt, cfg.export_path,
-                                                       ckpt_step)
-                log.info("chief: exported the SavedModel of step %d to %s (%.1f s)", ckpt_step, export_dir,
-                         time.time() - t_save)
-                if setup.eval_schema is not None:
-                    eval_metrics = export.evaluate(
-                        setup.model_fn, setup.params, ckpt,
-                        lambda: data_mod.make_dataset(setup.eval_schema, cfg.label_column, 256, train=False))
-                    log.info("chief: evaluation of step %d: %s", ckpt_step, eval_metrics)
-                    try:   # TensorBoard's "eval" run, next to the training scalars
-                        export.write_eval_summaries(cfg.model_dir, ckpt_step, eval_metrics)
-                    except Exception as e:  # noqa: BLE001 - the summaries are a view: never a failure
-                        log.warning("chief: the evaluation's TensorBoard summaries were not written: %s", e)
-            except Exception as e:  # noqa: BLE001
-                if diskfull.is_disk_full(e):   # export_saved_model removed its half-written directory
-                    e = diskfull.disk_full(e, cfg.export_path,
-                                           f"the SavedModel export of step {ckpt_step}",
-                                           sum(self.balancer.variables_bytes().values()) or None, "export_dir")
-                log.error("chief: final export failed: %s: %s", type(e).__name__, report.error_line(e))
-                if error is None:
-                    error, status = e, "failed"
+            export_dir, eval_metrics, late = self._export_and_evaluate(setup, ckpt, ckpt_step, t_save)
+            if late is not None and error is None:
+                error, status = late, "failed"
         elif not ckpt and error is None:
             error, status = RuntimeError(f"no checkpoint was written to {cfg.model_dir}"), "failed"
         t_end = time.time()
@@ -390,6 +374,43 @@ class Chief(Worker):
             reporter.draw_plots(result, self.evaluations.finish() if self.evaluations is not None else [])
         self._wait_for_ps_exit()
         return code
+
+    def _export_and_evaluate(self, setup: JobSetup, ckpt: str, ckpt_step: int, t_save: float):
+        """The final SavedModel, then (with eval data) its evaluation: (export_dir, metrics, error).
+
+        Each failure is said in its own words: an evaluation that fails (a model_fn that calls
+        sys.exit in eval mode) leaves the export complete, and the log, results.json and the
+        message all say so, instead of "final export failed" next to a complete export."""
+        from tfps.task import export
+        cfg = self.cfg
+        try:
+            export_dir = export.export_saved_model(setup.model_fn, setup.params, ckpt, cfg.export_path, ckpt_step)
+        except Exception as e:  # noqa: BLE001
+            if diskfull.is_disk_full(e):   # export_saved_model removed its half-written directory
+                e = diskfull.disk_full(e, cfg.export_path, f"the SavedModel export of step {ckpt_step}",
+                                       sum(self.balancer.variables_bytes().values()) or None, "export_dir")
+            log.error("chief: final export failed: %s: %s", type(e).__name__, report.error_line(e))
+            return None, {}, e
+        log.info("chief: exported the SavedModel of step %d to %s (%.1f s)", ckpt_step, export_dir,
+                 time.time() - t_save)
+        if setup.eval_schema is None:
+            return export_dir, {}, None
+        try:
+            eval_metrics = export.evaluate(
+                setup.model_fn, setup.params, ckpt,
+                lambda: data_mod.make_dataset(setup.eval_schema, cfg.label_column, 256, train=False))
+        except Exception as e:  # noqa: BLE001
+            failed = EvaluationFailed(f"the final evaluation of step {ckpt_step} failed, the SavedModel export is "
+                                      f"complete: {report.error_line(e)}")
+            failed.__cause__ = e
+            log.error("chief: %s", failed)
+            return export_dir, {}, failed
+        log.info("chief: evaluation of step %d: %s", ckpt_step, eval_metrics)
+        try:   # TensorBoard's "eval" run, next to the training scalars
+            export.write_eval_summaries(cfg.model_dir, ckpt_step, eval_metrics)
+        except Exception as e:  # noqa: BLE001 - the summaries are a view: never a failure
+            log.warning("chief: the evaluation's TensorBoard summaries were not written: %s", e)
+        return export_dir, eval_metrics, None
 
     def _wait_for_ps_exit(self) -> None:
         """Exit last: give the ps tasks (which exit once every worker is done) a moment to go.
