@@ -268,8 +268,9 @@ def cmd_jobs(ns) -> int:
     _inventory_or_slurm(ns)
     if ns.slurm:
         from tfps.outcome import slurm_jobs
-        print(slurm_jobs.list_jobs(ns.dir or [".", "runs"]), flush=True)
-        return ExitCode.OK
+        table, complete = slurm_jobs.list_jobs(ns.dir or [".", "runs"])
+        print(table, flush=True)
+        return ExitCode.OK if complete else ExitCode.TRAINING_FAILED
     ensure_collections()
     table, complete = jobs.list_jobs(ns.inventory, _playbook_args(ns))
     print(table, flush=True)
@@ -293,10 +294,14 @@ def cmd_logs(ns) -> int:
                               "lists them (--dir DIR for a model_dir elsewhere)", "job")
         return ExitCode.OK
     ensure_collections()
-    if not jobs.show_logs(ns.inventory, ns.job, ns.task, ns.follow, ns.lines, _playbook_args(ns)):
-        raise ConfigError(f"no host of the inventory has task {ns.task} of job {ns.job!r}; `tfps jobs -i ...` "
-                          "lists the jobs there", "job")
-    return ExitCode.OK
+    shown = jobs.show_logs(ns.inventory, ns.job, ns.task, ns.follow, ns.lines, _playbook_args(ns))
+    if shown is True:
+        return ExitCode.OK
+    if shown:   # hosts that could not be read: as tfps jobs -i, exit 1
+        print(f"tfps: error: {shown}", file=sys.stderr, flush=True)
+        return ExitCode.TRAINING_FAILED
+    raise ConfigError(f"no host of the inventory has task {ns.task} of job {ns.job!r}; `tfps jobs -i ...` "
+                      "lists the jobs there", "job")
 
 
 def _plan_memory(data: dict, view) -> str:
@@ -364,6 +369,12 @@ def cmd_demo_data(ns) -> ExitCode:
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"{path} is a file, not a directory; give a new or existing directory for the demo data",
                           "directory")
+    from tfps.demo import foreign_entries
+    theirs = foreign_entries(path)
+    if theirs:   # a user's file of the same name would be overwritten
+        shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
+        raise ConfigError(f"{path} holds files tfps did not write ({shown}); give a new or empty directory for the "
+                          "demo data", "directory")
     try:
         paths = ensure_demo_data(path)
     except OSError as e:

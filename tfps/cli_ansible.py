@@ -50,8 +50,20 @@ def playbook_args(ns) -> list[str]:
     return out + [a for path in ns.vault_password_file for a in ("--vault-password-file", path)]
 
 
+def check_inventory(ns) -> None:
+    """Refuse, as ``tfps plan`` does and before any play starts, an inventory the play cannot run
+    on: a source that does not exist, one Ansible cannot parse, no hosts in ps or worker, bad
+    ``tfps_*`` variables. (Without it, ansible-playbook warns, matches no host and exits 0.)"""
+    from tfps import playbooks
+    from tfps.cluster.inventory import load_view, plan_from_view
+    plan_from_view(*load_view(ns.inventory, extra_vars=ns.extra_vars, vault_ids=ns.vault_id,
+                              vault_password_files=ns.vault_password_file,
+                              playbook_dir=str(playbooks.ansible_dir())))
+
+
 def cmd_playbook(ns) -> int:
     from tfps.launch.playbook import run_playbook
+    check_inventory(ns)
     return run_playbook(ns.playbook_command, ns.inventory, playbook_args(ns), check=ns.check, diff=ns.diff,
                         extra=ns.playbook_options)
 

@@ -139,7 +139,7 @@ def expand_config(argv: list[str], parser: argparse.ArgumentParser) -> list[str]
         names = [o[2:] for o in action.option_strings if o.startswith("--")]
         if any(n in given or f"no-{n}" in given for n in names):
             continue   # the command line wins
-        flags.extend(job_flags(action, value))
+        flags.extend(job_flags(action, value, path))
     at = out.index(command) + 1
     return out[:at] + flags + out[at:] + tail
 

@@ -110,9 +110,29 @@ def _ensure_ctr(d: str) -> None:
     _atomic_write(marker, lambda fh: fh.write(b"ok\n"))
 
 
+#: Written into a directory before any demo file: what is in it is tfps's own (``COMPLETE``,
+#: written last, says so too). ``tfps demo-data DIR`` fills only a directory that is new,
+#: empty, or holds one of them (:func:`foreign_entries`).
+OWNER_MARKER = ".tfps-demo"
+
+
+def foreign_entries(directory: str) -> list[str]:
+    """The entries of ``directory`` that tfps did not write, sorted: all of them when it holds
+    neither marker (``OWNER_MARKER``, ``COMPLETE``); [] for a new, empty or tfps directory."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:   # none yet (or not a directory: writing there says why)
+        return []
+    if OWNER_MARKER in names or "COMPLETE" in names:
+        return []
+    return names
+
+
 def ensure_demo_data(directory: str | None = None) -> dict[str, str]:
     """Create the demo files if missing; return globs for blobs/shapes train and eval."""
     d = directory or default_dir()
+    if not os.path.exists(os.path.join(d, "COMPLETE")) and not os.path.exists(os.path.join(d, OWNER_MARKER)):
+        _atomic_write(os.path.join(d, OWNER_MARKER), lambda fh: fh.write(b"written by tfps demo-data\n"))
     paths = {
         "blobs_train": os.path.join(d, "blobs", "train-*.csv"),
         "blobs_eval": os.path.join(d, "blobs", "eval.csv"),

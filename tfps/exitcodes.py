@@ -14,6 +14,8 @@ class ExitCode(enum.IntEnum):
     BAD_CONFIG = 2
     #: A task of the job could not start or vanished (``tfps local`` only).
     TASK_LOST = 3
+    #: ``tfps deploy/stop/status/cleanup``: a host could not be reached over SSH (ansible-playbook's own 4).
+    HOST_UNREACHABLE = 4
     #: A tfps bug: an exception escaped a task (``tfps local``'s forked task); the traceback is in its log.
     INTERNAL = 70
     #: Stopped by SIGHUP (a closed terminal or SSH session); the chief still wrote its final

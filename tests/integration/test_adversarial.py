@@ -7,7 +7,7 @@
 * an export_dir or model_dir holding a user's files is refused before start, and the
   files are still there;
 * a model whose variables turn NaN under a finite loss fails the job, and the NaN
-  checkpoint is then refused, not restored.
+  checkpoint is then refused, not restored, leaving the job's recorded settings as they were.
 
 (A stray TF_CONFIG in the shell: the shared job of tests/integration/test_async_job.py;
 every TensorFlow port of a running job on loopback only, in the socket table: the job of
@@ -139,10 +139,15 @@ def test_nan_variables_fail_the_job_and_the_nan_checkpoint_is_refused(procs, tmp
     assert "poisoned" in res["error"]["message"]
     assert res["export_complete"] is False and not (model_dir / "export").exists()
 
-    again = procs.tfps("tfps-local-nan-resume", "local", *flags)
+    # Other settings with --replace: the chief refuses the checkpoint before any session, and
+    # the record of the job that was stays as it was (a failed start used to rewrite it, so the
+    # next start was no longer checked against the job the checkpoint belongs to).
+    record = (model_dir / "tfps-settings.json").read_bytes()
+    again = procs.tfps("tfps-local-nan-resume", "local", "--replace", "--batch_size", 16, *flags)
     assert again.wait(300) == 2, again.tail()
     refusal = again.lines(r"tfps: error: model_dir: the newest checkpoint (\S+) holds NaN")
     assert refusal and "new --model_dir" in again.output(), again.tail()
+    assert (model_dir / "tfps-settings.json").read_bytes() == record
 
 
 def test_a_port_in_use_is_one_line(procs, tmp_path):

@@ -4,7 +4,8 @@ In containers every task starts at once, so when the chief finds bad input (here
 model_dir that belongs to another job) the ps and the other workers are already waiting
 for it. The chief raises the stop flag and sends its done token; the waiting worker gives
 up at once instead of waiting hours for a model that will never be initialised, and the
-ps exits by itself. The other job's files are left untouched.
+ps exits by itself. The other job's files are left untouched. A chief whose model_dir a
+running job holds (its lock, tfps.outcome.lock) refuses it the same way, whatever started it.
 """
 
 from __future__ import annotations
@@ -61,3 +62,32 @@ def test_chief_whose_ps_has_gone_still_exits(procs, tmp_path):
     assert f"could not ask the other workers to stop: no ps answered within {timeouts.END_RPC_BOUND_SECS:.0f} s" \
         in out, out[-3000:]
     assert "did not tell the ps it is done: no ps answered before" in out, out[-3000:]
+
+
+def test_a_chief_whose_model_dir_a_running_job_holds_refuses_and_writes_nothing(procs, tmp_path):
+    """Whatever started it (compose, the Ansible role, a Slurm step: here ``tfps run`` as a container
+    runs it), a chief refuses a model_dir whose lock another live job holds (here this test, standing
+    in for a chief on another node), in one line naming that job, and writes nothing there.
+    One process (its ps never started): about 25 s, most of it the bounded end RPCs."""
+    import fcntl
+
+    from tfps import timeouts
+    from tfps.cluster import local_plan
+    from tfps.outcome import lock
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    record = {"pid": 31, "host": "node2", "by": "the chief of Slurm job 12 (tfps slurm)", "job": "first"}
+    with open(model_dir / lock.LOCK_FILE, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        json.dump(record, held)
+        held.flush()
+        plan = local_plan(1, 1)
+        chief = next(t for t in plan.tasks if t.name == "worker0")
+        proc = procs.tfps("worker0", "run", *plan.task_ref(chief).to_flags(), *run_flags(model_dir, steps=50))
+        assert proc.wait(timeouts.END_RPC_BOUND_SECS + 90) == 2, proc.tail()
+    refusals = [line for line in proc.output().splitlines() if line.startswith("tfps: error: ")]
+    assert refusals == [f"tfps: error: model_dir: {model_dir} is in use by job 'first' (the chief of Slurm job 12 "
+                        "(tfps slurm), pid 31 on node2); wait until it ends (or stop it), or give this run another "
+                        "--model_dir"], proc.tail()
+    assert sorted(p.name for p in model_dir.iterdir()) == [lock.LOCK_FILE]   # no record, no checkpoint
+    assert json.loads((model_dir / lock.LOCK_FILE).read_text()) == record

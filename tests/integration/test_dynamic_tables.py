@@ -3,8 +3,8 @@
 One string-id job (``wide_deep --embedding dynamic`` on the demo CTR data) is shared by the
 tests of this module: its export ranks the held-out clicks like the collision-free
 reference (the same wide & deep with a StringLookup over the whole vocabulary, model.fit in
-one process); then the job goes on from its model_dir on 3 ps, with a smaller set of users
-and ``--steps_to_live``: the restore brings back exactly the saved keys, split over the
+one process); then the job goes on from its model_dir on 3 ps, with a smaller set of users,
+``--steps_to_live`` and ``--min_count 2`` (the first job saved no admission counts): the restore brings back exactly the saved keys, split over the
 three ps, the ids that stopped appearing are evicted and the live rows fall. A tf_keras
 model with int64 ids of the whole int64 range in one DynamicEmbedding trains and serves.
 """
@@ -28,6 +28,7 @@ BATCH = 250
 STEPS = 480          # two epochs of the demo's 60000 training rows, as the reference trains
 MORE_STEPS = 240     # the continuation on 3 ps
 STEPS_TO_LIVE = 60
+MIN_COUNT = 2        # the continuation's (the first job's is 1)
 #: Adagrad: its updates are sparse in Keras's model.fit as in tfps (Keras's Adam would move
 #: every row every step, tfps's lazy Adam only the batch's), so the reference is the same algorithm.
 OPTIMIZER, LEARNING_RATE = "adagrad", 0.5
@@ -39,6 +40,11 @@ def _saved_keys(model_dir) -> int:
     import tensorflow as tf
     return int(tf.train.load_checkpoint(tf.train.latest_checkpoint(str(model_dir)))
                .get_variable_to_shape_map()["embeddings/keys"][0])
+
+
+def _saved_names(model_dir) -> set:
+    import tensorflow as tf
+    return set(tf.train.load_checkpoint(tf.train.latest_checkpoint(str(model_dir))).get_variable_to_shape_map())
 
 
 def _checkpoint_bytes(model_dir) -> int:
@@ -75,13 +81,16 @@ def jobs(module_procs, tmp_path_factory, demo_dir):
            "first_bytes": _checkpoint_bytes(model_dir),
            "export_auc": export_auc(str(model_dir / "export"), str(ctr / "eval.csv")),
            "price_auc": _price_auc(ctr / "eval.csv"), "reference": reference}
-    # Another ps count, other data and an eviction age are other settings: --replace.
+    # Another ps count, other data, an eviction age and an admission count are other settings:
+    # --replace. (The first job saved no admission counts, with min_count 1: they restore as zeros.)
     again = module_procs.tfps("tfps-local-dynamic-3ps", "local", "--ps", 3, "--workers", 2, "--replace",
                               *run_flags(model_dir, *flags, "--train_data", tmp / "top-users.csv",
-                                         "--steps_to_live", STEPS_TO_LIVE, steps=STEPS + MORE_STEPS))
+                                         "--steps_to_live", STEPS_TO_LIVE, "--min_count", MIN_COUNT,
+                                         steps=STEPS + MORE_STEPS))
     assert again.wait(900) == 0, again.tail()
     out.update(again=again, again_results=read_results(model_dir), again_keys=_saved_keys(model_dir),
-               again_bytes=_checkpoint_bytes(model_dir), model_dir=model_dir, top_users=tmp / "top-users.csv")
+               again_bytes=_checkpoint_bytes(model_dir), model_dir=model_dir, top_users=tmp / "top-users.csv",
+               again_has_sketch="embeddings/sketch" in _saved_names(model_dir))
     return out
 
 
@@ -132,6 +141,11 @@ def test_a_continuation_on_3_ps_restores_exactly_the_saved_keys_and_keeps_traini
     assert [p.split()[0] for p in per_ps] == ["ps0", "ps1", "ps2"] and all(int(p.split()[1]) > 0 for p in per_ps)
     losses = [float(m.group(1)) for m in again.lines(r"step \d+/\d+ loss ([\d.]+)")]
     assert losses and all(math.isfinite(x) for x in losses), again.tail()
+    # The job now runs with the continuation's settings, and its checkpoint holds the admission counts.
+    import json
+    record = json.loads((jobs["model_dir"] / "tfps-settings.json").read_text())["settings"]
+    assert (record["ps"], record["min_count"], record["steps_to_live"]) == (3, MIN_COUNT, STEPS_TO_LIVE), record
+    assert jobs["again_has_sketch"]
 
 
 def test_ids_that_stop_appearing_are_evicted_and_the_live_rows_fall(jobs):
@@ -150,8 +164,11 @@ def test_ids_that_stop_appearing_are_evicted_and_the_live_rows_fall(jobs):
     assert len(kept) == jobs["again_keys"] < jobs["saved_keys"], (len(kept), jobs["saved_keys"])
     foreign = kept - _data_keys(jobs["top_users"])
     assert not foreign, f"{len(foreign)} of {len(kept)} kept ids never appear in the continuation's data"
-    # Checkpoints hold the live rows only: the last one is smaller than the first job's.
-    assert jobs["again_bytes"] < jobs["first_bytes"], (jobs["again_bytes"], jobs["first_bytes"])
+    # Checkpoints hold the live rows only: the last one is smaller than the first job's, but for
+    # the admission counts it saves with min_count 2 (one int32 sketch, 1 MiB).
+    from tfps.layers.dynamic_embedding import SKETCH_DEPTH, SKETCH_WIDTH
+    sketch = SKETCH_DEPTH * SKETCH_WIDTH * 4
+    assert jobs["again_bytes"] - sketch < jobs["first_bytes"], (jobs["again_bytes"], jobs["first_bytes"])
 
 
 def _checkpoint_keys(model_dir) -> set[int]:

@@ -7,7 +7,8 @@ orchestrators and ``kill`` send: the job ends "stopped" with exit code 143. (Ctr
 SIGINT, to the launcher and then its whole group, and a closed terminal's SIGHUP:
 tests/integration/test_stops.py.)
 
-While the job trains, every TensorFlow port of it listens on loopback only (the kernel's
+While the job trains, a second ``tfps local`` into its model_dir is refused (one line naming
+the running job, exit 2, nothing started), and every TensorFlow port of it listens on loopback only (the kernel's
 socket table).
 """
 
@@ -52,6 +53,18 @@ def test_a_stop_waits_for_a_slow_final_export_and_every_port_is_on_loopback(proc
     assert all(table[p] for p in ports), table                               # every task listens...
     assert all(addrs == {"127.0.0.1"} for addrs in table.values()), table   # ...on loopback only
 
+    # A second job into the running job's model_dir (the same settings: it would resume from the
+    # running job's checkpoints) is refused in one line, before it starts anything.
+    second = procs.tfps("tfps-local-same-model-dir", "local",
+                        *run_flags(model_dir, "--model", "tests.fixtures.slow_model:model_fn", steps=1_000_000),
+                        separate_stderr=True)
+    assert second.wait(120) == ExitCode.BAD_CONFIG, second.tail()
+    refusal = second.stderr().strip().splitlines()[-1]
+    assert refusal.startswith(f"tfps: error: model_dir: {model_dir} is in use by job "), refusal
+    assert "(tfps local, pid " in refusal and "another --model_dir" in refusal
+    assert "tfps local:" not in second.output()   # no task of it started
+    assert launcher.returncode is None            # and the first job trains on
+
     launcher.signal(signal.SIGTERM)
     stopped_at = time.monotonic()
     rc = launcher.wait(300)
@@ -68,6 +81,7 @@ def test_a_stop_waits_for_a_slow_final_export_and_every_port_is_on_loopback(proc
     out = load_and_predict(res["export_dir"], [[0.0] * 8])
     assert out["probabilities"].shape == (1, 3)
 
+    assert "resuming from the newest checkpoint" not in launcher.output()
     # The ps outlived the chief's export and then left on its own.
     assert task_exit(launcher, "ps0") == "0 (OK)"
     assert "ending tasks that did not exit by themselves" not in launcher.output()

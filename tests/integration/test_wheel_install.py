@@ -127,12 +127,18 @@ def test_jobs_and_deploy_find_their_playbooks_and_fail_about_the_hosts(installed
     assert lines[0] == "no tfps job on these hosts"
     assert lines[1:] == [f"{h}: not read: cannot be reached over SSH; check its address, ansible_user and SSH access "
                          f"(`ansible -i INVENTORY {h} -m ping` shows Ansible's reason)" for h in ("h1", "h2")]
+    logs = _tfps(installed, "logs", "-i", _unreachable(installed), "somejob", env=env)
+    assert logs.returncode == 1, logs.stdout + logs.stderr    # as tfps jobs for a host it could not read
+    assert logs.stderr.strip().splitlines() == [
+        "tfps: error: task worker0 of job 'somejob' could not be looked for, no host was read: h1, h2 could not be "
+        "read: cannot be reached over SSH; check its address, ansible_user and SSH access (`ansible -i INVENTORY "
+        "HOST -m ping` shows Ansible's reason)"], logs.stderr
     deploy = _tfps(installed, "deploy", "--check", "-i", _unreachable(installed), env=env)
-    assert deploy.returncode == 2, deploy.stdout[-3000:] + deploy.stderr
+    assert deploy.returncode == 4, deploy.stdout[-3000:] + deploy.stderr    # README: 4, a host unreachable
     assert "h1 (192.0.2.1) cannot be reached over SSH" in deploy.stdout
     assert deploy.stderr.strip().splitlines()[-1] == (
-        "tfps: error: deploy: ansible-playbook exited 2: h1 (192.0.2.1), h2 (192.0.2.2) cannot be reached over "
-        "SSH: check the inventory's addresses, ansible_user and SSH access "
+        "tfps: error: deploy: h1 (192.0.2.1), h2 (192.0.2.2) cannot be reached over SSH (ansible-playbook exited 2: "
+        "the role's check failed): check the inventory's addresses, ansible_user and SSH access "
         "(`ansible -i INVENTORY HOST -m ping` shows Ansible's reason)")
 
 

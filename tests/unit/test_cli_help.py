@@ -139,3 +139,31 @@ def test_every_option_of_every_command_has_help():
     missing = {name: [a.option_strings[-1] if a.option_strings else a.dest for a in sub._actions if a.help is None]
                for name, sub in parser._subparsers._group_actions[0].choices.items()}
     assert {name: m for name, m in missing.items() if m} == {}
+
+
+def _laughs() -> bytes:
+    """The "billion laughs": nine levels of nine aliases of the level below (9**9 values), under
+    an option whose list the job file's flags were made of (one string of gigabytes)."""
+    lines = ["notify:", '- &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi"):
+        lines.append(f"- &{name} [{','.join([f'*{prev}'] * 9)}]")
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.parametrize("raw, line", [
+    (b"train_steps: 5\nrun_name: caf\xe9\n", "is not UTF-8 text (byte 0xe9 at offset 28); save it as UTF-8"),
+    (b'sync_replicas: "false"\n', "sync_replicas: 'false' is not true or false; write true or false without quotes"),
+    (b"notify_started: 'no'\n", "notify_started: 'no' is not true or false"),
+    (_laughs(), "stands for more than 10000 values once its YAML aliases (*name) are expanded"),
+    (b"model_arg: &a [*a]\n", "nests values deeper than 20 levels (or an alias holds itself)"),
+    (b"[" * 50000, "nests values deeper than 20 levels"),
+    (b"# " + b"x" * (1 << 20) + b"\n", "is larger than 1048576 bytes; a job file is option: value lines"),
+])
+def test_a_job_file_that_is_not_utf8_quotes_a_switch_or_expands_without_bound_is_one_line(capsys, tmp_path,
+                                                                                         raw, line):
+    job = tmp_path / "job.yaml"
+    job.write_bytes(raw)
+    code, out, err = _run(capsys, "local", "--config", str(job), "--model_dir", str(tmp_path / "m"))
+    assert code == ExitCode.BAD_CONFIG and len(err.splitlines()) == 1 and line in err, err
+    assert err.startswith(f"tfps: error: config: {job}"), err
+    assert not (tmp_path / "m").exists()

@@ -1,7 +1,7 @@
 """Bad input through ``cli.main`` in-process: one line ``tfps: error: ...`` and exit 2, nothing started.
 
 argparse's own errors (issue 35 item 23), numeric options out of range (item 15), ``tfps
-demo-data`` on a file (item 24).
+demo-data`` on a file (item 24) or into a directory of a user's files (issue 51).
 """
 
 from __future__ import annotations
@@ -97,6 +97,25 @@ def test_compose_numeric_limits(capsys, argv, field):
     assert refusal(capsys, argv).startswith(f"tfps: error: {field}: ")
 
 
+def test_demo_data_into_a_directory_of_the_users_files_is_refused_and_they_are_kept(capsys, tmp_path):
+    """``tfps demo-data DIR`` overwrote DIR/ctr/eval.csv, a user's own file of that name."""
+    own = tmp_path / "data"
+    (own / "ctr").mkdir(parents=True)
+    (own / "ctr" / "eval.csv").write_text("user,label\nme,1\n")
+    (own / "notes.txt").write_text("mine\n")
+    assert refusal(capsys, ["demo-data", str(own)]) == (
+        f"tfps: error: directory: {own} holds files tfps did not write (ctr, notes.txt); give a new or empty "
+        "directory for the demo data")
+    assert (own / "ctr" / "eval.csv").read_text() == "user,label\nme,1\n"
+    assert sorted(p.name for p in own.rglob("*")) == ["ctr", "eval.csv", "notes.txt"]
+    # A new directory is filled, and the same command again finds it tfps's own.
+    demo = tmp_path / "demo"
+    for _ in range(2):
+        assert cli.main(["demo-data", str(demo)]) == 0
+        assert "ctr_eval: " in capsys.readouterr().out
+    assert (demo / "COMPLETE").exists() and (demo / "ctr" / "eval.csv").stat().st_size > 1000
+
+
 def test_demo_data_on_a_file_is_one_line(capsys, tmp_path):
     f = tmp_path / "data.csv"
     f.write_text("keep me\n")
@@ -105,3 +124,51 @@ def test_demo_data_on_a_file_is_one_line(capsys, tmp_path):
     assert f.read_text() == "keep me\n"
     line = refusal(capsys, ["demo-data", str(f / "sub")])
     assert line.startswith(f"tfps: error: directory: cannot write the demo data to {f / 'sub'}"), line
+
+
+@pytest.mark.parametrize("field,value,most", [("min_count", 2**31, 2**31 - 1),
+                                              ("expected_ids", 999999999999, 2**31 - 1)])
+@pytest.mark.parametrize("how", ["flag", "config"])
+def test_dynamic_table_counts_past_32_bits_are_refused_with_their_bound(capsys, tmp_path, monkeypatch,
+                                                                        field, value, most, how):
+    """min_count 2**31 wrapped in the int32 sketch (every id admitted at once); expected_ids
+    999999999999 failed every task on a negative shape."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["local", "--model", "wide_deep", "--embedding", "dynamic", "--model_dir", str(tmp_path / "m")]
+    if how == "flag":
+        argv += [f"--{field}", str(value)]
+    else:
+        (tmp_path / "job.yml").write_text(f"{field}: {value}\n")
+        argv += ["--config", str(tmp_path / "job.yml")]
+    line = refusal(capsys, argv)
+    assert line.startswith(f"tfps: error: {field}: {value} is too large: "), line
+    assert line.endswith(f"use at most {most}"), line
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("command", ["deploy", "stop", "status", "cleanup"])
+@pytest.mark.parametrize("content, words", [
+    (None, "no such file or directory"),
+    ("", "Ansible could not read it as an inventory: no hosts were found"),
+    ("[ps\nfoo=[\n", "Ansible could not read it as an inventory: Failed to parse"),
+    ("[ps]\nh1\n", "the inventory has no 'worker' group"),
+])
+def test_a_playbook_command_refuses_the_inventories_plan_refuses_before_any_play(
+        capsys, tmp_path, command, content, words):
+    """Issue 51: ``-i /nonexistent``, an empty and an unparseable inventory exited 0 after
+    Ansible's warnings and "no hosts matched"; now they are the plan's one line, exit 2."""
+    source = tmp_path / "hosts.ini"
+    if content is not None:
+        source.write_text(content)
+    line = refusal(capsys, [command, "-i", str(source)])
+    assert words in line, line
+
+
+def test_a_good_inventory_passes_the_playbook_commands_check():
+    import argparse
+    import pathlib
+
+    from tfps import cli_ansible
+    example = pathlib.Path(__file__).resolve().parents[2] / "inventory" / "example"
+    cli_ansible.check_inventory(argparse.Namespace(inventory=[str(example)], extra_vars=[], vault_id=[],
+                                                   vault_password_file=[]))

@@ -80,7 +80,8 @@ def test_bad_run_option_names_its_field(field, value, words):
     ("min_count", 0, "1 or more"),
     ("steps_to_live", -1, "0 to never evict"),
     ("expected_ids", -5, "0 when unknown"),
-    ("expected_ids", 2**63, "64-bit"),
+    ("expected_ids", 2**63, "32-bit"),
+    ("min_count", 2**31, "counts unadmitted ids in 32-bit integers; use at most 2147483647"),
     ("min_count", 2.5, "whole number"),
 ])
 def test_bad_dynamic_table_option_names_its_field(field, value, words):
@@ -95,6 +96,24 @@ def test_dynamic_tables_are_for_wide_deep_or_your_own_model():
     assert cfg.validate().to_args() == ["--model=wide_deep", "--embedding=dynamic", "--min_count=3",
                                         "--steps_to_live=100", "--expected_ids=1000000"]
     RunConfig(model="my.models:build", embedding="dynamic", steps_to_live=100).validate()
+
+
+def test_dynamic_tables_on_data_whose_ids_read_as_numbers_are_refused_before_start(capsys, tmp_path):
+    """Integer ids in a CSV read as numbers: wide_deep built no table and ignored --min_count."""
+    data = tmp_path / "clicks.csv"
+    data.write_text("user,ad,price,label\n" + "".join(f"{i % 7},{i % 5},{i / 10},{i % 2}\n" for i in range(40)))
+    from tfps.cli import main
+    rc = main(["local", "--model", "wide_deep", "--embedding", "dynamic", "--min_count", "2",
+               "--train_data", str(data), "--model_dir", str(tmp_path / "m")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith("tfps: error: embedding: wide_deep keeps dynamic rows for id columns"), err
+    assert "give the ids as text (e.g. u123)" in err[0] and str(data) in err[0]
+    assert not (tmp_path / "m").exists()
+    data.write_text("user,ad,price,label\n" + "".join(f"u{i % 7},{i % 5},{i / 10},{i % 2}\n" for i in range(40)))
+    from tfps.task.setup import JobSetup
+    setup = JobSetup(RunConfig(model="wide_deep", embedding="dynamic", train_data=str(data)), bind=False)
+    assert ("user", "string") in setup.params.columns
 
 
 def test_epochs_are_asynchronous_and_refused_with_sync_replicas_in_one_line(capsys, tmp_path):

@@ -225,3 +225,89 @@ def test_a_full_shard_frees_its_oldest_rows_early_and_never_grows():
         sess.run(ops["train"], {ops["ids"]: [10]})
         assert set(_live(sess, table)) == set(range(1, 11))
         assert sess.run(table.shards[0].weights).shape[0] == 11   # capacity + the default row
+
+
+def test_the_id_minus_two_to_the_63_is_evicted_like_any_other():
+    """-2**63 was the free-row marker of row_keys: a row it owned looked free and was never evicted."""
+    g, table, ops = _build(steps_to_live=2)
+    with g.as_default(), _session(g) as sess:
+        sess.run(ops["init"])
+        sess.run(ops["train"], {ops["ids"]: [-(2**63), 5]})
+        assert set(_live(sess, table)) == {-(2**63), 5}
+        for _ in range(4):
+            sess.run(ops["train"], {ops["ids"]: [6]})
+        assert sess.run(ops["evict"]) == 2
+        assert set(_live(sess, table)) == {6}
+        assert sess.run(table.shards[0].free_top) == table.shard_capacity - 1   # both rows back on the stack
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"output_dim": "8"}, r"output_dim must be a whole number .*not '8' \(a str\)"),
+    ({"output_dim": 8.5}, r"output_dim must be a whole number .*not 8.5"),
+    ({"output_dim": 0}, r"output_dim must be 1\.\."),
+    ({"output_dim": 4, "min_count": 2.5}, r"min_count must be a whole number"),
+    ({"output_dim": 4, "min_count": 2**31}, r"min_count must be 1\.\.2147483647 .*32 bits.*not 2147483648"),
+    ({"output_dim": 4, "steps_to_live": 10.5}, r"steps_to_live must be a whole number"),
+    ({"output_dim": 4, "capacity": 0}, r"capacity must be 1\.\.2147483647"),
+    ({"output_dim": 4, "capacity": -3}, r"capacity must be 1\.\."),
+    ({"output_dim": 4, "capacity": 999999999999}, r"capacity must be 1\.\.2147483647"),
+])
+def test_a_table_refuses_each_bad_argument_by_name_before_any_variable(kwargs, message):
+    g = tf.Graph()
+    with g.as_default():
+        with pytest.raises(ValueError, match=message):
+            de.DynamicTable(name="t", devices=["/cpu:0"], **kwargs)
+        assert not g.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)
+        table = de.DynamicTable(np.int64(4), min_count=2**31 - 1, capacity=10, name="ok", devices=["/cpu:0"])
+        assert (table.dim, table.min_count, table.capacity) == (4, 2**31 - 1, 10)
+
+
+def test_the_keras_layer_refuses_bad_arguments_when_made_and_float_ids_in_one_line():
+    import os
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    tf_keras = pytest.importorskip("tf_keras")
+    from tfps.layers import DynamicEmbedding
+    with pytest.raises(ValueError, match=r"DynamicEmbedding e: output_dim must be a whole number .*'8'"):
+        DynamicEmbedding("8", name="e")
+    with pytest.raises(ValueError, match=r"DynamicEmbedding e: capacity must be 1\.\."):
+        DynamicEmbedding(8, capacity=0, name="e")
+    with tf.Graph().as_default():
+        with pytest.raises(TypeError) as e:
+            DynamicEmbedding(4, name="e")(tf_keras.Input([2], dtype="float32"))
+        assert str(e.value).startswith("DynamicEmbedding e takes string or integer ids (tf.string, tf.int32")
+        assert "in user code" not in str(e.value)
+        assert DynamicEmbedding(4, name="f")(tf_keras.Input([2], dtype="int64")).shape.as_list() == [None, 2, 4]
+
+
+def test_a_checkpoint_saved_with_min_count_1_restores_into_a_table_with_a_larger_min_count(tmp_path):
+    """--min_count 1 -> 3 with --replace failed every restore (NotFoundError: the checkpoint has
+    no emb/sketch, saved only with min_count > 1). The job's saver restores zero counts, exact
+    here: with min_count 1 every id seen has its row, so no id was being counted."""
+    from tfps.layers import table_restore
+    g, table, ops = _build(min_count=1)
+    with g.as_default(), _session(g) as sess:
+        sess.run(ops["init"])
+        sess.run(ops["train"], {ops["ids"]: [1, 2, 3]})
+        path = table_restore.job_saver(g, None).save(sess, str(tmp_path / "ckpt"), global_step=1)
+        saved = sess.run(ops["rows"], {ops["ids"]: [1, 2, 3]})
+    assert "emb/sketch" not in tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    g3, table3, ops3 = _build(min_count=3)
+    with g3.as_default(), _session(g3) as sess:
+        with pytest.raises(tf.errors.NotFoundError, match="emb/sketch"):   # what restoring it did
+            ops3["saver"].restore(sess, path)
+        table_restore.job_saver(g3, path).restore(sess, path)
+        assert set(_live(sess, table3)) == {1, 2, 3}
+        np.testing.assert_allclose(sess.run(ops3["rows"], {ops3["ids"]: [1, 2, 3]}), saved, rtol=1e-6)
+        assert not sess.run(table3.shards[0].sketch).any()
+        for _ in range(2):                                   # a new id is counted from zero: 3 sightings
+            sess.run(ops3["train"], {ops3["ids"]: [9]})
+            assert 9 not in _live(sess, table3)
+        sess.run(ops3["train"], {ops3["ids"]: [9]})
+        assert 9 in _live(sess, table3)
+        # The other way (3 -> 1) needs nothing: the saved counts are not read.
+        path3 = table_restore.job_saver(g3, path).save(sess, str(tmp_path / "ckpt3"), global_step=2)
+    assert "emb/sketch" in tf.train.load_checkpoint(path3).get_variable_to_shape_map()
+    g1, table1, ops1 = _build(min_count=1)
+    with g1.as_default(), _session(g1) as sess:
+        table_restore.job_saver(g1, path3).restore(sess, path3)
+        assert set(_live(sess, table1)) == {1, 2, 3, 9}

@@ -59,7 +59,7 @@ CATALOGUE: dict[str, list[str]] = {
         ["run", "--ps_hosts", "h:70000", "--worker_hosts", "127.0.0.1:2", "--job_name", "ps", "--task_index", "0"],
     "‹field› | ‹prefix›‹index› is out of range for ‹n› ‹noun›; use 0..‹n›":
         ["run", *CLUSTER, "--job_name", "worker", "--task_index", "5"],
-    # tfps/config.py
+    # tfps/config/
     "embedding | unknown embedding ‹embedding›; use hashed (shared hash buckets) or dynamic (a row per id, with "
     "admission and eviction)": ["local", "--embedding", "sparse"],
     "embedding | the built-in model ‹model› has no id tables; --embedding dynamic is for ‹join› or your own model "

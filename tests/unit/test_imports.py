@@ -26,7 +26,15 @@ LAYERS = [
     "tfps.task",
     "tfps.launch",
     "tfps.cli tfps.cli_ansible tfps.cli_tools tfps.__main__",
+    # The role's controller-side plugins (action, filter, lookup): they run inside ansible-core on the
+    # controller, where tfps is installed, and may use any of it; nothing of tfps imports them.
+    "tfps.ansible",
 ]
+#: The role's plugins that run inside ansible-core on the controller, as modules of the top layer.
+ROLE = PACKAGE / "ansible" / "roles" / "tfps"
+CONTROLLER_PLUGINS = ("action_plugins", "filter_plugins", "lookup_plugins")
+#: The role's modules that Ansible copies to each host, where tfps is not installed.
+HOST_MODULES = ("library", "module_utils")
 
 #: Imports against the order, each with the reason it still stands: (importer, imported) -> why.
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
@@ -65,8 +73,9 @@ def _graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     the module's own packages (they are loaded before it)."""
     modules = {}
     for path in package.rglob("*.py"):
-        if (package / "ansible") in path.parents:   # the role's Ansible plugins: package data, not modules
-            continue
+        if (package / "ansible") in path.parents:   # package data, not modules: only the controller plugins count
+            if not any(package / "ansible" / "roles" / "tfps" / kind == path.parent for kind in CONTROLLER_PLUGINS):
+                continue
         name = ".".join(path.relative_to(package.parent).with_suffix("").parts)
         modules[name.removesuffix(".__init__")] = path
     graph: dict[str, set[str]] = {m: set() for m in modules}
@@ -158,6 +167,27 @@ def test_every_module_imports_only_its_own_layer_and_those_below():
         assert b in graph[a], f"{a} no longer imports {b}: remove its entry from ALLOWED_UPWARD ({why})"
     assert _upward({"tfps.cluster.settings": {"tfps.outcome.results"}}) == [
         "tfps.cluster.settings (layer tfps.cluster) imports tfps.outcome.results (layer tfps.outcome)"]
+
+
+def test_the_roles_plugins_are_the_top_layer_and_host_modules_import_no_tfps():
+    graph = _graph()
+    filters = "tfps.ansible.roles.tfps.filter_plugins.tfps_filters"
+    assert filters in graph and "tfps.cluster.datasrc" in graph[filters]   # the plugins are in the check
+    assert not [a for a, bs in graph.items() if not a.startswith("tfps.ansible") and any(
+        b.startswith("tfps.ansible.") for b in bs)]
+    host_side = [f"{path.relative_to(PACKAGE)}: {n}" for kind in HOST_MODULES for path in sorted((ROLE / kind).glob("*.py"))
+                 for node in ast.walk(ast.parse(path.read_text())) for n in _imported(node, "m", False, {})
+                 if n == "tfps" or n.startswith("tfps.")]
+    assert host_side == [], "a module Ansible runs on a host cannot import tfps (not installed there)"
+
+
+def test_the_layer_page_shows_this_order():
+    """docs/design/layers.md draws LAYERS: the names of each layer, lowest first, joined by ->."""
+    text = (PACKAGE.parent / "docs" / "design" / "layers.md").read_text()
+    drawing = " ".join(line for line in text.split("\n\n", 3)[2].splitlines() if line.startswith("    "))
+    drawn = [[n.strip() for n in layer.split(",") if n.strip()] for layer in " ".join(drawing.split()).split("->")]
+    want = [[n.removeprefix("tfps.") for n in names.split() if n != "tfps"] for names in LAYERS]
+    assert drawn == want, "docs/design/layers.md's drawing differs from LAYERS in tests/unit/test_imports.py"
 
 
 def test_the_names_config_checks_are_the_names_of_the_modules_above_it():

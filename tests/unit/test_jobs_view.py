@@ -89,3 +89,22 @@ def test_an_unreachable_host_is_named_with_what_to_check():
         "(`ansible -i INVENTORY h1 -m ping` shows Ansible's reason)")
     plain = {"failed": True, "msg": "Error connecting: Error while fetching server API version"}
     assert _filters().tfps_jobs_view({"h2": {"tfps_jobs_info": plain}}, ["h2"])["hosts"]["h2"]["error"] == plain["msg"]
+
+
+UNREACHABLE = ("cannot be reached over SSH; check its address, ansible_user and SSH access "
+               "(`ansible -i INVENTORY {} -m ping` shows Ansible's reason)")
+
+
+def test_logs_of_a_task_on_unreachable_hosts_say_which_hosts_were_not_read():
+    """Issue 51: with every host unreachable, tfps logs said "no host has task worker0"."""
+    from tfps.outcome.jobs import not_found
+    empty = {"error": None, "containers": [], "history": {}, "logs": {}}
+    hosts = {h: {**empty, "error": UNREACHABLE.format(h)} for h in ("h1", "h2")}
+    line = not_found(hosts, "j", "worker0")
+    assert "\n" not in line
+    assert line == ("task worker0 of job 'j' could not be looked for, no host was read: h1, h2 could not be read: "
+                    + UNREACHABLE.format("HOST"))
+    line = not_found({**hosts, "h3": empty}, "j", "worker0")
+    assert line.startswith("task worker0 of job 'j' is on none of the hosts that were read (h3); h1, h2 could not "
+                           "be read: cannot be reached over SSH")
+    assert not_found({"h3": empty}, "j", "worker0") is None    # every host read: the task is on none of them

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -168,3 +169,129 @@ def test_the_run_options_reach_tfps_run_as_given():
     mine, theirs = dataclasses.asdict(from_args(ns)), dataclasses.asdict(from_args(back))
     mine["model_dir"] = "/shared/m"
     assert mine == theirs
+
+
+def test_a_model_dir_a_running_job_holds_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    import fcntl
+    import json
+
+    from tfps.outcome import lock
+    (tmp_path / "m").mkdir()
+    with open(tmp_path / "m" / lock.LOCK_FILE, "w") as held:    # the running job's chief, on another node
+        fcntl.flock(held, fcntl.LOCK_EX)
+        json.dump({"pid": 31, "host": "node2", "by": "the chief of Slurm job 12 (tfps slurm)", "job": "job"}, held)
+        held.flush()
+        code, out = _tfps(tmp_path, monkeypatch, capsys, "--model_dir", "m")
+    assert code == 2 and out.err.count("\n") == 1, out.err
+    assert "model_dir: " in out.err and "is in use by job 'job' (the chief of Slurm job 12" in out.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]    # no script, no m.slurm/
+
+
+# ----------------------------------------------------------------------------- values that reach the script
+
+#: Values a user may give that a shell or sbatch would read as more than one word or as a command.
+NASTY = ["a b", "a\ntouch x", "a\rb", 'a"b', "a'b", "a\\b", "a#b", "$HOME", "a;touch x", "$(touch x)", "`touch x`",
+         "a\u2028b"]
+
+
+def sbatch_words(line: str) -> list[str]:
+    """An ``#SBATCH`` line's words as sbatch reads them: blanks split outside double quotes, a double
+    quote toggles quoting, an unquoted ``#`` starts a comment (a backslash never appears: refused)."""
+    words, word, quoted = [], None, False
+    for ch in line[len("#SBATCH"):]:
+        assert ch != "\\", line
+        if ch == '"':
+            quoted, word = not quoted, word or ""
+        elif ch == "#" and not quoted:
+            break
+        elif ch.isspace() and not quoted:
+            if word is not None:
+                words.append(word)
+            word = None
+        else:
+            word = (word or "") + ch
+    assert not quoted, line
+    return words + ([word] if word is not None else [])
+
+
+def _srun_argv(tmp_path, script: str) -> list[str]:
+    """The script run by bash with a stand-in srun that records its arguments: what the tasks get."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "srun").write_text('#!/bin/bash\nprintf "%s\\0" "$@" > "$SRUN_ARGV"\n')
+    (bin_dir / "srun").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "SRUN_ARGV": str(tmp_path / "argv")}
+    done = subprocess.run(["bash", script], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert done.stderr == "", done.stderr      # no stray command ran (nor failed)
+    return (tmp_path / "argv").read_bytes().decode().split("\0")[:-1]
+
+
+@pytest.mark.parametrize("value", NASTY)
+@pytest.mark.parametrize("flag, sbatch", [("--model_dir", "--output"), ("--partition", "--partition"),
+                                          ("--run_name", "--job-name"), ("--export_dir", None),
+                                          ("--sbatch-option=--comment", "--comment"), ("--time", "--time")])
+def test_every_value_reaching_the_script_is_one_word_or_refused(tmp_path, monkeypatch, capsys, flag, sbatch, value):
+    """Issue 51: a --model_dir holding a newline put a command of its own on a line of the script,
+    and --partition $'a\\nb' a stray one. Each value is refused in one line (nothing written), or
+    comes out of bash -n, of sbatch's reading of #SBATCH lines and of a real run as one word."""
+    work = tmp_path / "work"
+    work.mkdir()
+    if flag == "--time":
+        value = "30" + ("" if value == "a b" else value[1:])   # "30\nrm -rf x", '30"b', ...
+    given = str(work / f"m{value}") if flag in ("--model_dir", "--export_dir") else value
+    args = [f"{flag}={given}"] if "=" in flag else [flag, given]
+    if flag != "--model_dir":
+        args += ["--model_dir", str(work / "m")]
+    code, out = _tfps(work, monkeypatch, capsys, *args, "-o", str(work / "job.sbatch"))
+    if code != 0:
+        assert code == 2 and out.err.count("\n") == 1 and out.err.startswith("tfps: error: "), out.err
+        assert list(work.iterdir()) == [], list(work.iterdir())     # nothing written, no directory made
+        return
+    script = work / "job.sbatch"
+    text = script.read_text()
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    if sbatch is not None:
+        words = [w for line in text.splitlines() if line.startswith("#SBATCH") for w in sbatch_words(line)
+                 if w.startswith(sbatch + "=")]
+        expected = os.path.join(given + ".slurm", "slurm-%j.out") if flag == "--model_dir" else given
+        assert words == [f"{sbatch}={expected}"], (words, text)
+    argv = _srun_argv(tmp_path, str(script))
+    assert not (tmp_path / "x").exists() and not (work / "x").exists()   # no injected command ran
+    if flag in ("--model_dir", "--export_dir", "--run_name"):
+        assert argv[argv.index(flag) + 1] == given, argv
+
+
+def test_a_working_directory_with_blanks_is_quoted_and_one_with_a_line_break_refused(tmp_path, monkeypatch, capsys):
+    odd = tmp_path / "my runs $x"
+    odd.mkdir()
+    code, out = _tfps(odd, monkeypatch, capsys, "--model_dir", "m")
+    assert code == 0, out.err
+    lines = [line for line in (odd / "m.slurm" / "job.sbatch").read_text().splitlines() if "--chdir" in line]
+    assert [w for line in lines for w in sbatch_words(line)] == [f"--chdir={odd}"]
+    bad = tmp_path / "a\nb"
+    bad.mkdir()
+    code, out = _tfps(bad, monkeypatch, capsys, "--model_dir", str(tmp_path / "m2"))
+    assert code == 2 and "directory: " in out.err and out.err.count("\n") == 1, out.err
+    assert list(bad.iterdir()) == [] and not (tmp_path / "m2.slurm").exists()
+
+
+def test_o_never_overwrites_a_file_tfps_did_not_write(tmp_path, monkeypatch, capsys):
+    mine = tmp_path / "run.sh"
+    mine.write_text("#!/bin/bash\necho my own script\n")
+    code, out = _tfps(tmp_path, monkeypatch, capsys, "--model_dir", "m", "-o", str(mine))
+    assert code == 2 and out.err.count("\n") == 1, out.err
+    assert "output: " in out.err and "tfps slurm did not write it" in out.err
+    assert mine.read_text() == "#!/bin/bash\necho my own script\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.sh"]     # no m.slurm/ either
+    ours = tmp_path / "job.sbatch"
+    assert _tfps(tmp_path, monkeypatch, capsys, "--model_dir", "m", "-o", str(ours))[0] == 0
+    assert _tfps(tmp_path, monkeypatch, capsys, "--model_dir", "m", "--train_steps", "7", "-o", str(ours))[0] == 0
+    assert "--train_steps 7" in ours.read_text()                          # a script of tfps's own is rewritten
+
+
+def test_an_unwritable_o_is_named_as_output_and_leaves_no_directory(tmp_path, monkeypatch, capsys):
+    (tmp_path / "file").write_text("")
+    code, out = _tfps(tmp_path, monkeypatch, capsys, "--model_dir", "m", "-o", str(tmp_path / "file" / "job.sbatch"))
+    assert code == 2 and out.err.startswith("tfps: error: output: cannot write "), out.err
+    assert "give -o a path" in out.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]      # no empty m.slurm/ left

@@ -145,3 +145,36 @@ def test_without_squeue_or_a_source_the_commands_say_so_in_one_line(capsys, monk
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and text in err[0], err
     assert os.environ["PATH"] == str(tmp_path)
+
+
+@pytest.mark.parametrize("name, content", [
+    ("status.json", '{"phase": "training", "train_steps": "many", "step": 3}'),
+    ("status.json", '{"phase": "training", "train_steps": 10, "step": "three"}'),
+    ("history.jsonl", '[1, 2]\n'),
+    ("status.json", '["not", "a", "record"]'),
+])
+def test_a_job_whose_files_hold_wrong_types_is_one_line_and_the_others_are_listed(jobs_dir, capsys, name, content):
+    """Issue 51: a wrong-typed value in one job's files gave a traceback instead of the table."""
+    shutil.copytree(jobs_dir / "cap-a", jobs_dir / "cap-x")
+    (jobs_dir / "cap-x.slurm").mkdir()
+    (jobs_dir / "cap-x.slurm" / "slurm-5.out").write_text("")
+    (jobs_dir / "cap-x" / "results.json").unlink()
+    (jobs_dir / "cap-x" / name).write_text(content)
+    table, complete = slurm_jobs.list_jobs([str(jobs_dir)], slurm={})
+    lines = table.splitlines()
+    if name == "status.json" and content.startswith("["):   # not a record: read as no status, the job is listed
+        assert complete and len(lines) == 3, table
+        return
+    assert not complete
+    assert lines[0].split()[0] == "JOB" and lines[1].startswith("cap-a (1) ") and len(lines) == 3, table
+    assert lines[2].startswith(f"job 5 ({jobs_dir / 'cap-x'}): not read: a value in its files has the wrong type ")
+    assert "status.json, history.jsonl and results.json" in lines[2]
+
+
+def test_a_job_name_with_blanks_is_read_back_from_the_script(tmp_path):
+    from tfps.launch import slurm
+    script = tmp_path / "job.sbatch"
+    script.write_text(slurm.sbatch_script(name="my run", num_ps=1, num_workers=2, model_dir="/s/m",
+                                          slurm_dir="/s/m.slurm", workdir="/s", python="/p", grace=60,
+                                          run_options=["--train_steps", "40"]))
+    assert slurm_jobs._script_settings(str(script)) == {"name": "my run", "ps": 1, "workers": 2, "train_steps": 40}

@@ -3,7 +3,8 @@
 A job is its name plus the settings that define it (DESIGN.md, "Jobs on shared servers").
 They are recorded when it starts: on its containers by the Ansible role (label
 ``tfps.settings``, from ``tfps.cluster.variables.DEFINING_VARS``), and in its model_dir by
-the chief, however it was launched (``tfps-settings.json``). A start whose settings differ
+the chief, however it was launched (``tfps-settings.json``), once its first session exists (a
+start that fails before, a checkpoint that does not restore, leaves the record as it was). A start whose settings differ
 from the record is refused before anything changes, each change named as
 ``setting: old -> new`` (:func:`changes`, which the role's settings check uses too), with
 the ways on; ``--replace`` (``tfps.config.add_replace_option``) goes on from the checkpoint

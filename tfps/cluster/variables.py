@@ -167,7 +167,7 @@ def job_file_vars(path: str) -> dict[str, Any]:
         elif dest in by_field:
             out[by_field[dest]] = value
         else:
-            extra.extend(job_flags(options[dest], value))
+            extra.extend(job_flags(options[dest], value, where, "tfps_config"))
     if extra:
         out["tfps_extra_args"] = extra
     return out

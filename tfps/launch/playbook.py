@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tfps import playbooks
 from tfps.errors import ConfigError
+from tfps.exitcodes import ExitCode
 
 #: The ``ansible`` release on PyPI that ships the collection versions of requirements.yml
 #: (.ci/ansible-collections.sh pins the same; a unit test checks).
@@ -159,13 +160,27 @@ def run_playbook(command: str, inventories: list[str], playbook_args: list[str],
             proc.kill()
         return 130
     if code:
-        why = PLAYBOOK_EXITS.get(code, "see the output above")
-        if unreachable:
-            hosts = ", ".join(unreachable[h] for h in sorted(unreachable))
-            why = (f"{hosts} cannot be reached over SSH: check the inventory's addresses, "
-                   "ansible_user and SSH access (`ansible -i INVENTORY HOST -m ping` shows Ansible's reason)")
-        print(f"tfps: error: {command}: ansible-playbook exited {code}: {why}", file=sys.stderr, flush=True)
+        code, line = failure(command, code, [unreachable[h] for h in sorted(unreachable)])
+        print(line, file=sys.stderr, flush=True)
     return code
+
+
+#: ansible-playbook's code for a host it could not reach; tfps's too (README, "Exit codes").
+UNREACHABLE_EXIT = int(ExitCode.HOST_UNREACHABLE)
+
+
+def failure(command: str, code: int, unreachable: list[str]) -> tuple[int, str]:
+    """(the exit code, the one line) of a play that exited ``code``, ``unreachable`` naming the hosts
+    it could not reach. An unreachable host makes it :data:`UNREACHABLE_EXIT` whichever way the play
+    learnt it: Ansible's own UNREACHABLE (4 already) or the role's reachability check, a failed task
+    (which makes ansible-playbook exit 2)."""
+    if not unreachable:
+        why = PLAYBOOK_EXITS.get(code, "see the output above")
+        return code, f"tfps: error: {command}: ansible-playbook exited {code}: {why}"
+    how = "" if code == UNREACHABLE_EXIT else f" (ansible-playbook exited {code}: the role's check failed)"
+    return UNREACHABLE_EXIT, (f"tfps: error: {command}: {', '.join(unreachable)} cannot be reached over SSH{how}: "
+                              "check the inventory's addresses, ansible_user and SSH access (`ansible -i INVENTORY "
+                              "HOST -m ping` shows Ansible's reason)")
 
 
 def _plain(line: str) -> str:

@@ -41,7 +41,7 @@ from tfps.launch.tasks import (
     say,
     single_threaded,
 )
-from tfps.outcome import results
+from tfps.outcome import lock, results
 from tfps.task.lifecycle import StopWindow
 
 log = logging.getLogger("tfps")
@@ -141,6 +141,7 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
     # A model_dir whose job has other settings: refused before anything (tfps.cluster.settings),
     # unless --replace; the chief records them when it claims model_dir.
     from tfps.cluster import settings
+    lock.check_free(cfg.model_dir)   # another job runs there: refused at once (taken below, after the checks)
     settings.check(cfg.model_dir, settings.job_settings(cfg, num_ps, num_workers), replace)
     from tfps import keras_model, models
     from tfps.task import placement
@@ -167,6 +168,8 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
     setup.check_batch_fits(num_workers)
     results.check_model_dir(cfg.model_dir, setup.identity())   # the chief claims it later
     results.check_export_dir(cfg.export_path, cfg.model_dir)
+    # Held until this launcher exits (its chief goes on under it): one job per model_dir.
+    lock.acquire(cfg.model_dir, cfg.name, "tfps local")
     if isinstance(memory, placement.MemoryEstimate):
         log.info("tfps local: %s (estimated from the model's shapes); with the chief's export (%s MB) they need "
                  "%s of this host's %.1f GiB", memory.line(), placement.fmt_mb(memory.export_mb),

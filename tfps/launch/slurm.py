@@ -18,16 +18,64 @@ import shlex
 import shutil
 import subprocess
 import sys
+import unicodedata
 
 from tfps import compat, timeouts
 from tfps.config import add_replace_option, add_run_options, from_args
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
+from tfps.outcome import lock
 
 #: Slurm's longest ``--signal`` lead time (seconds).
 MAX_SIGNAL_SECS = 65535
 #: Slurm's default KillWait: seconds from a plain scancel's SIGTERM to its SIGKILL.
 DEFAULT_KILL_WAIT = 30
+#: The script's first lines: a file that starts so was written by tfps slurm and may be overwritten.
+SCRIPT_MARK = "# Written by tfps slurm"
+
+
+def _unsafe(ch: str) -> bool:
+    """A control or format character, or a line or paragraph separator: it would end a line."""
+    return unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs")
+
+
+def sbatch_value(value: str, field: str, what: str, also: str = "") -> str:
+    """``value`` as ONE word of an ``#SBATCH`` line, or refused in one line naming ``field``.
+
+    sbatch splits such a line at blanks outside double quotes, takes a double quote or a
+    backslash as its syntax and an unquoted ``#`` as the start of a comment, and a line break
+    ends the line (what follows would be the script's own command). So a value with a blank is
+    written double-quoted, and one holding a quote, backslash, ``#``, a line break or another
+    control character (or one of ``also``) is refused: no quoting carries it through every
+    sbatch there is."""
+    bad = next((ch for ch in value if ch in '"\\#' + also or _unsafe(ch)), None)
+    if bad is not None:
+        raise ConfigError(f"{value!r} holds {bad!r}, which an #SBATCH line of the script cannot carry; give "
+                          f"{what} without it", field)
+    return f'"{value}"' if any(ch.isspace() for ch in value) else value
+
+
+def _extra_option(option: str) -> str:
+    """An ``--sbatch-option`` as sbatch takes it: ``--name=VALUE`` with VALUE one word (quoted when it
+    holds a blank), or words as given (``--mem 8G``)."""
+    name, eq, value = option.partition("=")
+    what = "--sbatch-option an option as sbatch takes it, e.g. --mem=8G,"
+    if eq:
+        return f"{sbatch_value(name, 'sbatch_option', what)}={sbatch_value(value, 'sbatch_option', what)}"
+    sbatch_value(option, "sbatch_option", what)
+    return option
+
+
+def _output_path(slurm_dir: str) -> str:
+    """The job's output file for ``#SBATCH --output``; a ``%`` of the model_dir's own is refused (it
+    would start one of Slurm's filename patterns, as ``%j`` does)."""
+    sbatch_value(slurm_dir, "model_dir", "--model-dir a path", also="%")
+    return sbatch_value(os.path.join(slurm_dir, "slurm-%j.out"), "model_dir", "--model-dir a path")
+
+
+def _comment(line: str) -> str:
+    """A comment line that stays one line whatever a value in it holds (escapes instead of line breaks)."""
+    return "".join(ch.encode("unicode_escape").decode("ascii") if _unsafe(ch) else ch for ch in line)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -159,7 +207,7 @@ def sbatch_script(*, name: str, num_ps: int, num_workers: int, model_dir: str, s
         "# end by themselves).",
         "#",
         "# The job's name in squeue and scontrol:",
-        f"#SBATCH --job-name={name}",
+        f"#SBATCH --job-name={sbatch_value(name, 'run_name', 'the job a --run-name')}",
         f"# One Slurm task per tfps task: {ps_ranks}, rank {num_ps} the chief (worker 0), then the other workers:",
         f"#SBATCH --ntasks={total}",
     ]
@@ -173,14 +221,15 @@ def sbatch_script(*, name: str, num_ps: int, num_workers: int, model_dir: str, s
                   f"# {gpus_per_worker} GPU(s) per worker x {per_node} slot(s) per node:",
                   f"#SBATCH --gres=gpu:{gpus_per_worker * per_node}"]
     if partition:
-        lines += ["# The partition:", f"#SBATCH --partition={partition}"]
+        lines += ["# The partition:",
+                  f"#SBATCH --partition={sbatch_value(partition, 'partition', 'the partition name')}"]
     if time:
-        lines += ["# The walltime:", f"#SBATCH --time={time}"]
+        lines += ["# The walltime:", f"#SBATCH --time={sbatch_value(time, 'time', 'a time such as 2:00:00')}"]
     lines += [
         "# Relative paths (data, model) as where tfps slurm ran:",
-        f"#SBATCH --chdir={workdir}",
+        f"#SBATCH --chdir={sbatch_value(workdir, 'directory', 'tfps slurm a working directory')}",
         "# Every task's output, each line prefixed by its rank (srun --label):",
-        f"#SBATCH --output={os.path.join(slurm_dir, 'slurm-%j.out')}",
+        f"#SBATCH --output={_output_path(slurm_dir)}",
         f"# Before the walltime: SIGTERM to every task {grace} s ahead (--final_save_timeout + "
         f"{timeouts.GRACE_MARGIN} s), so the final save fits:",
         f"#SBATCH --signal=TERM@{grace}",
@@ -189,7 +238,7 @@ def sbatch_script(*, name: str, num_ps: int, num_workers: int, model_dir: str, s
         lines += ["# Slurm may requeue the job (node failure, preemption); it goes on from its checkpoint:",
                   "#SBATCH --requeue"]
     if extra:
-        lines += ["# Options given with --sbatch-option:"] + [f"#SBATCH {opt}" for opt in extra]
+        lines += ["# Options given with --sbatch-option:"] + [f"#SBATCH {_extra_option(opt)}" for opt in extra]
     step = [python, "-m", "tfps.launch.slurm_step", "--ps", str(num_ps), "--workers", str(num_workers),
             "--rendezvous", '"$RENDEZVOUS"']
     if gpus_per_worker:
@@ -226,7 +275,60 @@ def sbatch_script(*, name: str, num_ps: int, num_workers: int, model_dir: str, s
         'exit "$rc"',
         "",
     ]
-    return "\n".join(lines)
+    # The user's values in comments (the name, the model_dir) stay in their comment line.
+    return "\n".join(_comment(line) if line.startswith("#") else line for line in lines)
+
+
+def written_by_tfps(path: str) -> bool:
+    """Whether ``path`` is a script that tfps slurm wrote (its first lines say so), or empty."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return False
+    return not head or (head[0] == "#!/bin/bash" and any(line.startswith(SCRIPT_MARK) for line in head[1:4]))
+
+
+def write_script(path: str, text: str, slurm_dir: str, field: str) -> None:
+    """Write the script and make the job's Slurm directory (Slurm opens the job's output file there
+    before any task runs); never over a file tfps did not write. A refusal leaves no directory behind
+    that this call made."""
+    if os.path.isdir(path):
+        raise ConfigError(f"{path} is a directory; give -o the script to write, e.g. "
+                          f"{os.path.join(path, 'job.sbatch')}", "output")
+    if os.path.lexists(path) and not written_by_tfps(path):
+        raise ConfigError(f"{path} exists and tfps slurm did not write it (its first lines are not a tfps slurm "
+                          "script), so it was left as it is; give -o a new file, or move that one away", field)
+    made: list[str] = []
+    try:
+        for directory in (os.path.dirname(path), slurm_dir):
+            _makedirs(directory, made)
+        with open(path, "w") as fh:
+            fh.write(text)
+    except OSError as e:
+        for directory in reversed(made):
+            try:
+                os.rmdir(directory)
+            except OSError:
+                pass
+        where = e.filename or path
+        mine = field == "output" and not str(where).startswith(slurm_dir)
+        raise ConfigError(f"cannot write {where}: {e.strerror or e}; give {'-o' if mine else '--model-dir'} a path "
+                          "this user may write on the shared filesystem", "output" if mine else "model_dir") from None
+
+
+def _makedirs(directory: str, made: list[str]) -> None:
+    """Make ``directory`` and its missing parents, adding each one made to ``made`` (outermost first)."""
+    missing: list[str] = []
+    while directory and not os.path.isdir(directory):
+        missing.insert(0, directory)
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        directory = parent
+    for d in missing:
+        os.mkdir(d)
+        made.append(d)
 
 
 def kill_wait() -> int | None:
@@ -250,6 +352,9 @@ def main(ns: argparse.Namespace) -> ExitCode:
     workdir = os.getcwd()
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     model_dir = os.path.abspath(ns.model_dir or os.path.join("runs", f"{cfg.name}-{stamp}"))
+    # A job running in model_dir (its chief holds the lock, seen over the shared filesystem): refused
+    # here; a job that starts meanwhile is refused by this job's chief when it starts.
+    lock.check_free(model_dir)
     overrides = {"model_dir": model_dir}
     if ns.export_dir:
         overrides["export_dir"] = os.path.abspath(ns.export_dir)
@@ -265,14 +370,7 @@ def main(ns: argparse.Namespace) -> ExitCode:
                          verbose=ns.verbose, version=__version__, bind_interface=ns.bind_interface,
                          written=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     path = os.path.abspath(ns.output or os.path.join(slurm_dir, "job.sbatch"))
-    try:
-        os.makedirs(slurm_dir, exist_ok=True)   # Slurm opens the job's output file there before any task runs
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as fh:
-            fh.write(text)
-    except OSError as e:
-        raise ConfigError(f"cannot write {e.filename or path}: {e.strerror or e}; give a directory this user may "
-                          "write on the shared filesystem", "model_dir") from None
+    write_script(path, text, slurm_dir, "output" if ns.output else "model_dir")
     log.info("wrote %s: %d ps + %d worker(s), model_dir %s", path, ns.ps, ns.workers, model_dir)
     wait = kill_wait()
     if cfg.final_save_timeout > (wait if wait is not None else DEFAULT_KILL_WAIT):

@@ -30,6 +30,7 @@ import weakref
 import tensorflow as tf
 
 from tfps import compat
+from tfps.layers.table_args import check_id_dtype, check_table_args
 
 v1 = tf.compat.v1
 
@@ -42,6 +43,8 @@ SKETCH_WIDTH = 1 << 16
 DEFAULT_CAPACITY = 1 << 20
 #: A shard gets its part of the capacity with this much room for an uneven hash.
 SHARD_SLACK = 1.1
+#: The key row_keys holds for a free row (an int64 id may be this value too: whether a row is
+#: free is read from last_seen, -1 for a free row).
 EMPTY_KEY = -(2**63)
 #: The tables built in each graph. Not a graph collection: a meta graph (every checkpoint's,
 #: the SavedModel's) would write an object with a ``name`` as a node name and fail to load.
@@ -138,8 +141,7 @@ def _locked(shard, fn):
     graph = v1.get_default_graph()
     with tf.device(shard.device):
         out = shard.lock.execute(fn, exclusive_resource_access=False)
-    for key in ("critical_sections", "critical_section_executions"):
-        graph.clear_collection(key)
+    compat.clear_critical_section_collections(graph)
     return out
 
 
@@ -262,10 +264,12 @@ class _Shard:
         Returns the number of rows freed."""
         def critical():
             # Every value is read once, and every write waits for the reads: a write that ran
-            # first would make the read see it (a key read as EMPTY_KEY stays in the table).
+            # first would make the read see it (a row read as free keeps its key in the table).
+            # A row is in use when it was seen (last_seen >= 0, set with its key under the lock):
+            # row_keys cannot say it, since every int64, EMPTY_KEY too, is some integer id.
             owners = self.row_keys.read_value()
-            used = tf.not_equal(owners, EMPTY_KEY)
             seen = self.last_seen.read_value()
+            used = tf.greater_equal(seen, 0)
             room = self.free_top.read_value()
             stale = tf.zeros_like(used)
             if table.steps_to_live:
@@ -357,16 +361,10 @@ class DynamicTable:
     def __init__(self, output_dim: int, min_count: int = 1, steps_to_live: int | None = None,
                  capacity: int | None = None, initializer=None, name: str = "dynamic_embedding",
                  devices: list | None = None):
-        if output_dim < 1:
-            raise ValueError(f"DynamicEmbedding {name}: output_dim must be at least 1, not {output_dim}")
-        if min_count < 1:
-            raise ValueError(f"DynamicEmbedding {name}: min_count must be at least 1, not {min_count}")
-        if steps_to_live is not None and steps_to_live < 1:
-            raise ValueError(f"DynamicEmbedding {name}: steps_to_live must be at least 1 (or None), "
-                             f"not {steps_to_live}")
-        self.name, self.dim, self.min_count = name, int(output_dim), int(min_count)
-        self.steps_to_live = int(steps_to_live) if steps_to_live else None
-        self.capacity = int(capacity or DEFAULT_CAPACITY)
+        output_dim, min_count, steps_to_live, capacity = check_table_args(
+            name, output_dim, min_count, steps_to_live, capacity)
+        self.name, self.dim, self.min_count, self.steps_to_live = name, output_dim, min_count, steps_to_live
+        self.capacity = capacity or DEFAULT_CAPACITY
         self.initializer = initializer or v1.random_uniform_initializer(-0.05, 0.05)
         devices = devices if devices is not None else getattr(_CONTEXT, "devices", None) or [None]
         self.num_shards = len(devices)
@@ -388,11 +386,8 @@ class DynamicTable:
     # ------------------------------------------------------------------ lookups
     def keys_of(self, ids):
         """int64 keys of ``ids`` (1-D): fingerprints of strings, int64 ids as they are."""
-        if ids.dtype == tf.string:
-            return fingerprint64(ids)
-        if not ids.dtype.is_integer:
-            raise TypeError(f"DynamicEmbedding {self.name} takes string or integer ids, not {ids.dtype.name}")
-        return tf.cast(ids, tf.int64)
+        check_id_dtype(self.name, ids.dtype)
+        return fingerprint64(ids) if ids.dtype == tf.string else tf.cast(ids, tf.int64)
 
     def lookup(self, ids, training: bool = False):
         """Rows of ``ids`` (any shape), shape ``ids.shape + [dim]``."""
@@ -534,6 +529,7 @@ def keras_layer_class():
         def __init__(self, output_dim, min_count=1, steps_to_live=None, capacity=None, initializer=None,
                      name=None, **kwargs):
             super().__init__(name=name, **kwargs)
+            check_table_args(self.name, output_dim, min_count, steps_to_live, capacity)   # ValueError now
             self.output_dim, self.min_count, self.steps_to_live = output_dim, min_count, steps_to_live
             self.capacity, self.initializer = capacity, initializer
             self.table = None
@@ -544,6 +540,13 @@ def keras_layer_class():
                                       name=self.name)
             self.table_weights = [s.weights for s in self.table.shards]
             super().build(input_shape)
+
+        def __call__(self, ids, *args, **kwargs):
+            # Refused here, not in call(): autograph would wrap the error in a traceback of its own.
+            dtype = getattr(ids, "dtype", None)
+            if dtype is not None:
+                check_id_dtype(self.name, tf.as_dtype(dtype))
+            return super().__call__(ids, *args, **kwargs)
 
         def call(self, ids, training=None):
             if training is None:

@@ -136,13 +136,31 @@ def _entries(hosts: dict, task: str) -> list[tuple[str, str]]:
     return out
 
 
+def not_found(hosts: dict, job: str, task: str) -> str | None:
+    """Why no log of ``task`` was found when some hosts could not be read (unreachable, no Docker):
+    one line naming them with the reason, grouped by reason (the task may well be on one of them).
+    None when every host was read: the task is on none of them."""
+    unread: dict[str, list[str]] = {}
+    for host, seen in sorted(hosts.items()):
+        if seen.get("error"):
+            unread.setdefault(str(seen["error"]).replace(f" {host} ", " HOST "), []).append(host)
+    if not unread:
+        return None
+    read = [h for h, seen in sorted(hosts.items()) if not seen.get("error")]
+    why = "; ".join(f"{', '.join(names)} could not be read: {reason}" for reason, names in unread.items())
+    if not read:
+        return f"task {task} of job {job!r} could not be looked for, no host was read: {why}"
+    return f"task {task} of job {job!r} is on none of the hosts that were read ({', '.join(read)}); {why}"
+
+
 def show_logs(inventories: list[str], job: str, task: str, follow: bool, lines: int = 100,
-              playbook_args: list[str] | None = None, out=sys.stdout, poll: float = 2.0) -> bool:
+              playbook_args: list[str] | None = None, out=sys.stdout, poll: float = 2.0) -> bool | str:
     """Print the task's log (its last ``lines``), and with ``follow`` what it writes next until
-    the container stops. False when no host has the task's container."""
+    the container stops: True. When no host has the task's container: False, or :func:`not_found`'s
+    line when some hosts could not be read."""
     hosts = read_hosts(inventories, playbook_args, job=job, task=task, lines=lines)
     if not any(v.get("containers") for v in hosts.values()):
-        return False
+        return not_found(hosts, job, task) or False
     text, last = log_lines(hosts, task)
     for line in text:
         print(line, file=out, flush=True)

@@ -16,6 +16,7 @@ import tempfile
 from tfps.errors import ConfigError
 from tfps.jsonfile import now_iso, read_json, write_json_atomic  # noqa: F401 - also results.now_iso, ...
 from tfps.outcome.contract import step_of
+from tfps.outcome.lock import LOCK_FILE
 
 RESULTS = "results.json"
 #: The chief's line once it sent the job's end message although results.json could not be
@@ -93,7 +94,7 @@ def read_history(model_dir: str) -> list[dict]:
 MIN_FREE_BYTES = 64 << 20
 
 #: Entries a directory may hold that nobody put there on purpose (a file system's root).
-_BENIGN = {"lost+found"}
+_BENIGN = {"lost+found", LOCK_FILE}
 
 
 def _foreign(directory: str, own: set[str] | None = None) -> list[str]:

@@ -125,8 +125,8 @@ def _script_settings(script: str | None) -> dict:
     except (OSError, TypeError):
         return {}
     found = {}
-    if m := re.search(r"^#SBATCH --job-name=(\S+)", text, re.M):
-        found["name"] = m.group(1)
+    if m := re.search(r'^#SBATCH --job-name=(?:"([^"]*)"|(\S+))', text, re.M):   # quoted when it holds a blank
+        found["name"] = m.group(1) if m.group(1) is not None else m.group(2)
     if m := re.search(r"tfps\.launch\.slurm_step'? --ps '?(\d+)'? --workers '?(\d+)", text):
         found["ps"], found["workers"] = int(m.group(1)), int(m.group(2))
     for line in text.splitlines():
@@ -248,9 +248,27 @@ def _id_key(job_id: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", job_id))
 
 
-def list_jobs(dirs: list[str]) -> str:
-    rows = [row_of(j) for j in find_jobs(dirs, read_slurm())]
-    return render(rows, {}) if rows else "no tfps job in squeue or under " + ", ".join(dirs)
+#: What a job's files may hold that row_of cannot read (a value of the wrong type, a line that is no record).
+_UNREADABLE = (TypeError, ValueError, AttributeError, KeyError, OverflowError)
+
+
+def list_jobs(dirs: list[str], slurm: dict[str, dict] | None = None) -> tuple[str, bool]:
+    """(the table, whether every job's files could be read): a job whose files hold values of the
+    wrong type is one line after the table, naming its model_dir; the other jobs are listed."""
+    rows, errors = [], {}
+    for job in find_jobs(dirs, read_slurm() if slurm is None else slurm):
+        try:
+            rows.append(row_of(job))
+        except _UNREADABLE as e:
+            why = " ".join(f"{type(e).__name__}: {e}".split())
+            errors[f"job {job['id']} ({job['model_dir']})"] = (
+                f"a value in its files has the wrong type ({why}); check status.json, history.jsonl and "
+                "results.json there")
+    if not rows and not errors:
+        return "no tfps job in squeue or under " + ", ".join(dirs), True
+    if not rows:
+        return "\n".join(f"{job}: not read: {error}" for job, error in sorted(errors.items())), False
+    return render(rows, errors), not errors
 
 
 # --------------------------------------------------------------------------- logs

@@ -26,7 +26,7 @@ from tfps.cluster import settings
 from tfps.cluster.spec import split_target
 from tfps.exitcodes import ExitCode
 from tfps.notify import job_notifier
-from tfps.outcome import journal, report, results
+from tfps.outcome import journal, lock, report, results
 from tfps.task import diskfull
 from tfps.task.checkpoint import checkpoint_step
 from tfps.task.lifecycle import session_config
@@ -47,6 +47,7 @@ class Chief(Worker):
     """Worker 0 from start to exit code: it alone writes to model_dir and sends messages."""
 
     story: journal.Story | None = None   # the job's story (tfps.outcome.journal), once model_dir is claimed
+    defined: dict | None = None   # the job's settings (tfps.cluster.settings), recorded once a session exists
     publisher = None                      # this chief's board hook (tfps.task.board), with the latest loss
     sessions = 0                          # sessions created so far (MonitoredSession recreates them)
     session_step: int | None = None       # the step the newest session started from
@@ -143,14 +144,18 @@ class Chief(Worker):
 
     def _prepare(self, setup: JobSetup) -> None:
         """Claim model_dir before building anything: a directory of another job is refused,
-        and so is one whose job has other settings unless ``--replace`` (tfps.cluster.settings);
-        then the job's settings are recorded there."""
+        and so is one whose job has other settings unless ``--replace`` (tfps.cluster.settings).
+        The job's settings are recorded there once its first session exists (``_on_session``):
+        a start that fails before (a checkpoint that cannot be restored, a model that does not
+        build) leaves the record of the job that was, and the next start is still checked
+        against it."""
         cfg = self.cfg
         results.check_export_dir(cfg.export_path, cfg.model_dir)
-        defined = settings.job_settings(cfg, self.task.num_ps, self.task.num_workers)
+        # One running job per model_dir, whatever started this chief (held until it exits).
+        lock.acquire(cfg.model_dir, cfg.name, lock.chief_holder())
+        self.defined = defined = settings.job_settings(cfg, self.task.num_ps, self.task.num_workers)
         replaced = settings.check(cfg.model_dir, defined, self.replace)
         resuming = results.claim_model_dir(cfg.model_dir, setup.identity())
-        settings.record(cfg.model_dir, defined)
         if replaced:
             log.info("chief: --replace: %s recorded other settings; going on from its checkpoint with %s",
                      cfg.model_dir, "; ".join(replaced))
@@ -280,7 +285,8 @@ class Chief(Worker):
         """A session of this chief was created: the job's story learns where training resumed."""
         self.sessions += 1
         self.session_step = step
-        if self.sessions == 1:
+        if self.sessions == 1:   # restored (or initialised): the job now runs with these settings
+            settings.record(self.cfg.model_dir, self.defined)
             if self.story.attempt > 0:
                 self.story.resumed(step, how)
         elif how != "joined":

@@ -26,6 +26,7 @@ import ctypes
 import json
 import logging
 import os
+import re
 import shutil
 import time
 
@@ -65,6 +66,21 @@ def _restore(sess, checkpoint: str):
         sess.run(init, feed)
 
 
+#: What TensorFlow accepts as an operation's name (``tf.Graph``'s own check).
+_OP_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\-]*")
+
+
+def input_op_name(column: str) -> str:
+    """The name of the placeholder that serves ``column``: the column's own name when it is a
+    valid TensorFlow name, else one made valid (``user id`` -> ``user_id``, ``_ad`` ->
+    ``input_ad``). The signature still takes the column by its raw name (the signature's key),
+    so a CSV header such as ``user id`` or ``ad:x`` trains and exports alike."""
+    if _OP_NAME.fullmatch(column):
+        return column
+    name = re.sub(r"[^A-Za-z0-9_.\-]", "_", column)
+    return name if _OP_NAME.fullmatch(name) else f"input{name}"
+
+
 def export_saved_model(model_fn, params, checkpoint: str, export_dir: str, global_step: int) -> str:
     import tensorflow as tf
     export_dir = os.path.abspath(export_dir)
@@ -88,7 +104,8 @@ def _write_export(tf, model_fn, params, checkpoint: str, tmp: str, global_step: 
         # A Keras model serves under its own input names (keras_model.KerasModelFn.serving_inputs).
         named = getattr(model_fn, "serving_inputs", None)
         if named:
-            features = {n: v1.placeholder(tf.as_dtype(dt), [None, *shape], name=n) for n, (shape, dt) in named.items()}
+            features = {n: v1.placeholder(tf.as_dtype(dt), [None, *shape], name=input_op_name(n))
+                        for n, (shape, dt) in named.items()}
         else:
             features = v1.placeholder(tf.float32, [None, *params.feature_shape], name="features")
         inputs = features if named else {"features": features}

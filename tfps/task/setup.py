@@ -59,6 +59,11 @@ class JobSetup:
                                   f"built-in model {cfg.model} takes numbers only; use a Keras model with one "
                                   "Input per column (keras.layers.Hashing into an Embedding for text)", "model")
             models.check_shape(cfg.model, self.schema.feature_shape, columns)
+            if cfg.embedding == "dynamic" and not any(kind in ("string", "int64") for _, kind in columns):
+                raise ConfigError(f"{cfg.model} keeps dynamic rows for id columns (text, or TFRecord int64), and "
+                                  f"every column of {self.train_glob} reads as numbers (numeric features), so "
+                                  "no table would be built: give the ids as text (e.g. u123) or as TFRecord "
+                                  "int64 features, or drop --embedding dynamic and its options", "embedding")
         self.model_fn = models.resolve(cfg.model)
         if cfg.model in models.NAMED_COLUMNS:
             self.model_fn = models.NamedColumns(self.model_fn, columns)

@@ -355,10 +355,10 @@ class Worker:
         from tfps.task.hooks import ProgressHook, StopFlagHook
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
-        from tfps.layers import dynamic_embedding
-        # Dynamic tables save their live rows (one saveable each) instead of their variables.
-        scaffold = v1.train.Scaffold(saver=v1.train.Saver(dynamic_embedding.saver_var_list(graph), sharded=False,
-                                                          max_to_keep=5, save_relative_paths=True))
+        from tfps.layers import table_restore
+        from tfps.task.checkpoint import glob_free_checkpoint as glob_free
+        newest = glob_free(tf.train.latest_checkpoint(cfg.model_dir) or "") if task.is_chief else ""   # restored
+        scaffold = v1.train.Scaffold(saver=table_restore.job_saver(graph, newest))
         ops = self.ops
         steps = {} if ops.steps is None else {"steps": ops.steps}
         if ops.sync_fetch:   # sync: which gradients arrived stale

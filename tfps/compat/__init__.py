@@ -4,7 +4,9 @@ tfps trains with ``tf.compat.v1`` machinery whose public API leaves a few things
 (a session creator's master, a Keras model's compile() arguments as given). Each such
 access is a named function here, and nothing else in tfps names a private attribute,
 imports ``tensorflow.python...`` or ``tf_keras.src...``, or patches their classes
-(``tests/unit/test_compat.py`` keeps it so).
+(``tests/unit/test_compat.py`` keeps it so). Every patch tfps applies to another library at run
+time is named in ``tfps.compat.patches`` and checked when a task starts
+(``tests/unit/test_patches.py`` finds one applied anywhere else).
 
 A new TensorFlow or tf_keras may rename any of them. Rather than fail in the middle of a
 job (or, worse, silently train differently), every task checks them when it starts:
@@ -121,13 +123,12 @@ def _tensorflow_missing(tf) -> list[tuple[str, str]]:
     step_read_key = getattr(importlib.import_module(_TRAINING_UTIL), "GLOBAL_STEP_READ_KEY", None)
     if step_read_key != GLOBAL_STEP_READ_KEY:
         missing.append((f"GLOBAL_STEP_READ_KEY {GLOBAL_STEP_READ_KEY!r}", _TRAINING_UTIL))
-    checkpoints = importlib.import_module(_CHECKPOINT_MANAGEMENT)
-    if not callable(getattr(getattr(checkpoints, "file_io", None), "get_matching_files", None)):
-        missing.append(("file_io.get_matching_files", _CHECKPOINT_MANAGEMENT))
     saveables = importlib.import_module(_SAVEABLE_OBJECT)
     for attr in ("SaveableObject", "SaveSpec"):
         if not isinstance(getattr(saveables, attr, None), type):
             missing.append((attr, _SAVEABLE_OBJECT))
+    if not callable(getattr(getattr(importlib.import_module(_SAVER), "BulkSaverBuilder", None), "bulk_restore", None)):
+        missing.append(("BulkSaverBuilder.bulk_restore", _SAVER))
     if not glob.glob(os.path.join(os.path.dirname(tf.__file__), TF_CC_LIBRARY + "*")):
         missing.append((TF_CC_LIBRARY, "package directory"))
     return missing
@@ -143,6 +144,7 @@ def check_tensorflow() -> None:
     missing = _tensorflow_missing(tf)
     if missing:
         _refuse("TensorFlow", tf.__version__, missing)
+    check_patches()
     if "tf_keras" in sys.modules:
         check_tf_keras()
 
@@ -158,6 +160,17 @@ def saveable_classes() -> tuple[type, type]:
     ``var_list`` accepts them; the classes themselves have no public name)."""
     module = importlib.import_module(_SAVEABLE_OBJECT)
     return module.SaveableObject, module.SaveSpec
+
+
+_SAVER = "tensorflow.python.training.saver"
+
+
+def bulk_saver_builder() -> type:
+    """TensorFlow's ``BulkSaverBuilder``: what a ``tf.compat.v1.train.Saver(builder=...)`` builds
+    its save and restore ops with (one RestoreV2 for every tensor, in ``bulk_restore``).
+    ``tfps.layers.dynamic_embedding.saver_builder`` subclasses it to restore a table's
+    admission counts that a checkpoint lacks as zeros."""
+    return importlib.import_module(_SAVER).BulkSaverBuilder
 
 
 # --------------------------------------------------------------- the global step's read
@@ -436,110 +449,14 @@ def keras_add_weight_wrapped(wrap):
             cls.add_weight = original
 
 
-# =================================================================== ansible-core
-# Reserved for the accessors of ansible-core's internals (tfps.cluster.inventory), kept by
-# whoever moves them here.
-#
-# ansible-core 2.17 to 2.21 (``ansible-core>=2.17,<2.22`` in pyproject.toml). tfps reads
-# inventories through ansible-core's public API (tfps.cluster.inventory); what the public
-# API leaves out is here: where a value was read (2.19+ data tags), and, for the role's
-# tfps_plan action, the play's VariableManager and the task's role.
-
-ANSIBLE_CORE_OLDEST = "2.17"
-_ANSIBLE_CHECKED = False
-
-
-def _ansible_assigns(func, attr: str) -> bool:
-    """Whether ``func`` assigns ``self.<attr>`` (an instance attribute, checked without an instance)."""
-    import dis
-
-    code = getattr(func, "__code__", None)
-    return code is not None and any(i.opname == "STORE_ATTR" and i.argval == attr for i in dis.get_instructions(code))
-
-
-def _ansible_missing() -> list[tuple[str, str]]:
-    from ansible.playbook.task import Task
-    from ansible.vars.hostvars import HostVars
-
-    missing = []
-    if _ansible_has_data_tags():
-        try:
-            from ansible._internal._datatag import _tags
-        except ImportError:
-            _tags = None
-        if not callable(getattr(getattr(_tags, "Origin", None), "get_tag", None)):
-            missing.append(("Origin.get_tag", "ansible._internal._datatag._tags (2.19+)"))
-    for attr in ("_inventory", "_variable_manager"):
-        if not _ansible_assigns(HostVars.__init__, attr):
-            missing.append((f"HostVars.{attr}", "ansible.vars.hostvars"))
-    if not _ansible_assigns(Task.__init__, "_role"):
-        missing.append(("Task._role", "ansible.playbook.task"))
-    return missing
-
-
-def _ansible_has_data_tags() -> bool:
-    """ansible-core 2.19+ tags every value it reads with its origin (2.17, 2.18 do not)."""
-    from ansible.release import __version__
-
-    return tuple(int(p) for p in __version__.split(".")[:2]) >= (2, 19)
-
-
-def check_ansible() -> None:
-    """Refuse (ConfigError, one line) an ansible-core that lacks an internal tfps uses:
-    ``tfps needs X from ansible-core 2.17+'s Y; this is ansible-core Z``.
-
-    Run before ``tfps plan`` reads an inventory and by the role's tfps_plan action.
-    """
-    global _ANSIBLE_CHECKED
-    if _ANSIBLE_CHECKED:
-        return
-    from ansible.release import __version__
-
-    missing = _ansible_missing()
-    if missing:
-        what, where = missing[0]
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise ConfigError(f"tfps needs {what} from ansible-core {ANSIBLE_CORE_OLDEST}+'s {where}; this is "
-                          f"ansible-core {__version__}{more}. Install a supported one: pip install 'tfps[ansible]' "
-                          "(ansible-core>=2.17,<2.22)")
-    _ANSIBLE_CHECKED = True
-
-
-def ansible_origin(value) -> str | None:
-    """Where ansible-core read a value or a variable name (``file:line[:column]``), or None.
-
-    2.19+: the value's Origin tag (INI, YAML, -e). 2.17, 2.18: the position a YAML value
-    carries (``ansible_pos``, public); INI values and -e carry none there.
-    """
-    if _ansible_has_data_tags():
-        from ansible._internal._datatag._tags import Origin
-
-        tag = Origin.get_tag(value)
-        return str(tag) if tag is not None else None
-    source, line, column = getattr(value, "ansible_pos", None) or (None, 0, 0)
-    if not source:
-        return None
-    return f"{source}:{line}:{column}" if line and column else f"{source}:{line}" if line else str(source)
-
-
-def ansible_play_variables(hostvars):
-    """The play's ``(VariableManager, InventoryManager)`` behind ``task_vars['hostvars']``,
-    or ``(None, None)``: the action resolves each host's variables with the play and task."""
-    return getattr(hostvars, "_variable_manager", None), getattr(hostvars, "_inventory", None)
-
-
-def ansible_play_facts(manager, host: str) -> set:
-    """Names the play set on ``host`` itself (registered results, set_fact, gathered facts):
-    results of its tasks, never inventory settings."""
-    names: set = set()
-    for cache in ("_nonpersistent_fact_cache", "_fact_cache"):
-        try:
-            names |= set(getattr(manager, cache, {}).get(host, {}) or {})
-        except Exception:  # noqa: BLE001 - a cache plugin that cannot be read: nothing to leave out
-            pass
-    return names
-
-
-def ansible_task_role(task):
-    """The role a task belongs to (its defaults and vars), or None."""
-    return getattr(task, "_role", None)
+# The run-time patches and ansible-core's internals, one module each (imported last: they use the above).
+from tfps.compat.ansible import ANSIBLE_CORE_OLDEST as ANSIBLE_CORE_OLDEST  # noqa: E402
+from tfps.compat.ansible import ansible_origin as ansible_origin  # noqa: E402
+from tfps.compat.ansible import ansible_play_facts as ansible_play_facts  # noqa: E402
+from tfps.compat.ansible import ansible_play_variables as ansible_play_variables  # noqa: E402
+from tfps.compat.ansible import ansible_task_role as ansible_task_role  # noqa: E402
+from tfps.compat.ansible import check_ansible as check_ansible  # noqa: E402
+from tfps.compat.patches import PATCHES as PATCHES  # noqa: E402
+from tfps.compat.patches import Patch as Patch  # noqa: E402
+from tfps.compat.patches import check_patches as check_patches  # noqa: E402
+from tfps.compat.patches import clear_critical_section_collections as clear_critical_section_collections  # noqa: E402
