@@ -124,6 +124,10 @@ def error_line(error: BaseException) -> str:
             node = node or m.group(1)
     text, task, named = _cause(lines)
     node_def = getattr(error, "node_def", None)
+    # Where the op was placed names the task that ran it; which "From /job:..." lines the
+    # message carries varies from run to run (the relaying worker's, the ps's, or both).
+    placed = re.search(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)", str(getattr(node_def, "device", "") or ""))
+    task = placed.group(1) + placed.group(2) if placed else task
     name = getattr(node_def, "name", "") or node or named
     where = ""
     if name:
