@@ -25,9 +25,12 @@ side everything (``TF_CPP_MIN_LOG_LEVEL=0``).
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import logging
 import os
 import sys
+import tempfile
 
 #: The logger of tfps's own lines; modules use it or a child (``tfps.notify``).
 LOGGER = "tfps"
@@ -119,4 +122,92 @@ def setup(verbose: bool = False, stream=None) -> logging.Logger:
         tf_log.removeFilter(_DROP)
     elif _DROP not in tf_log.filters:
         tf_log.addFilter(_DROP)
+    quiet_tensorflow_import(not verbose)
     return log
+
+
+# ------------------------------------------------- TensorFlow's import banner
+def replay_without_noise(text: str, fd: int = 2) -> None:
+    """Write ``text`` (what went to stderr while TensorFlow loaded) to ``fd`` without the
+    lines of :func:`is_tf_noise`: a real warning or a crash's last words still show."""
+    kept = "".join(line for line in text.splitlines(keepends=True) if not is_tf_noise(line))
+    if kept:
+        os.write(fd, kept.encode(errors="replace"))
+
+
+class _StderrHeld:
+    """File descriptor 2 goes to a temporary file until :meth:`release`, which replays what
+    came there through :func:`replay_without_noise`."""
+
+    def __init__(self) -> None:
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        self._file = tempfile.TemporaryFile()
+        os.dup2(self._file.fileno(), 2)
+
+    def release(self) -> None:
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.seek(0)
+        text = self._file.read().decode(errors="replace")
+        self._file.close()
+        replay_without_noise(text)
+
+
+class _QuietLoader(importlib.abc.Loader):
+    """TensorFlow's own loader, its module run with file descriptor 2 held (:class:`_StderrHeld`)."""
+
+    def __init__(self, loader) -> None:
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        held = _StderrHeld()
+        try:
+            self._loader.exec_module(module)
+        finally:
+            held.release()
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
+    """The first ``import tensorflow`` of the process, wherever it happens (tfps's tasks, the
+    launcher's checks, a user's model module), without the C++ lines that TensorFlow prints
+    at its import whatever TF_CPP_MIN_LOG_LEVEL says: absl's "All log messages before
+    absl::InitializeLog() ..." and oneDNN's "oneDNN custom operations are on" on CPUs where
+    oneDNN is on by default (AMD EPYC; TF_ENABLE_ONEDNN_OPTS=1 forces it anywhere). They are
+    dropped, every other line written meanwhile is replayed once the import is over."""
+
+    _busy = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "tensorflow" or self._busy:
+            return None
+        self._busy = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _QuietLoader(spec.loader)
+        return spec
+
+
+_QUIET_IMPORT = _QuietTensorFlowImport()
+
+
+def quiet_tensorflow_import(quiet: bool = True) -> None:
+    """Hide TensorFlow's import banner (:class:`_QuietTensorFlowImport`) or, with ``-v``, show it."""
+    if _QUIET_IMPORT in sys.meta_path:
+        sys.meta_path.remove(_QUIET_IMPORT)
+    if quiet and "tensorflow" not in sys.modules:
+        sys.meta_path.insert(0, _QUIET_IMPORT)

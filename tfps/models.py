@@ -326,9 +326,17 @@ def resolve(name: str) -> ModelFn:
 
 
 def _guarded(fn: ModelFn, name: str) -> ModelFn:
-    """A user's model_fn that cannot end the process (``errors.user_code``)."""
+    """A user's model_fn that cannot end the process (``errors.user_code``), and whose result
+    is a ModelSpec: anything else (``None``, a bare loss tensor) is refused in one line, in the
+    launcher's pre-check (which builds the training graph) rather than as an AttributeError
+    in every task."""
     @functools.wraps(fn)
     def model_fn(features, labels, mode, params):
         with user_code(f"the model function {name}"):
-            return fn(features, labels, mode, params)
+            spec = fn(features, labels, mode, params)
+        if not (hasattr(spec, "loss") and hasattr(spec, "predictions")):
+            got = "None (no return statement?)" if spec is None else f"a {type(spec).__name__}"
+            raise ConfigError(f"{name} returned {got} in {mode} mode; a model_fn must return "
+                              "tfps.models.ModelSpec(loss, predictions, metrics)", "model")
+        return spec
     return model_fn

@@ -233,6 +233,17 @@ class Processes:
 
 
 # ----------------------------------------------------------------------------- environment
+#: The launcher's progress line while a slow model builder runs its checks before start
+#: (tfps.launch.processes._said_when_slow): said in a pipe too, so a loaded machine may add it
+#: before a refusal's one line.
+SLOW_CHECK_NOTICE = " I tfps local: building the model "
+
+
+def refusal_lines(stderr: str) -> list[str]:
+    """The non-empty lines of a launcher's stderr but the slow-check notice."""
+    return [line for line in stderr.splitlines() if line.strip() and SLOW_CHECK_NOTICE not in line]
+
+
 def base_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     for key in ("TF_CONFIG", "APPRISE_URLS"):   # no cluster or notification from the caller

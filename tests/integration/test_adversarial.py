@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 import pytest
@@ -33,6 +34,7 @@ from integration_helpers import (
     pids_with_cmdline,
     poll,
     read_results,
+    refusal_lines,
     run_flags,
     task_exit,
 )
@@ -109,7 +111,7 @@ def test_a_directory_with_the_users_files_is_refused_and_kept(procs, tmp_path, f
                           *run_flags(d if flag == "--model_dir" else tmp_path / "model", *extra),
                           separate_stderr=True)
     assert launcher.wait(60) == 2, launcher.tail()
-    err = launcher.stderr().strip().splitlines()
+    err = refusal_lines(launcher.stderr())
     assert len(err) == 1 and "notes.txt" in err[0] and "did not write" in err[0], err
     assert err[0].startswith(f"tfps: error: {flag[2:]}: {d}")
     assert (d / "notes.txt").read_text() == "x\n"
@@ -157,7 +159,8 @@ def test_a_port_in_use_is_one_line(procs, tmp_path):
     try:
         proc = procs.tfps("tfps-run-port-taken", "run", f"--ps_hosts=127.0.0.1:{port}",
                           "--worker_hosts=127.0.0.1:1", "--job_name=ps", "--task_index=0",
-                          "--model_dir", tmp_path / "model", separate_stderr=True)
+                          "--model_dir", tmp_path / "model", separate_stderr=True,
+                          env=base_env(TF_ENABLE_ONEDNN_OPTS="1"))   # TF's import banner, as on AMD EPYC
         assert proc.wait(120) == 2, proc.tail()
     finally:
         holder.close()
@@ -174,5 +177,30 @@ def test_a_builder_that_raises_is_one_line(procs, tmp_path):
                                                                           "broken_builder:build_model"),
                       env=env, separate_stderr=True)
     assert proc.wait(120) == 2, proc.tail()
-    err = [line for line in proc.stderr().splitlines() if line.strip()]
+    err = refusal_lines(proc.stderr())
     assert len(err) == 1 and "raised ValueError: no such layer at" in err[0] and "broken_builder.py:2" in err[0], err
+
+
+@pytest.mark.parametrize("sig, inherited", [(signal.SIGTERM, "default"), (signal.SIGHUP, "default"),
+                                            (signal.SIGINT, "ignored")])
+def test_a_stop_before_any_task_starts_is_one_line_and_leaves_nothing_running(procs, tmp_path, sig, inherited):
+    """While the launcher's checks build the model (tests.fixtures.blocking_model), a stop: a
+    pair of signals, as ``timeout`` sends one to the launcher and one to its group. TERM and
+    HUP killed the launcher without a word; a SIGINT inherited ignored (``cmd &`` in a script)
+    vanished and the job started anyway. Each is now one line and the stop's exit code."""
+    marker, model_dir = tmp_path / "building", tmp_path / "model"
+    env = base_env(TFPS_TEST_BUILDING=str(marker))
+    argv = [sys.executable, "-m", "tfps", "local", *run_flags(model_dir, "--model", "tests.fixtures.blocking_model:model_fn")]
+    if inherited == "ignored":   # as a shell without job control starts `cmd &`
+        argv = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *argv]
+    proc = procs.start(f"tfps-local-early-{sig.name}", argv, env, separate_stderr=True)
+    poll(marker.exists, 180, "the model's build in the launcher's checks", proc)
+    proc.signal(sig)
+    proc.signal(sig)
+    assert proc.wait(60) == 128 + sig, proc.tail()
+    err = refusal_lines(proc.stderr())
+    assert len(err) == 1 and err[0].endswith(f" W tfps local: stopped by {sig.name} before any task started; "
+                                             "nothing was started or left running"), err
+    assert "[ps0]" not in proc.output() and "ps + " not in proc.output()
+    poll(lambda: not proc.alive_family(), 30, "the launcher's children to end")   # the estimate's child too
+    assert not (model_dir / "results.json").exists()

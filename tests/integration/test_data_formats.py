@@ -115,18 +115,26 @@ def test_short_job_on_each_format(name, jobs):
 
 def assert_each_worker_read_its_data_epochs_times(launcher, res):
     """--epochs: each worker made exactly its passes' steps and then was done; the chief's
-    final save came after the other worker had finished (the ps heard worker 1 first)."""
+    final save came after every worker had read its data.
+
+    Only what one process says in order, or what the chief recorded, is compared: the order
+    in which two tasks' lines reach the launcher's output (each task has its own pipe and
+    reader), or in which the ps hears their "done" tokens (worker 1 ends its session while
+    the chief saves and exports, and on a fast CPU the chief can be first: AMD EPYC), is not
+    the job's to promise."""
     per_pass = -(-RECORDS_PER_WORKER // BATCH)
     steps = {name: w["steps"] for name, w in res["workers"].items()}
-    assert steps == {"worker0": per_pass * EPOCHS, "worker1": per_pass * EPOCHS}, steps
+    assert steps == {"worker0": per_pass * EPOCHS, "worker1": per_pass * EPOCHS}, steps   # recorded at the final save
     assert res["global_step"] == 2 * per_pass * EPOCHS < STEPS   # async: every step of each worker counts
     assert res["ended_by"] == "epochs"
     out = launcher.output()
     for w in ("worker0", "worker1"):
         assert f"[{w}] " in out and re.search(
             rf"\[{w}\] .* {w}: read its training data {EPOCHS} time\(s\) \({per_pass * EPOCHS} step\(s\)\)", out), w
-    order = [out.index(line) for line in (
-        "worker1: read its training data", "chief: every worker read its data", "chief: exported the SavedModel")]
-    assert order == sorted(order), order
-    assert out.index("ps0: worker 1 is done (1/2)") < out.index("ps0: worker 0 is done (2/2)")
+    chief = [line for line in out.splitlines() if line.startswith("[worker0] ")]
+    said = [next((i for i, line in enumerate(chief) if words in line), None)
+            for words in ("chief: every worker read its data", "chief: exported the SavedModel")]
+    assert None not in said and said == sorted(said), said
+    heard = re.findall(r"\[ps0\] .* ps0: worker (\d) is done \((\d)/2\)", out)
+    assert sorted(heard) == [("0", "1"), ("1", "2")] or sorted(heard) == [("0", "2"), ("1", "1")], heard
     assert f"after its {EPOCHS} epoch(s)" in out

@@ -99,7 +99,7 @@ def jobs(module_procs, tmp_path_factory, demo_dir):
                                          steps=STEPS + MORE_STEPS))
     assert again.wait(900) == 0, again.tail()
     out.update(again=again, again_results=read_results(model_dir), again_keys=_saved_keys(model_dir),
-               again_bytes=_checkpoint_bytes(model_dir), model_dir=model_dir,
+               again_bytes=_checkpoint_bytes(model_dir), model_dir=model_dir, top_users=tmp / "top-users.csv",
                again_has_sketch="embeddings/sketch" in _saved_names(model_dir))
     return out
 
@@ -159,16 +159,43 @@ def test_a_continuation_on_3_ps_restores_exactly_the_saved_keys_and_keeps_traini
 
 
 def test_ids_that_stop_appearing_are_evicted_and_the_live_rows_fall(jobs):
-    lines = [m for m in jobs["again"].lines(TABLE_LINE.pattern) if not m.group(3)]
-    assert sum(int(m.group(5)) for m in lines) > 0, jobs["again"].tail()
-    live = [int(m.group(1)) for m in lines]
-    assert live[-1] < 0.6 * jobs["saved_keys"], (live, jobs["saved_keys"])
+    """What the continuation keeps, not how far its table fell by some step: the evictions run
+    in the chief's thread at the pace of the steps, so a bound on the live rows at the last
+    line (once 0.6 x the saved keys) depends on the machine (2706 of 4272 on AMD EPYC, where
+    the other users' ids are about 0.37 of the table). Every id of the other users was last
+    seen in the first job (step 480) and the continuation runs 240 steps with
+    --steps_to_live 60: its final checkpoint holds ids of the continuation's data only."""
+    again = jobs["again"]
+    start = [int(m.group(1)) for m in again.lines(TABLE_LINE.pattern) if m.group(3)]
+    lines = [m for m in again.lines(TABLE_LINE.pattern) if not m.group(3)]
+    assert sum(int(m.group(5)) for m in lines) > 0, again.tail()
+    assert start and int(lines[-1].group(1)) < start[0], (start, [m.group(0) for m in lines])   # no admissions
+    kept = _checkpoint_keys(jobs["model_dir"])
+    assert len(kept) == jobs["again_keys"] < jobs["saved_keys"], (len(kept), jobs["saved_keys"])
+    foreign = kept - _data_keys(jobs["top_users"])
+    assert not foreign, f"{len(foreign)} of {len(kept)} kept ids never appear in the continuation's data"
     # Checkpoints hold the live rows only: the last one is smaller than the first job's, but for
     # the admission counts it saves with min_count 2 (one int32 sketch, 1 MiB).
-    assert jobs["again_keys"] == live[-1] or jobs["again_keys"] < 0.6 * jobs["saved_keys"]
     from tfps.layers.dynamic_embedding import SKETCH_DEPTH, SKETCH_WIDTH
     sketch = SKETCH_DEPTH * SKETCH_WIDTH * 4
     assert jobs["again_bytes"] - sketch < jobs["first_bytes"], (jobs["again_bytes"], jobs["first_bytes"])
+
+
+def _checkpoint_keys(model_dir) -> set[int]:
+    import tensorflow as tf
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(model_dir)))
+    return {int(k) for k in reader.get_tensor("embeddings/keys").reshape(-1)}
+
+
+def _data_keys(path) -> set[int]:
+    """The keys the table gives the ids of a CSV file (tfps.models._dynamic_ids: the 64-bit
+    fingerprint of ``column=value``), for every column: a superset of the id columns'."""
+    import tensorflow as tf
+
+    from tfps.layers.dynamic_embedding import fingerprint64
+    with open(path, newline="") as fh:
+        ids = sorted({f"{c}={v}" for row in csv.DictReader(fh) for c, v in row.items()})
+    return {int(k) for k in fingerprint64(tf.constant(ids)).numpy()}
 
 
 def test_int64_ids_of_the_whole_range_train_and_serve(procs, tmp_path, demo_dir):

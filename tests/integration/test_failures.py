@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from integration_helpers import assert_nothing_left, launcher_ports, read_results, run_flags, task_exit
+from integration_helpers import assert_nothing_left, base_env, launcher_ports, read_results, run_flags, task_exit
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,7 @@ def test_model_raising_in_train_mode_is_refused_before_start(procs, tmp_path):
     model_dir = tmp_path / "model"
     launcher = procs.tfps("tfps-local-raises", "local",
                           *run_flags(model_dir, "--model", "tests.fixtures.bad_models:raises_in_train", steps=200),
-                          separate_stderr=True)
+                          separate_stderr=True, env=base_env(TF_ENABLE_ONEDNN_OPTS="1"))   # the banner of AMD EPYC
     assert launcher.wait(300) == 2, launcher.tail()          # ExitCode.BAD_CONFIG
     err = [line for line in launcher.stderr().strip().splitlines() if "error" in line]
     assert len(err) == 1, err

@@ -18,8 +18,6 @@ def render(*argv: str) -> str:
 
 @pytest.mark.parametrize("argv", [
     ["--image", "tfps:1" + INJECT],
-    ["--model_dir", "/data/m" + INJECT],
-    ["--export_dir", "/data/e\rx-injected: 1"],
     ["--label_column", "y\u2028x-injected: 1"],
     ["--model", "pkg.mod:build\x85x-injected: 1"],
     ["--train_data", "/data/*.csv\nx-injected: 1", "--eval_data", "a\u2029x-injected: 1"],
@@ -38,6 +36,16 @@ def test_no_value_injects_yaml(argv):
         assert data["x-tfps-task"]["image"] == value
     else:
         assert f"{flag}={value}" in command
+
+
+@pytest.mark.parametrize("argv", [["--model_dir", "/data/m" + INJECT], ["--export_dir", "/data/e\rx-injected: 1"]])
+def test_a_model_or_export_dir_with_a_control_character_is_refused_before_any_yaml(argv):
+    """A directory that names every log line, results.json and message may hold no newline
+    (tfps.names, issue 51): refused in one line, as ``tfps local`` refuses it."""
+    from tfps.errors import ConfigError
+    with pytest.raises(ConfigError, match="holds a control character") as e:
+        render(*argv)
+    assert e.value.field == argv[0][2:]
 
 
 def test_a_data_dir_whose_name_holds_a_newline(tmp_path):

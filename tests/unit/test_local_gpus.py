@@ -102,6 +102,7 @@ class FakeTask:
 
     started: list[FakeTask] = []
     ended_why = ""   # why the launcher ended it (TaskProcess.ended_why)
+    sent_without_results = False   # the chief said it sent the message without results.json (TaskProcess)
 
     def __init__(self, name, argv, env, out=None, verbose=False):
         self.name, self.argv, self.env = name, argv, env

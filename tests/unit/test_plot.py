@@ -59,3 +59,27 @@ def test_earlier_evaluations_are_points_too(tmp_path):
     fig = plot.figure(history + earlier, ["loss"], plot._evaluations(history + earlier, {"loss": 0.02}, 100))
     ev = {line.get_label(): line for line in fig.axes[0].lines}["eval loss"]
     assert list(ev.get_xdata()) == [40, 80, 100] and list(ev.get_ydata()) == [0.05, 0.03, 0.02]
+
+
+def test_a_plot_that_cannot_be_written_whole_leaves_no_file_and_keeps_the_previous_one(tmp_path):
+    """A full disk mid-write (issue 51: 0-byte loss.png): here the kernel's own bound on a file's
+    size (RLIMIT_FSIZE, EFBIG once SIGXFSZ is ignored) fails the write part-way, as ENOSPC does."""
+    import os
+    import resource
+    import signal
+    history = [{"step": s, "loss": 1.0 / (1 + s)} for s in range(0, 200, 10)]
+    path = tmp_path / "loss.png"
+    assert plot_history(history, str(path)) == str(path)
+    before = path.read_bytes()
+    previous_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2048, hard))
+    try:
+        again = plot_history(history + [{"step": 300, "loss": 0.001}], str(path))
+        fresh = plot_history(history, str(tmp_path / "metrics.png"))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous_handler)
+    assert again is None and fresh is None
+    assert path.read_bytes() == before                  # the previous plot, whole
+    assert sorted(os.listdir(tmp_path)) == ["loss.png"]  # no metrics.png, no temporary file

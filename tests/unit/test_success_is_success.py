@@ -112,6 +112,8 @@ def test_a_refusal_of_the_estimate_survives_the_trip_between_processes():
     ("raises", "this model_fn refuses to build"),
     ("lambda_metric", "'<lambda>' is not a valid scope name"),
     ("steps_per_execution", "steps_per_execution"),
+    ("returns_none", "returns_none returned None (no return statement?) in train mode; a model_fn must return "
+                     "tfps.models.ModelSpec(loss, predictions, metrics)"),
 ])
 def test_a_model_that_raises_while_its_graph_is_built_is_refused_not_advice(tmp_path, name, words):
     pytest.importorskip("tensorflow")
@@ -132,3 +134,41 @@ def test_a_failure_inside_tfps_or_tensorflow_is_no_refusal():
         assert estimate._raised_in_user_code(e) is True   # this test's own frame is "user" code
         e.__traceback__ = e.__traceback__.tb_next        # from json on: the standard library only
         assert estimate._raised_in_user_code(e) is False
+
+
+def test_an_out_of_range_gather_on_a_ps_is_its_cause_not_the_task_that_relayed_it():
+    """A real ps + worker in this process: an out-of-range ``tf.gather`` of a variable on the ps.
+    TensorFlow's message holds "INVALID_ARGUMENT: From /job:worker/...:" and "From /job:ps/...:"
+    on lines of their own (results.json once said "From /job:ps/replica:0/task:0:")."""
+    tf = pytest.importorskip("tensorflow")
+    from tfps.cluster.single_host import free_ports
+    v1 = tf.compat.v1
+    ports = free_ports(2, "127.0.0.1")
+    cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]})
+    servers = [tf.distribute.Server(cluster, job_name=job, task_index=0) for job in ("ps", "worker")]
+    with tf.Graph().as_default():
+        with tf.device("/job:ps/task:0"):
+            table = v1.get_variable("table", [10, 2])
+            rows = tf.gather(table, tf.constant([0, 1, 2, 99]))
+        with tf.device("/job:worker/task:0"):
+            total = tf.reduce_sum(rows)
+        with v1.Session(servers[1].target) as sess:
+            sess.run(v1.global_variables_initializer())
+            with pytest.raises(tf.errors.InvalidArgumentError) as e:
+                sess.run(total)
+    line = format_error(e.value).message
+    assert line.startswith("indices[3] = 99 is not in [0, 10) (op 'Gather' of type ResourceGather"), line
+    assert line.endswith(", on ps0)"), line
+
+
+@pytest.mark.parametrize("message", [
+    "From /job:ps/replica:0/task:0:\nindices[3] = 99 is not in [0, 10)\n\t [[{{node embedding_lookup}}]]",
+    "2 root error(s) found.\n  (0) INVALID_ARGUMENT: From /job:ps/replica:0/task:0:\nindices[3] = 99 is not in "
+    "[0, 10)\n\t [[{{node embedding_lookup}}]]\n  (1) CANCELLED: Step was cancelled\n0 successful operations.",
+])
+def test_a_tensorflow_message_that_begins_with_the_task_is_its_cause(message):
+    assert error_line(FakeOpError(message)) == "indices[3] = 99 is not in [0, 10) (op 'embedding_lookup', on ps0)"
+
+
+def test_a_message_of_ours_in_capitals_is_left_as_it_is():
+    assert error_line(RuntimeError("NOTE: the ps is gone\nmore")) == "NOTE: the ps is gone"

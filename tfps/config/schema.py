@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import unicodedata
 
 from tfps.config.jobfile import yaml_scalar
 from tfps.errors import ConfigError
+from tfps.names import MAX_RUN_NAME, check_directory_name, check_run_name  # noqa: F401
 
 # Re-exported: compose generation and the tests read these from tfps.config.
 from tfps.timeouts import (  # noqa: F401
@@ -97,26 +97,6 @@ def replicas_per_step(cfg: RunConfig, num_workers: int) -> int:
     """Gradients a sync step aggregates: --replicas_to_aggregate, else the workers less the
     backup workers (whose gradients, the slowest of each step, are dropped)."""
     return cfg.replicas_to_aggregate or num_workers - (cfg.backup_workers or 0)
-
-
-#: The longest --run_name: it names a directory (runs/NAME-TIME), files and messages.
-MAX_RUN_NAME = 100
-
-
-def check_run_name(name: str) -> None:
-    """Refuse a run name that is not one plain file name (it becomes runs/NAME-TIME)."""
-    size = len(name.encode("utf-8", "surrogatepass"))
-    if len(name) > MAX_RUN_NAME or size > 2 * MAX_RUN_NAME:
-        raise ConfigError(f"is {len(name)} characters ({size} bytes) long; use at most {MAX_RUN_NAME} characters "
-                          f"({2 * MAX_RUN_NAME} bytes)", "run_name")
-    bad = next((ch for ch in name if ch in "/\\" or unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp")),
-               None)
-    if bad is not None:
-        what = "a path separator" if bad in "/\\" else f"a control character ({bad!r})"
-        raise ConfigError(f"{name!r} holds {what}; a run name names one directory under runs/, so use "
-                          "letters, digits and -_.=[] (e.g. exp-lr0.01)", "run_name")
-    if name.strip() in (".", ".."):
-        raise ConfigError(f"{name!r} is not a name; give the run a name of its own (e.g. exp-lr0.01)", "run_name")
 
 
 @dataclasses.dataclass
@@ -274,6 +254,9 @@ class RunConfig:
                               "or package.module:function", "model")
         if not self.model_dir:
             raise ConfigError("must name a directory for checkpoints and results", "model_dir")
+        check_directory_name(self.model_dir, "model_dir")
+        if self.export_dir:
+            check_directory_name(self.export_dir, "export_dir")
         if self.run_name is not None:
             check_run_name(self.run_name)
         return self

@@ -109,21 +109,14 @@ def _wait(tasks: list[TaskProcess], timeout: float) -> bool:
 SLOW_CHECK_NOTICE_SECS = 10.0
 
 
-def _watched() -> bool:
-    """Whether a person watches stderr (a terminal): only then is the notice said, so that a
-    refusal read by a program (CI, a wrapper, the tests) stays the one line it promises."""
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
 @contextlib.contextmanager
 def _said_when_slow(message: str, after: float | None = None):
-    """Log ``message`` (one line) if the block takes longer than ``after`` seconds, on a terminal."""
-    if not _watched():
-        yield
-        return
+    """Log ``message`` (one line) if the block takes longer than ``after`` seconds.
+
+    On a terminal and in a pipe alike (``tfps local ... | tee log``, CI): a slow builder must
+    not look like a hang wherever the output goes. A refusal that follows is still its own
+    one line (``tfps: error: ...``); the notice before it is a progress line like
+    ``tfps local: N ps + M worker(s)``."""
     timer = threading.Timer(SLOW_CHECK_NOTICE_SECS if after is None else after, log.info, (message,))
     timer.daemon = True
     timer.start()
@@ -186,10 +179,58 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
     return forkable and not eager and single_threaded()
 
 
-def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str | None = None,
-              script_args: list[str] | None = None, python: str = sys.executable, out=sys.stdout,
-              verbose: bool = False, restarts: int = 0, fork: bool = True, gpus: list[str] | None = None,
-              nvidia_smi=gpu.nvidia_smi, replace: bool = False) -> ExitCode:
+class StoppedEarly(BaseException):
+    """A stop signal that reached the launcher before any task started (a BaseException: a
+    user's ``except Exception`` in a model builder the checks run cannot swallow it)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+#: The early stop's signal: the same stop's second signal (`timeout`, then its group) is no news.
+_early: list[int] = []
+
+
+def _stopped_early(signum, _frame):
+    if not _early:
+        _early.append(signum)
+        raise StoppedEarly(signum)
+
+
+def run_local(cfg: RunConfig, *args, **kwargs) -> ExitCode:
+    """Run the cluster (:func:`_run_local`), the stop signals handled from the first moment.
+
+    SIGINT, SIGTERM and SIGHUP are this launcher's own from here on: one that comes while the
+    checks before start run (a model builder can take a minute) ends the launcher with one
+    line and its stop code (130, 143, 129), nothing started and nothing left running (the
+    memory estimate's child is ended with it); once the tasks start, it is the job's stop.
+
+    SIGINT too when it is inherited ignored, as a shell without job control starts ``cmd &``
+    (POSIX): a stop here is never destructive (the chief saves and exports, the job resumes
+    from its model_dir), a stop that vanishes is (a job that trains on unwatched), and the
+    tasks always took SIGINT as a stop. To keep a background job out of a script's Ctrl-C,
+    start it in a session of its own: ``setsid tfps local ... &`` (README, "One stop")."""
+    _early.clear()
+    original = {s: signal.signal(s, _stopped_early) for s in LAUNCHER_SIGNALS}
+    try:
+        code = _run_local(cfg, *args, **kwargs)
+    except StoppedEarly as e:
+        say(log.warning, "tfps local: stopped by %s before any task started; nothing was started or left running",
+            signal.Signals(e.signum).name)
+        return stopped_code(e.signum)   # the handler stays: the same stop's other signals are no news
+    except BaseException:
+        _early.append(0)   # a refusal on its way out: a signal now is no early stop to report
+        raise
+    for s, h in original.items():
+        signal.signal(s, h)
+    return code
+
+
+def _run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str | None = None,
+               script_args: list[str] | None = None, python: str = sys.executable, out=sys.stdout,
+               verbose: bool = False, restarts: int = 0, fork: bool = True, gpus: list[str] | None = None,
+               nvidia_smi=gpu.nvidia_smi, replace: bool = False) -> ExitCode:
     """Run the cluster. Tasks are forked from this process (``ForkedTask``) unless ``fork``
     is false or they cannot be; otherwise each is a new interpreter.
 
@@ -271,7 +312,8 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
             for t in tasks:
                 t.signal(signal.SIGKILL)
 
-    old = {s: signal.signal(s, on_signal) for s in LAUNCHER_SIGNALS}
+    for s in LAUNCHER_SIGNALS:   # until run_local returns: a late signal is the job's stop, never "early"
+        signal.signal(s, on_signal)
     try:
         # ps first: workers then find their ps listening. Every task exists before the first
         # output thread starts, so no fork copies a thread's held lock; a signal that comes
@@ -324,8 +366,6 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
         for t in tasks:
             t.signal(signal.SIGKILL)
         _wait(tasks, timeouts.LOCAL_KILL_WAIT_SECS)
-        for s, h in old.items():
-            signal.signal(s, h)
     for t in tasks:
         if t.ended_why and t.code is not None and t.code < 0:
             say(log.info, "%s ended by tfps: %s", t.name, t.ended_why)
@@ -334,7 +374,8 @@ def run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: str
     reported = True
     if not script:
         why = f"killed before the final save: {killed[0]}" if killed else None
-        reported = summarize(cfg, code, launched, urls, {t.name: t.describe_exit() for t in lost}, why=why)
+        reported = summarize(cfg, code, launched, urls, {t.name: t.describe_exit() for t in lost}, why=why,
+                             chief_sent=any(t.sent_without_results for t in tasks))
     return _launcher_code(code, stops, bool(killed), reported, script is not None)
 
 

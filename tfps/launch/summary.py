@@ -26,12 +26,14 @@ def chief_reported(cfg: RunConfig, launched: float) -> bool:
 
 
 def summarize(cfg: RunConfig, code, launched: float, urls: list[str], lost: dict[str, str],
-              why: str | None = None) -> bool:
+              why: str | None = None, chief_sent: bool = False) -> bool:
     """Read the chief's results.json, add what only the launcher saw, print the summary.
 
     Results count only if the chief of this launch wrote them (``JobResult.written_since``);
     otherwise the chief died without reporting, and the launcher sends the failure message
-    (``why`` says what ended it, when the launcher knows). Returns whether the chief reported."""
+    (``why`` says what ended it, when the launcher knows), unless the chief said that it
+    sent the job's message although it could not write results.json (``chief_sent``: a full
+    disk; one message per job). Returns whether the chief reported."""
     path = os.path.join(cfg.model_dir, results.RESULTS)
     res = None
     try:
@@ -40,6 +42,10 @@ def summarize(cfg: RunConfig, code, launched: float, urls: list[str], lost: dict
         pass
     except (OSError, ResultsError) as e:
         log.error("%s", e)
+    if (res is None or not res.written_since(launched)) and chief_sent:
+        say(log.error, "the chief exited with %s and sent the job's message, but could not write %s (see its "
+            "line above)", describe_code(code), path)
+        return True
     if res is None or not res.written_since(launched):
         say(log.error, "the chief exited with %s without writing results%s", describe_code(code),
              f" ({why})" if why else "")

@@ -19,6 +19,7 @@ import threading
 from tfps import logs, timeouts
 from tfps.errors import real_os_exit
 from tfps.exitcodes import ExitCode
+from tfps.outcome.results import SENT_WITHOUT_RESULTS
 from tfps.task import entry as task_entry
 from tfps.task.lifecycle import STOP_SIGNALS
 
@@ -53,6 +54,7 @@ class TaskProcess:
         self.rss_peak = 0           # bytes, sampled by the launcher (``sample_rss``)
         self.signalled: set[int] = set()   # signals the launcher sent
         self.ended_why = ""                # why the launcher ended it, when that is the normal end
+        self.sent_without_results = False  # the chief said it sent the end message (no results.json)
         self._stream = None
         self._reader: threading.Thread | None = None
 
@@ -70,6 +72,8 @@ class TaskProcess:
         assert self._stream is not None
         gone = False
         for line in self._stream:
+            if SENT_WITHOUT_RESULTS in line:
+                self.sent_without_results = True
             if gone or (not self.verbose and logs.is_tf_noise(line)):
                 continue   # the task's pipe is still read to its end: a task never blocks on its output
             try:

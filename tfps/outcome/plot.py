@@ -13,9 +13,11 @@ A plot is a nicety: every failure is logged and turns into ``None``, never an ex
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import tempfile
 
 log = logging.getLogger("tfps.plot")
 
@@ -143,8 +145,22 @@ def _plot(history: list[dict], path: str, keys: list[str], evals: dict, what: st
     if fig is None:
         log.info("no %s plot: the history has no step with a finite %s", what, what)
         return None
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, format="png", dpi=DPI)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    # Written whole or not at all: drawn into a temporary file of the same directory, then
+    # renamed over ``path``. On a full disk, savefig leaves a truncated (often 0-byte) PNG.
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{os.path.basename(path)}-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, format="png", dpi=DPI)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
 
 

@@ -54,9 +54,49 @@ def format_error(error: BaseException | None) -> ErrorInfo | None:
 #: TensorFlow's lines around the real message of an error raised while a graph runs.
 _TF_NOISE = re.compile(r"^(Graph execution error:|Detected at node |Detected unsupported operations|File \"|"
                        r"\[\[|Original stack trace|Node: |\d+ root error\(s\) found|\d+ successful operations|"
-                       r"\d+ derived errors ignored)")
-_TF_ERROR_PREFIX = re.compile(r"^\(\d+\) [A-Z_]+: ")
-_TF_NODE_SUFFIX = re.compile(r"\s*\[\[\{\{node [^}]*\}\}\]\]\s*$")
+                       r"\d+ derived errors ignored|=+$|Additional GRPC error information|:UNKNOWN:|Recorded at "
+                       r"|Aborting RPC|Executing non-communication op)")
+#: What TensorFlow puts before the real message on its line: "(0) ", a status code
+#: ("INVALID_ARGUMENT: "), the task that raised it ("From /job:ps/replica:0/task:0:").
+_TF_CODES = ("CANCELLED|UNKNOWN|INVALID_ARGUMENT|DEADLINE_EXCEEDED|NOT_FOUND|ALREADY_EXISTS|PERMISSION_DENIED|"
+             "RESOURCE_EXHAUSTED|FAILED_PRECONDITION|ABORTED|OUT_OF_RANGE|UNIMPLEMENTED|INTERNAL|UNAVAILABLE|"
+             "DATA_LOSS|UNAUTHENTICATED")
+_TF_ERROR_PREFIX = re.compile(rf"^(?:\(\d+\) )?(?:(?:{_TF_CODES}): )?")
+_TF_FROM = re.compile(r"^From /job:(\w+)/replica:\d+/task:(\d+):\s*")
+_TF_NODE_SUFFIX = re.compile(r"\s*\[\[\{\{node ([^}]*)\}\}\]\]\s*$")
+_TF_NODE_LINE = re.compile(r"^\[\[\{\{node ([^}]*)\}\}\]\]")
+
+
+def _is_tensorflow_text(first: str) -> bool:
+    return (first.startswith("Graph execution error") or bool(re.match(r"^\d+ root error\(s\) found", first))
+            or _TF_ERROR_PREFIX.match(first).end() > 0 or bool(_TF_FROM.match(first)))
+
+
+def _origin(lines: list[str]) -> str | None:
+    """The task an error came from: a worker relays a ps's error ("From /job:worker/...", then
+    "From /job:ps/..."), so a ps named anywhere is the origin."""
+    tasks = [m.group(1) + m.group(2) for m in (_TF_FROM.match(_TF_ERROR_PREFIX.sub("", ln)) for ln in lines) if m]
+    return next((t for t in tasks if t.startswith("ps")), tasks[0] if tasks else None)
+
+
+def _cause(lines: list[str]) -> tuple[str, str | None, str | None]:
+    """(the real message, the task that raised it, the node named after it) of TensorFlow's lines."""
+    task = _origin(lines)
+    for i, ln in enumerate(lines):
+        if _TF_NOISE.match(ln) or ln.startswith("in "):
+            continue
+        ln = _TF_ERROR_PREFIX.sub("", ln)
+        m = _TF_FROM.match(ln)
+        if m:
+            ln = ln[m.end():]
+        node = _TF_NODE_SUFFIX.search(ln)
+        ln = _TF_NODE_SUFFIX.sub("", ln).strip()
+        if not ln:
+            continue
+        if node is None and i + 1 < len(lines):
+            node = _TF_NODE_LINE.match(lines[i + 1])
+        return ln, task, node.group(1) if node else None
+    return "", task, None
 
 
 def error_line(error: BaseException) -> str:
@@ -64,25 +104,31 @@ def error_line(error: BaseException) -> str:
 
     An error raised while a graph runs (a TensorFlow ``OpError`` from ``session.run``) begins
     with "Graph execution error:", then the Python frames where the failing op was defined;
-    the real message comes after the ``Node: '...'`` line. That line is kept, with the op
-    that raised it and the op's inputs named: ``Field 1 in record 0 is not a valid float:
-    abc (op 'DecodeCSV' of type DecodeCSV, input 'Const')``.
+    the real message comes after the ``Node: '...'`` line, often behind a status code and the
+    task that raised it ("INVALID_ARGUMENT: From /job:ps/replica:0/task:0:" on a line of its
+    own: what results.json once said of an out-of-range ``tf.gather``). That line is kept,
+    with the op that raised it, the op's inputs and the ps it ran on named:
+    ``indices[3] = 99 is not in [0, 10) (op 'Gather' of type ResourceGather, inputs 'table',
+    'Const', on ps0)``.
     """
     message = (getattr(error, "message", None) or str(error) or "").strip()
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     if not lines:
         return ""
-    if not lines[0].startswith("Graph execution error"):
+    if not _is_tensorflow_text(lines[0]):
         return lines[0]
     node = None
     for ln in lines:
         m = re.match(r"^(?:Node: |Detected at node )'([^']+)'", ln)
         if m:
             node = node or m.group(1)
-    text = next((_TF_NODE_SUFFIX.sub("", _TF_ERROR_PREFIX.sub("", ln)) for ln in lines
-                 if not _TF_NOISE.match(ln) and not ln.startswith("in ")), "")
+    text, task, named = _cause(lines)
     node_def = getattr(error, "node_def", None)
-    name = getattr(node_def, "name", "") or node
+    # Where the op was placed names the task that ran it; which "From /job:..." lines the
+    # message carries varies from run to run (the relaying worker's, the ps's, or both).
+    placed = re.search(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)", str(getattr(node_def, "device", "") or ""))
+    task = placed.group(1) + placed.group(2) if placed else task
+    name = getattr(node_def, "name", "") or node or named
     where = ""
     if name:
         op_type = getattr(node_def, "op", "")
@@ -90,6 +136,8 @@ def error_line(error: BaseException) -> str:
         where = (f"op '{name}'" + (f" of type {op_type}" if op_type and op_type != name else "")
                  + (f", input{'s' if len(inputs) > 1 else ''} {', '.join(repr(str(i)) for i in inputs[:3])}"
                     + (" ..." if len(inputs) > 3 else "") if inputs else ""))
+    if task:
+        where = f"{where}, on {task}" if where else f"on {task}"
     if not text:
         return f"TensorFlow raised at {where}" if where else lines[0]
     return f"{text} ({where})" if where else text
@@ -207,7 +255,8 @@ class Reporter:
             # A full disk (or a lost mount): the message needs no disk and still goes out,
             # with the job's outcome in its text.
             log.error("chief: job %s %s at step %d, but %s", res.job, status, step, _unwritable(path, e))
-            self.notify(res)
+            if self.notify(res):
+                log.info("chief: %s", results.SENT_WITHOUT_RESULTS)
             return res
         if self.story is not None:
             try:
@@ -242,14 +291,16 @@ class Reporter:
             log.warning("chief: no loss plot: %s", e)
             return []
 
-    def notify(self, res: JobResult) -> None:
+    def notify(self, res: JobResult) -> bool:
+        """Send the end message; whether a service was configured to take it."""
         if self.notifier is None or not self.notifier.enabled:
-            return
+            return False
         attachments = [os.path.join(self.cfg.model_dir, results.RESULTS)]
         png = os.path.join(self.cfg.model_dir, "loss.png")
         if os.path.exists(png) and os.path.getmtime(png) >= self.started_wall:   # drawn by ``draw_plots`` for this job
             attachments.append(png)
         self.notifier.send(res.status, res, attachments)
+        return True
 
 
 def _unwritable(path: str, error: OSError) -> str:

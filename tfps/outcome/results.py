@@ -19,6 +19,10 @@ from tfps.outcome.contract import step_of
 from tfps.outcome.lock import LOCK_FILE
 
 RESULTS = "results.json"
+#: The chief's line once it sent the job's end message although results.json could not be
+#: written (a full disk): the launcher that reads the chief's output then sends no second
+#: message in its place (tfps.launch.summary).
+SENT_WITHOUT_RESULTS = "the job's end message went out without results.json"
 HISTORY = "history.jsonl"
 #: The running job as the chief's watch last saw it (rewritten every few seconds while it
 #: trains): what ``tfps local``'s status line shows. Not a record: results.json is that.

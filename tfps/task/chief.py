@@ -32,11 +32,15 @@ from tfps.task.checkpoint import checkpoint_step
 from tfps.task.lifecycle import session_config
 from tfps.task.setup import JobSetup
 from tfps.task.traingraph import TrainGraph
-from tfps.task.watch import JobWatch, read_step
+from tfps.task.watch import JobWatch, is_step_timeout, read_step
 from tfps.task.worker import Worker, WorkerFailed
 
 log = logging.getLogger("tfps")
 
+
+
+class EvaluationFailed(RuntimeError):
+    """The final evaluation failed after a complete export: the job fails, the export stays."""
 
 
 class Chief(Worker):
@@ -72,6 +76,10 @@ class Chief(Worker):
         it needs (tfps.task.diskfull), and what the failed save left in model_dir is removed:
         results.json needs the room."""
         error = super().failure(error)
+        if self.cfg.sync_replicas and self.watch is not None and is_step_timeout(error):
+            from tfps.task.watchdog import probe_tasks
+            silent = [p for p in probe_tasks(self.task) if p[2] != "answers"]
+            return self.watch.sync_timeout(error, self.highest_step(), self.cfg.sync_timeout, silent)
         if isinstance(error, diskfull.DiskFull) or not diskfull.is_disk_full(error):
             return error
         return self._disk_full(error)
@@ -291,7 +299,6 @@ class Chief(Worker):
     def _run_trained(self, setup: JobSetup, server, graph, ops: TrainGraph) -> ExitCode:
         import tensorflow as tf
 
-        from tfps.task import export
         self.ops = ops
         cfg, task = self.cfg, self.task
         reporter = report.Reporter(cfg, task, setup, self.started_iso, self.started_wall, story=self.story,
@@ -341,28 +348,9 @@ class Chief(Worker):
         # A failed job keeps its checkpoints for a resume but exports nothing, unless the
         # checkpoint already reached the target (a ps lost after the last step, say).
         if ckpt and (error is None or (ckpt_step >= cfg.train_steps and not isinstance(error, FloatingPointError))):
-            try:
-                export_dir = export.export_saved_model(setup.model_fn, setup.params, ckpt, cfg.export_path,
-                                                       ckpt_step)
-                log.info("chief: exported the SavedModel of step %d to %s (%.1f s)", ckpt_step, export_dir,
-                         time.time() - t_save)
-                if setup.eval_schema is not None:
-                    eval_metrics = export.evaluate(
-                        setup.model_fn, setup.params, ckpt,
-                        lambda: data_mod.make_dataset(setup.eval_schema, cfg.label_column, 256, train=False))
-                    log.info("chief: evaluation of step %d: %s", ckpt_step, eval_metrics)
-                    try:   # TensorBoard's "eval" run, next to the training scalars
-                        export.write_eval_summaries(cfg.model_dir, ckpt_step, eval_metrics)
-                    except Exception as e:  # noqa: BLE001 - the summaries are a view: never a failure
-                        log.warning("chief: the evaluation's TensorBoard summaries were not written: %s", e)
-            except Exception as e:  # noqa: BLE001
-                if diskfull.is_disk_full(e):   # export_saved_model removed its half-written directory
-                    e = diskfull.disk_full(e, cfg.export_path,
-                                           f"the SavedModel export of step {ckpt_step}",
-                                           sum(self.balancer.variables_bytes().values()) or None, "export_dir")
-                log.error("chief: final export failed: %s: %s", type(e).__name__, report.error_line(e))
-                if error is None:
-                    error, status = e, "failed"
+            export_dir, eval_metrics, late = self._export_and_evaluate(setup, ckpt, ckpt_step, t_save)
+            if late is not None and error is None:
+                error, status = late, "failed"
         elif not ckpt and error is None:
             error, status = RuntimeError(f"no checkpoint was written to {cfg.model_dir}"), "failed"
         t_end = time.time()
@@ -392,6 +380,43 @@ class Chief(Worker):
             reporter.draw_plots(result, self.evaluations.finish() if self.evaluations is not None else [])
         self._wait_for_ps_exit()
         return code
+
+    def _export_and_evaluate(self, setup: JobSetup, ckpt: str, ckpt_step: int, t_save: float):
+        """The final SavedModel, then (with eval data) its evaluation: (export_dir, metrics, error).
+
+        Each failure is said in its own words: an evaluation that fails (a model_fn that calls
+        sys.exit in eval mode) leaves the export complete, and the log, results.json and the
+        message all say so, instead of "final export failed" next to a complete export."""
+        from tfps.task import export
+        cfg = self.cfg
+        try:
+            export_dir = export.export_saved_model(setup.model_fn, setup.params, ckpt, cfg.export_path, ckpt_step)
+        except Exception as e:  # noqa: BLE001
+            if diskfull.is_disk_full(e):   # export_saved_model removed its half-written directory
+                e = diskfull.disk_full(e, cfg.export_path, f"the SavedModel export of step {ckpt_step}",
+                                       sum(self.balancer.variables_bytes().values()) or None, "export_dir")
+            log.error("chief: final export failed: %s: %s", type(e).__name__, report.error_line(e))
+            return None, {}, e
+        log.info("chief: exported the SavedModel of step %d to %s (%.1f s)", ckpt_step, export_dir,
+                 time.time() - t_save)
+        if setup.eval_schema is None:
+            return export_dir, {}, None
+        try:
+            eval_metrics = export.evaluate(
+                setup.model_fn, setup.params, ckpt,
+                lambda: data_mod.make_dataset(setup.eval_schema, cfg.label_column, 256, train=False))
+        except Exception as e:  # noqa: BLE001
+            failed = EvaluationFailed(f"the final evaluation of step {ckpt_step} failed, the SavedModel export is "
+                                      f"complete: {report.error_line(e)}")
+            failed.__cause__ = e
+            log.error("chief: %s", failed)
+            return export_dir, {}, failed
+        log.info("chief: evaluation of step %d: %s", ckpt_step, eval_metrics)
+        try:   # TensorBoard's "eval" run, next to the training scalars
+            export.write_eval_summaries(cfg.model_dir, ckpt_step, eval_metrics)
+        except Exception as e:  # noqa: BLE001 - the summaries are a view: never a failure
+            log.warning("chief: the evaluation's TensorBoard summaries were not written: %s", e)
+        return export_dir, eval_metrics, None
 
     def _wait_for_ps_exit(self) -> None:
         """Exit last: give the ps tasks (which exit once every worker is done) a moment to go.

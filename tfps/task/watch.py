@@ -68,6 +68,39 @@ class _WatchedWorker:
         return self.steps_before + self.local_steps
 
 
+def sync_wait_line(workers: list, now: float) -> str:
+    """Who a sync step that never ended waited for, from the boards as last read.
+
+    A worker that sent its gradients for the step the job stands at has reached that global
+    step on its board; one whose board stands lower did not send them. When every board
+    stands at the same step (boards are written about once a second, so a fast step can
+    hide who is behind), each worker is named with when its steps last moved."""
+    seen = [w for w in workers if w.started is not None]
+    if not seen:
+        return "no worker has reported a step yet"
+    top = max(w.global_step for w in seen)
+    behind = sorted((w for w in seen if w.global_step < top), key=lambda w: (w.global_step, w.name))
+    if behind:
+        return "the gradients of " + ", ".join(
+            f"{w.name} (its last step at global step {w.global_step}, {max(now - w.changed_at, 0):.0f} s ago)"
+            for w in behind) + " did not arrive"
+    return "last seen: " + ", ".join(
+        f"{w.name} at global step {w.global_step}, {max(now - w.changed_at, 0):.0f} s ago"
+        for w in sorted(seen, key=lambda w: (w.changed_at, w.name)))
+
+
+def is_step_timeout(error: BaseException | None) -> bool:
+    """Whether ``error`` is a step that ran past ``operation_timeout_in_ms`` (--sync_timeout)."""
+    import tensorflow as tf
+
+    from tfps.errors import error_chain
+    return any(isinstance(e, tf.errors.DeadlineExceededError) for e in error_chain(error))
+
+
+class SyncTimeout(RuntimeError):
+    """A sync step that waited past --sync_timeout, naming the workers it waited for."""
+
+
 class JobWatch:
     """The chief's watch thread (see the module docstring)."""
 
@@ -90,6 +123,19 @@ class JobWatch:
         self.failures: dict[str, str] = {}   # worker -> why it failed (its own words, from the board)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tfps-watch", daemon=True)
+
+    def sync_timeout(self, error: BaseException, step: int, timeout: float, silent: list | None = None) -> SyncTimeout:
+        """``error`` (a sync step past ``operation_timeout_in_ms``) as one line that names the
+        workers whose gradients did not arrive, or when each was last seen; ``silent``, the
+        tasks that do not answer (``watchdog.probe_tasks``), come first: the likely cause."""
+        lost = "; ".join(f"{name} ({target}) {state}" for name, target, state in silent or [])
+        timed_out = SyncTimeout(
+            f"no sync step ended within --sync_timeout ({timeout:.0f} s) at global step {step}: "
+            f"{lost + '; ' if lost else ''}{sync_wait_line(self.workers, time.monotonic())}. A worker that "
+            "sends no gradients holds every step: read its log, or give --backup_workers so that a step "
+            "goes on without the slowest")
+        timed_out.__cause__ = error   # TensorFlow's own words stay in results.json's traceback_tail
+        return timed_out
 
     # ------------------------------------------------------------------ control
     def start(self) -> JobWatch:
