@@ -97,6 +97,10 @@ PS_EXIT_WAIT_SECS = 20.0
 PS_DONE_POLL_SECS = 0.5
 #: The startup watchdog's probe of another task's port (connect and first answer).
 PROBE_TIMEOUT_SECS = 2.0
+#: ... and its second probe of a task that held its port but said nothing in that time: a
+#: TensorFlow server on a host at a load of 10x its cores can take seconds to answer, and
+#: is alive. Only a task silent for this long too counts as not answering.
+PROBE_PATIENT_SECS = 30.0
 #: Milliseconds one probe of the ps's variables by a restarted chief may take; a probe that
 #: gets no answer is asked again (a ps frozen, starting again, or slow on a loaded machine:
 #: restoring the checkpoint over variables the ps may still hold would roll the job back)
