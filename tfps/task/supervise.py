@@ -83,7 +83,7 @@ def _supervise(argv: list[str], restarts: int, name: str, env: dict[str, str]) -
             if rc < 0:
                 log.error("%s: the task process was killed by %s; not restarting it (%s)", name,
                           signal.Signals(-rc).name, "stop requested" if state["stopping"] else
-                          f"{restarts} restart(s) used")
+                          f"--restarts {restarts} used up")
             return _exit_code(rc)
         attempt += 1
         # The next process tells the job's story (tfps.outcome.journal): why this one ended.
