@@ -25,7 +25,7 @@ import re
 import signal
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 KILL, STOP = "SIGKILL", "SIGSTOP"
 

@@ -135,6 +135,12 @@ def test_twenty_faults_in_one_job(procs, tmp_path, demo_dir, webhook_server, req
             time.sleep(0.2)
         injector.start()
         injector.join(600)
+        # Paced until the job is back from every kill (a worker killed last must train again
+        # before the job ends to show it), then at full speed to its end.
+        deadline = time.monotonic() + 300
+        while launcher.returncode is None and time.monotonic() < deadline and any(
+                recovered_at(log, f) is None for f in injector.sent if f.kind == chaos.KILL):
+            time.sleep(0.5)
         pace.write_text("0")
         rc = launcher.wait(600)
     finally:
