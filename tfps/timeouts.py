@@ -97,9 +97,15 @@ PS_EXIT_WAIT_SECS = 20.0
 PS_DONE_POLL_SECS = 0.5
 #: The startup watchdog's probe of another task's port (connect and first answer).
 PROBE_TIMEOUT_SECS = 2.0
-#: Milliseconds a restarted chief's probe of the ps's variables may take before it takes
-#: the checkpoint path instead of joining the live variables; also the bound on each run
-#: of its drain of old sync tokens (tfps.task.rejoin).
+#: ... and its second probe of a task that held its port but said nothing in that time: a
+#: TensorFlow server on a host at a load of 10x its cores can take seconds to answer, and
+#: is alive. Only a task silent for this long too counts as not answering.
+PROBE_PATIENT_SECS = 30.0
+#: Milliseconds one probe of the ps's variables by a restarted chief may take; a probe that
+#: gets no answer is asked again (a ps frozen, starting again, or slow on a loaded machine:
+#: restoring the checkpoint over variables the ps may still hold would roll the job back)
+#: until ``--sync_timeout`` has passed; only then does the chief restore, and says so. Also
+#: the bound on each run of its drain of old sync tokens (tfps.task.rejoin).
 REJOIN_PROBE_TIMEOUT_MS = 10_000
 #: After its final save the chief looks this often whether a ps still listens, each look
 #: bounded by PS_EXIT_CONNECT_SECS (within PS_EXIT_WAIT_SECS in all).

@@ -114,7 +114,9 @@ def test_ps_then_chief_killed_the_story_tells_both(procs, tmp_path, webhook_serv
     assert res["export_complete"] is True and res["global_step"] >= STORY_STEPS
     restarts = res["restarts"]
     assert [r["task"] for r in restarts] == ["ps0", "worker0"], restarts
-    assert restarts[0]["resumed_from"] == ps_resumed and "lost peer" in restarts[0]["cause"]
+    # The ps's supervisor saw it die (its ledger, tfps.task.board): the cause is the signal.
+    assert restarts[0]["resumed_from"] == ps_resumed and restarts[0]["cause"] == "killed by SIGKILL", restarts[0]
+    assert restarts[0]["how"] == "restored", restarts[0]
     assert restarts[1]["cause"] == "killed by SIGKILL"
     assert restarts[1]["how"] == "joined" and restarts[1]["steps_redone"] == 0, restarts[1]
     assert restarts[1]["resumed_from"] >= killed_at
@@ -134,7 +136,7 @@ def test_ps_then_chief_killed_the_story_tells_both(procs, tmp_path, webhook_serv
     title, body = messages[0]["title"], messages[0]["message"]
     assert "succeeded" in title, title
     assert "Recovered from 2 failures:" in body, body
-    assert "- ps0, lost peer" in body and "- worker0, killed by SIGKILL" in body, body
+    assert "- ps0, killed by SIGKILL" in body and "- worker0, killed by SIGKILL" in body, body
     assert "0 step(s) redone" in body, body
     assert_nothing_left(ports, launcher)
 

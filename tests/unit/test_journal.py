@@ -55,6 +55,62 @@ def test_a_chief_that_joined_the_live_ps_redid_nothing_even_without_history(tmp_
     assert (entry["how"], entry["resumed_from"], entry["steps_redone"]) == ("joined", 600, 0)
 
 
+def _deaths(*times: float) -> list[dict]:
+    return [{"time": t, "signal": 9} for t in times]
+
+
+def test_every_death_the_supervisors_saw_is_one_restart(tmp_path):
+    """Issue 51: 13 processes killed, 6 listed. Every death a supervisor passed on is one entry:
+    two ps lost at once, a ps killed twice before the chief recovered, a worker killed again
+    before its board was read, a chief killed again before it claimed model_dir."""
+    chief = journal.Story(str(tmp_path)).begin(1000.0)
+    chief.died("ps0", _deaths(1010.0))
+    chief.died("ps1", _deaths(1011.0))
+    chief.recovered(["ps0", "ps1"], 300, 40, "restored", wall=1030.0)
+    chief.died("ps1", _deaths(1011.0, 1040.0, 1045.0))               # its ledger, read again: 2 new
+    chief.died("worker1", _deaths(1050.0, 1052.0), step=320)
+    chief.recovered(["ps1"], 350, 20, "restored", wall=1060.0)
+    chief.died("worker1", _deaths(1050.0, 1052.0, 1070.0), step=360)
+    again = journal.Story(str(tmp_path))
+    again.died("worker0", _deaths(1080.0, 1090.0))                  # the second one never claimed model_dir
+    again.died("ps1", _deaths(1011.0, 1040.0, 1045.0))               # read by the new chief: nothing new
+    again.begin(1100.0, "killed by SIGKILL")
+    again.resumed(380, "joined", wall=1110.0)
+    entries = again.restarts()
+    got = [(e["task"], e["time"], e.get("how"), e.get("resumed_from"), e.get("steps_redone")) for e in entries]
+    assert got == [("ps0", journal.iso(1010.0), "restored", 300, 40),
+                   ("ps1", journal.iso(1011.0), "restored", 300, 0),   # one recovery: its steps counted once
+                   ("ps1", journal.iso(1040.0), "restored", 350, 20),
+                   ("ps1", journal.iso(1045.0), "restored", 350, 0),
+                   ("worker1", journal.iso(1050.0), None, 320, 0),
+                   ("worker1", journal.iso(1052.0), None, 320, 0),
+                   ("worker1", journal.iso(1070.0), None, 360, 0),
+                   ("worker0", journal.iso(1080.0), "joined", 380, 0),
+                   ("worker0", journal.iso(1090.0), "joined", 380, 0)]
+    assert all(e["cause"] == "killed by SIGKILL" for e in entries), entries
+    # ... and the message says so.
+    body = format_message("succeeded", {"job": "j", "status": "succeeded", "restarts": entries})[1]
+    assert "Recovered from 9 failures:" in body, body
+
+
+def test_a_chief_that_restored_because_a_ps_had_lost_the_variables_says_so(tmp_path):
+    """Issue 51: a chief restart "restored, steps_redone 4357" while the ps was killed too: the
+    steps are the ps's loss, and the chief's entry says why it restored."""
+    journal.Story(str(tmp_path)).begin(1000.0)
+    results.append_history(str(tmp_path), {"step": 500, "time": 1050.0})
+    again = journal.Story(str(tmp_path))
+    again.died("worker0", _deaths(1056.0))
+    again.died("ps1", _deaths(1055.0))
+    again.begin(1100.0, "killed by SIGKILL")
+    again.resumed(300, "restored", lost=["ps1"])
+    ps, chief = again.restarts()
+    assert (ps["task"], ps["how"], ps["resumed_from"], ps["steps_redone"]) == ("ps1", "restored", 300, 200)
+    assert (chief["task"], chief["how"], chief["steps_redone"]) == ("worker0", "restored", 0)
+    assert chief["note"] == "restored because ps1 had lost the variables too"
+    body = format_message("succeeded", {"job": "j", "status": "succeeded", "restarts": [ps, chief]})[1]
+    assert "(restored because ps1 had lost the variables too)" in body, body
+
+
 def test_an_ended_job_leaves_a_new_run_a_story_of_its_own(tmp_path):
     old = journal.Story(str(tmp_path)).begin(1000.0)
     journal.Story(str(tmp_path)).begin(1100.0)

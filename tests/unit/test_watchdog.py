@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import pytest
 
-from tfps.task.watchdog import probe_task
+from tfps.task.watchdog import probe_patiently, probe_task
 
 SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"   # an empty HTTP/2 SETTINGS frame
 
 
-def serve_once(family: int, host: str, reply: bytes | None) -> tuple[int, threading.Thread]:
-    """A listener that reads the client's preface and answers ``reply`` (None: silence)."""
+def serve_once(family: int, host: str, reply: bytes | None, delay: float = 0.0,
+               connections: int = 1) -> tuple[int, threading.Thread]:
+    """A listener that reads the client's preface and answers ``reply`` (None: silence) after
+    ``delay`` seconds, for ``connections`` connections one after the other."""
     srv = socket.socket(family)
     srv.bind((host, 0))
     srv.listen(1)
@@ -26,16 +29,18 @@ def serve_once(family: int, host: str, reply: bytes | None) -> tuple[int, thread
 
     def run():
         with srv:
-            conn, _ = srv.accept()
-            with conn:
-                conn.settimeout(5)
-                try:
-                    conn.recv(64)
-                    if reply is not None:
-                        conn.sendall(reply)
-                    conn.recv(64)   # until the client closes (or gives up on silence)
-                except OSError:
-                    pass   # the probe closes as soon as it has its answer
+            for _ in range(connections):
+                conn, _ = srv.accept()
+                with conn:
+                    conn.settimeout(5)
+                    try:
+                        conn.recv(64)
+                        time.sleep(delay)
+                        if reply is not None:
+                            conn.sendall(reply)
+                        conn.recv(64)   # until the client closes (or gives up on silence)
+                    except OSError:
+                        pass   # the probe closes as soon as it has its answer
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return port, t
@@ -62,3 +67,15 @@ def test_probe_tells_a_tf_server_from_another_program_and_a_closed_port(family, 
     assert probe_task(target.format(port), timeout=2).startswith("accepts connections but is not")
     t.join(5)
     assert probe_task(target.format(free_port(family, host)), timeout=1) != "answers"
+
+
+def test_a_task_slow_to_answer_under_load_is_not_lost():
+    """Issue 51: at a load of 10x the cores a TensorFlow server took seconds to answer the
+    watchdog's 2 s probe, and a live task counted as lost. The probe asks a silent task again,
+    patiently: it answers, and nothing is ended; one silent for good still does not answer."""
+    port, t = serve_once(socket.AF_INET, "127.0.0.1", SETTINGS, delay=1.0, connections=2)
+    assert probe_patiently(f"127.0.0.1:{port}", timeout=0.3, patience=5) == "answers"
+    t.join(10)
+    port, t = serve_once(socket.AF_INET, "127.0.0.1", None, connections=2)
+    assert probe_patiently(f"127.0.0.1:{port}", timeout=0.3, patience=1).startswith("accepts connections")
+    t.join(10)

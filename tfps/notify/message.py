@@ -133,6 +133,8 @@ def _restart(x: Mapping[str, Any]) -> str:
         line += f"; resumed from step {x['resumed_from']}{how}"
     if x.get("steps_redone") is not None:
         line += f", {x['steps_redone']} step(s) redone"
+    if x.get("note"):
+        line += f" ({x['note']})"
     return line
 
 

@@ -27,6 +27,12 @@ JOURNAL = "tfps_attempts.jsonl"
 RESTART_CAUSE_ENV = "TFPS_RESTART_CAUSE"
 #: The number of the signal that killed the previous process (same origin).
 RESTART_SIGNAL_ENV = "TFPS_RESTART_SIGNAL"
+#: Every death of the task's earlier processes under this supervisor, oldest first, as JSON
+#: ``[{"time": wall, "signal": N}, ...]`` (same origin). The task publishes it where the chief
+#: reads it (a worker's board, a ps's own variable: tfps.task.board), so that the journal
+#: holds every failure, also of a process killed again before it trained or while the chief
+#: was away.
+RESTART_DEATHS_ENV = "TFPS_RESTART_DEATHS"
 
 
 def iso(wall: float) -> str:
@@ -38,6 +44,26 @@ def signal_cause(signum: int) -> str:
         return f"killed by {signal.Signals(signum).name}"
     except ValueError:
         return f"killed by signal {signum}"
+
+
+def parse_deaths(text: str | bytes | None) -> list[dict]:
+    """The deaths of ``RESTART_DEATHS_ENV`` (or a ledger read back from a ps): a list of
+    ``{"time", "signal"}``; anything else reads as none."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    try:
+        raw = json.loads(text) if text else []
+    except ValueError:
+        return []
+    if not isinstance(raw, list):
+        return []
+    return [{"time": round(float(d["time"]), 3), "signal": int(d.get("signal") or 0)} for d in raw
+            if isinstance(d, dict) and isinstance(d.get("time"), (int, float))]
+
+
+def deaths_from_env() -> list[dict]:
+    """The deaths of this task's earlier processes that its supervisor passed on."""
+    return parse_deaths(os.environ.get(RESTART_DEATHS_ENV))
 
 
 def read(model_dir: str) -> list[dict]:
@@ -71,6 +97,7 @@ class Story:
         self.model_dir, self.task = model_dir, task
         self.attempt = 0
         self.started_wall = time.time()
+        self._known: set | None = None   # (task, time) of the deaths in the journal
 
     # ------------------------------------------------------------------ writing
     def begin(self, started_wall: float, cause: str | None = None) -> Story:
@@ -90,15 +117,50 @@ class Story:
         self.started_wall = started_wall
         return self
 
-    def resumed(self, step: int, how: str) -> None:
+    def resumed(self, step: int, how: str, lost: list[str] | None = None, wall: float | None = None) -> None:
         """Where this (restarted) chief attempt took training up: ``how`` is "joined" (the
-        live variables of the ps) or "restored" (a checkpoint)."""
-        append(self.model_dir, {"event": "resumed", "task": self.task, "attempt": self.attempt, "step": int(step),
-                                "how": how, "time": round(time.time(), 3)})
+        live variables of the ps) or "restored" (a checkpoint); ``lost``: the ps tasks that had
+        lost their variables (the reason for a restore while the chief was away)."""
+        rec = {"event": "resumed", "task": self.task, "attempt": self.attempt, "step": int(step),
+               "how": how, "time": round(time.time() if wall is None else wall, 3)}
+        if lost:
+            rec["lost"] = list(lost)
+        append(self.model_dir, rec)
+
+    def recovered(self, lost: list[str], step: int, redone: int, how: str, wall: float | None = None) -> None:
+        """The chief's session was created again after ``lost`` (ps tasks; empty when not known)
+        came back without their variables: training resumed from ``step``, ``redone`` steps
+        are trained again."""
+        append(self.model_dir, {"event": "recovered", "lost": list(lost), "step": int(step),
+                                "redone": max(int(redone), 0), "how": how,
+                                "time": round(time.time() if wall is None else wall, 3)})
+
+    def died(self, task: str, deaths: list[dict], step: int | None = None) -> int:
+        """Record the deaths of ``task``'s processes (``parse_deaths``) the journal does not hold
+        yet, each once whoever reports it; returns how many were new."""
+        if not deaths:
+            return 0
+        if self._known is None:
+            self._known = {(r["task"], round(float(r["time"]), 3)) for r in current(read(self.model_dir))
+                           if r["event"] == "death"}
+        new = 0
+        for d in deaths:
+            key = (task, round(float(d["time"]), 3))
+            if key in self._known:
+                continue
+            self._known.add(key)
+            rec = {"event": "death", "task": task, "time": key[1], "cause": signal_cause(d["signal"])
+                   if d.get("signal") else "killed (signal unknown)"}
+            if step is not None:
+                rec["step"] = int(step)
+            append(self.model_dir, rec)
+            new += 1
+        return new
 
     def restart(self, task: str, cause: str, wall: float, resumed_from: int | None, redone: int | None,
                 how: str | None = None) -> None:
-        """A failure of another task that the job recovered from (a ps, a worker)."""
+        """A failure of another task that the job recovered from, known without its supervisor's
+        account (a worker started again by hand or by a container's restart policy)."""
         rec = {"event": "restart", "task": task, "cause": cause, "time": round(wall, 3)}
         if how:
             rec["how"] = how
@@ -118,30 +180,91 @@ class Story:
 
     def restarts(self) -> list[dict]:
         """One entry per failure the job recovered from, oldest first (results.json's ``restarts``)."""
-        records = current(read(self.model_dir))
-        resumed = {r["attempt"]: r for r in records if r["event"] == "resumed"}
-        out = []
-        for r in records:
-            if r["event"] == "start" and r.get("attempt", 0) > 0:
-                entry = {"task": r["task"], "time": iso(r["time"]), "cause": r.get("cause")}
-                took_up = resumed.get(r["attempt"])
-                if took_up is not None:
-                    entry["resumed_from"] = took_up["step"]
-                    entry["how"] = took_up["how"]
-                    if took_up["how"] == "joined":
-                        # It took up the live variables: no step was lost, whatever the
-                        # predecessor had logged before it died.
-                        entry["steps_redone"] = 0
-                    elif "last_step" in r:
-                        entry["steps_redone"] = max(r["last_step"] - took_up["step"], 0)
-                out.append(entry)
-            elif r["event"] == "restart":
-                entry = {"task": r["task"], "time": iso(r["time"]), "cause": r.get("cause")}
-                if "resumed_from" in r:
-                    entry["resumed_from"] = r["resumed_from"]
-                if "how" in r:
-                    entry["how"] = r["how"]
-                if "redone" in r:
-                    entry["steps_redone"] = r["redone"]
-                out.append(entry)
-        return out
+        return restarts_of(current(read(self.model_dir)))
+
+
+def _recoveries(records: list[dict], chief: str) -> list[dict]:
+    """What took training up again after failures, oldest first: each chief attempt (its
+    ``start`` and ``resumed``) and each ``recovered`` session. ``tasks``: whose failures it
+    recovers from (None: some ps, not known which); ``until``: deaths before it are its."""
+    resumed = {r["attempt"]: r for r in records if r["event"] == "resumed"}
+    out = []
+    for s in (r for r in records if r["event"] == "start" and r.get("attempt", 0) > 0):
+        took = resumed.get(s["attempt"]) or {}
+        redone = None
+        if took.get("how") == "joined":
+            redone = 0   # it took up the live variables: whatever its predecessor logged, nothing is lost
+        elif took and "last_step" in s:
+            redone = max(s["last_step"] - took["step"], 0)
+        lost = list(took.get("lost") or ())
+        out.append({"tasks": {chief, *lost}, "until": {chief: s["time"], **{p: took["time"] for p in lost}},
+                    "time": s["time"], "step": took.get("step"), "how": took.get("how"), "redone": redone,
+                    "cause": s.get("cause"), "lost": lost})
+    for r in (r for r in records if r["event"] == "recovered"):
+        lost = list(r.get("lost") or ())
+        out.append({"tasks": set(lost) if lost else None, "until": {}, "time": r["time"], "step": r.get("step"),
+                    "how": r.get("how"), "redone": r.get("redone"), "cause": None, "lost": lost})
+    return sorted(out, key=lambda x: x["time"])
+
+
+def _entry(task: str, wall: float, cause: str | None, **more) -> dict:
+    return {"task": task, "time": wall, "cause": cause, **{k: v for k, v in more.items() if v is not None}}
+
+
+LOST_PEER = "lost peer: the ps came back without its variables"
+
+
+def restarts_of(records: list[dict]) -> list[dict]:
+    """results.json's ``restarts`` from the current job's journal records: one entry per failure.
+
+    * ``death``: a task process's death as its supervisor saw it (``tfps run --restarts``),
+      every one, also of a process killed again before it trained or while the chief was away;
+    * a chief attempt (``start`` and its ``resumed``) is the recovery from the chief's deaths
+      before it and, when its first session found ps without their variables (``lost``),
+      from those ps's deaths: then the chief restored because of them, and says so;
+    * ``recovered``: the chief's session created again after ps lost their variables, the
+      recovery from those ps's deaths before it;
+    * ``restart``: a failure known without a supervisor's account (a worker started again by
+      hand, say), as it was recorded. A recovery with no death of a task before it stands for
+      that task's failure itself (no supervisor counted it).
+
+    A recovery that covers several failures counts its redone steps once, at the first.
+    """
+    chief = next((r["task"] for r in records if r["event"] == "start"), "worker0")
+    deaths = sorted((r for r in records if r["event"] == "death"), key=lambda r: r["time"])
+    used: set[int] = set()
+    out: list[dict] = []
+    for rec in _recoveries(records, chief):
+        mine: list[dict] = []
+        for i, d in enumerate(deaths):
+            task = d["task"]
+            covered = task.startswith("ps") if rec["tasks"] is None else task in rec["tasks"]
+            if i in used or not covered or d["time"] >= rec["until"].get(task, rec["time"]):
+                continue
+            used.add(i)
+            mine.append(_entry(task, d["time"], d.get("cause")))
+        # A task this recovery is for, but no supervisor told of its death: the recovery stands for it.
+        told = {e["task"] for e in mine}
+        if chief in (rec["tasks"] or ()) and chief not in told:
+            mine.append(_entry(chief, rec["time"], rec["cause"] or "ended without a report (exit unknown)"))
+        for p in (rec["lost"] or ([] if rec["tasks"] is not None or mine else ["a ps"])):
+            if p not in told:
+                mine.append(_entry(p, rec["time"], LOST_PEER))
+        mine.sort(key=lambda e: e["time"])
+        for n, e in enumerate(mine):
+            e.update({k: v for k, v in (("resumed_from", rec["step"]), ("how", rec["how"])) if v is not None})
+            if rec["redone"] is not None:
+                e["steps_redone"] = rec["redone"] if n == 0 else 0
+            if e["task"] == chief and rec["lost"]:
+                e["note"] = f"restored because {', '.join(rec['lost'])} had lost the variables too"
+        out += mine
+    for i, d in enumerate(deaths):
+        if i not in used:   # a worker rejoins the live variables; a ps or chief never taken up again
+            lost_nothing = not d["task"].startswith("ps") and d["task"] != chief
+            out.append(_entry(d["task"], d["time"], d.get("cause"), resumed_from=d.get("step") if lost_nothing
+                              else None, steps_redone=0 if lost_nothing else None))
+    for r in (r for r in records if r["event"] == "restart"):
+        out.append(_entry(r["task"], r["time"], r.get("cause"), resumed_from=r.get("resumed_from"),
+                          how=r.get("how"), steps_redone=r.get("redone")))
+    out.sort(key=lambda e: e["time"])
+    return [{**e, "time": iso(e["time"])} for e in out]

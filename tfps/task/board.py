@@ -16,6 +16,13 @@ joins never resets another's board; a board nobody wrote yet cannot be read.
 
 Next to the boards, one string per worker: why it failed (a worker that fails writes it
 before it exits; the chief's watch reads it, and the job fails with that reason).
+
+And one string per task, its ledger: the deaths of its earlier processes that its
+``tfps run --restarts`` supervisor saw (``tfps.outcome.journal.RESTART_DEATHS_ENV``, JSON). A
+worker writes its ledger on ps 0 with its board (so it is there again after ps 0 came back);
+a ps writes its own on itself as it starts (``write_ps_ledger``). The chief's watch reads them
+all and adds every death to the job's story: a process killed again before it trained, or
+while the chief was away, is a failure the job recovered from all the same.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import os
 import time
 
 from tfps import timeouts
-from tfps.outcome.journal import RESTART_SIGNAL_ENV
+from tfps.outcome.journal import RESTART_DEATHS_ENV, RESTART_SIGNAL_ENV
 
 FIELDS = ("local_steps", "global_step", "started", "restart_signal", "dropped_gradients", "data_done")
 
@@ -32,7 +39,7 @@ FIELDS = ("local_steps", "global_step", "started", "restart_signal", "dropped_gr
 class Board:
     """The board variables of every worker and the ops to write this worker's, read anyone's."""
 
-    def __init__(self, num_workers: int, index: int, global_step):
+    def __init__(self, num_workers: int, index: int, global_step, num_ps: int = 1):
         import tensorflow as tf
         v1 = tf.compat.v1
         self.index = index
@@ -47,7 +54,14 @@ class Board:
                          for i in range(num_workers)]
             self.value = v1.placeholder(tf.float64, shape=[len(FIELDS)], name="tfps_board_value")
             value = tf.concat([self.value[:1], tf.maximum(self.value[1:2], tf.reshape(step, [1])), self.value[2:]], 0)
-            self.publish = self.vars[index].assign(value).op
+            board_write = self.vars[index].assign(value).op
+            ledgers = [ledger_variable(f"worker{i}") for i in range(num_workers)]
+            self.publish = tf.group(board_write, ledgers[index].assign(own_ledger()))
+        # Every task's ledger, by task name: the workers' on ps 0, each ps's on itself.
+        self.read_ledgers = {f"worker{i}": _read(v) for i, v in enumerate(ledgers)}
+        for j in range(num_ps):
+            with v1.device(f"/job:ps/task:{j}"):
+                self.read_ledgers[f"ps{j}"] = _read(ledger_variable(f"ps{j}"))
         self.read = [v.read_value() if hasattr(v, "read_value") else v.value() for v in self.vars]
         # Why a worker failed ("" until it does): written once by the worker as it fails,
         # read by the chief's watch, so the job fails with it whatever runs the tasks.
@@ -71,6 +85,45 @@ class Board:
             except tf.errors.OpError:
                 boards.append(None)
         return boards
+
+
+def _read(v):
+    return v.read_value() if hasattr(v, "read_value") else v.value()
+
+
+def ledger_variable(task: str):
+    """The string variable of ``task``'s ledger, shared by name on the device in scope; in no
+    collection (never checkpointed or initialised by anyone but its writer)."""
+    import tensorflow as tf
+    v1 = tf.compat.v1
+    return v1.get_variable(f"tfps_deaths_{task}", shape=[], dtype=tf.string,
+                           initializer=v1.constant_initializer(""), trainable=False, collections=[])
+
+
+def own_ledger() -> str:
+    """This process's ledger: the deaths its supervisor passed on (``"[]"`` without one)."""
+    return os.environ.get(RESTART_DEATHS_ENV) or "[]"
+
+
+def ps_ledger_write(index: int):
+    """The op with which a ps (tfps.task.ps) writes its ledger on itself as it starts (built in
+    its own graph, run in its own session)."""
+    import tensorflow as tf
+    with tf.compat.v1.device(f"/job:ps/task:{index}"):
+        return ledger_variable(f"ps{index}").assign(own_ledger()).op
+
+
+def read_ledgers(board: Board, sess, options) -> dict[str, str]:
+    """Every ledger that can be read now (not yet written, or its ps away: left out)."""
+    import tensorflow as tf
+    out = {}
+    for name, read in getattr(board, "read_ledgers", {}).items():
+        try:
+            text = sess.run(read, options=options)
+        except tf.errors.OpError:
+            continue
+        out[name] = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+    return out
 
 
 def restart_signal() -> int:

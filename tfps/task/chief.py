@@ -51,6 +51,7 @@ class Chief(Worker):
     publisher = None                      # this chief's board hook (tfps.task.board), with the latest loss
     sessions = 0                          # sessions created so far (MonitoredSession recreates them)
     session_step: int | None = None       # the step the newest session started from
+    _steps_at_session = 0                 # this process's steps when the newest session was created
     replace = False                       # --replace: go on with settings other than model_dir records
 
     ended_by_epochs = False               # --epochs: every worker read its data before --train_steps
@@ -160,8 +161,11 @@ class Chief(Worker):
             log.info("chief: --replace: %s recorded other settings; going on from its checkpoint with %s",
                      cfg.model_dir, "; ".join(replaced))
         self.claimed = True
-        self.story = journal.Story(cfg.model_dir, self.task.name).begin(
-            self.started_wall, os.environ.get(journal.RESTART_CAUSE_ENV))
+        self.story = journal.Story(cfg.model_dir, self.task.name)
+        # Every death of this chief's earlier processes (its supervisor's account), also of one
+        # killed before it claimed model_dir; then this attempt's start.
+        self.story.died(self.task.name, journal.deaths_from_env())
+        self.story.begin(self.started_wall, os.environ.get(journal.RESTART_CAUSE_ENV))
         if resuming:
             self._refuse_nonfinite_checkpoint()
             log.info("resuming from the newest checkpoint in %s", cfg.model_dir)
@@ -215,6 +219,7 @@ class Chief(Worker):
                                                  config=session_config(task, cfg), checkpoint_dir=cfg.model_dir,
                                                  global_step=self.ops.global_step,
                                                  token_queue=self.ops.token_queue, on_session=self._on_session,
+                                                 answer_within=cfg.sync_timeout,
                                                  first_attempt=self.story is not None and self.story.attempt == 0)
         return hooks, creator
 
@@ -283,18 +288,20 @@ class Chief(Worker):
 
     def _on_session(self, how: str, step: int, lost: list[str]) -> None:
         """A session of this chief was created: the job's story learns where training resumed."""
+        # The step the previous session reached: its last step, or where it started if it ran
+        # none (lost again at once: what it had redone is not lost twice).
+        reached = self.last_seen_step if self.local_steps > self._steps_at_session else (self.session_step or 0)
         self.sessions += 1
-        self.session_step = step
+        self.session_step, self._steps_at_session = step, self.local_steps
         if self.sessions == 1:   # restored (or initialised): the job now runs with these settings
             settings.record(self.cfg.model_dir, self.defined)
             if self.story.attempt > 0:
-                self.story.resumed(step, how)
+                self.story.resumed(step, how, lost)
         elif how != "joined":
             # MonitoredSession recreated the session: a ps was lost, and it lost the variables.
             who = ", ".join(lost) or "a ps"
             log.warning("chief: %s lost its variables; training resumed from step %d", who, step)
-            self.story.restart(who, "lost peer: the ps came back without its variables", time.time(), step,
-                               self.last_seen_step - step, how)
+            self.story.recovered(lost, step, reached - step, how)
 
     def _run_trained(self, setup: JobSetup, server, graph, ops: TrainGraph) -> ExitCode:
         import tensorflow as tf

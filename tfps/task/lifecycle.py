@@ -132,8 +132,9 @@ class StopSignal:
             name = signal.Signals(signum).name
             seen = self.window.note(signum)
             if seen == "second":
-                log.warning("received %s %.1f s after %s: exiting now, without the final save", name,
-                            self.window.since_first(), self.window.signame)
+                log.warning("received %s %.1f s after %s, past the %.0f s window of one stop: exiting now, "
+                            "without the final save (exit 137)", name, self.window.since_first(), self.window.signame,
+                            self.window.window)
                 exit_now(ExitCode.KILLED)
             self._event.set()
             if seen == "first":

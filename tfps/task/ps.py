@@ -26,6 +26,7 @@ from tfps import timeouts
 from tfps.config import RunConfig
 from tfps.exitcodes import ExitCode
 from tfps.outcome import results
+from tfps.task.board import ps_ledger_write
 from tfps.task.lifecycle import StopSignal, done_queue, session_config, start_server, write_health
 from tfps.task.supervise import STATE_DIR_ENV
 from tfps.task.watchdog import StartupBound
@@ -49,6 +50,7 @@ def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
         # Dequeue only what is there: a dequeue cut short by a run timeout can still take a
         # token after the timeout and lose it, and a lost chief token keeps the ps up for good.
         size, dequeue = queue.size(), queue.dequeue()
+        ledger = ps_ledger_write(task.index)   # the deaths of its earlier processes, for the chief
     record = _DoneRecord(task.index)
     seen = record.load()
     if seen:
@@ -57,7 +59,7 @@ def serve(task, cfg: RunConfig, stop: StopSignal) -> ExitCode:
     linger = timeouts.ps_wait_after_chief(cfg)
     chief_done_at: float | None = time.monotonic() if 0 in seen else None
     with v1.Session(server.target, graph=graph, config=session_config(task, cfg)) as sess:
-        sess.run(size)
+        sess.run([size, ledger])
         bound.disarm()
         while len(seen) < task.num_workers:
             if stop.requested and time.monotonic() - stop.first_at > grace:

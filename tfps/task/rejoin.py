@@ -10,7 +10,12 @@ attempt, when nobody can have initialised them):
 * yes: it joins the live state the way a non-chief worker does (no initialisation, no
   restore) and logs ``joined the live variables at step N``; nothing is redone;
 * no (a new job, or a ps that lost its variables): it restores the newest checkpoint, or
-  initialises, and logs ``restored checkpoint of step N from PATH``.
+  initialises, and logs ``restored checkpoint of step N from PATH``;
+* no answer (a ps frozen, starting again, or slow under load): it asks again until one
+  comes, for at most ``answer_within`` seconds (``--sync_timeout``). Taking the checkpoint
+  path at the first unanswered probe (10 s) would restore the checkpoint over variables a
+  frozen or slow ps still holds: the job rolled back although nothing was lost. Only when
+  no answer comes in that time does it restore, with a line that names the setting.
 
 In sync mode the token queue on the ps may still hold tokens of the previous chief; they
 are drained before the sync hook (tfps.task.syncagg) puts in one step's tokens, so that
@@ -22,8 +27,10 @@ every step again takes exactly one gradient per token.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
+import time
 
 import tensorflow as tf
 
@@ -51,8 +58,10 @@ def _ps_of(var_name: str, graph) -> str | None:
 class LiveJoiningChiefSessionCreator(RestoreLoggingChiefSessionCreator):
     """See the module docstring."""
 
-    def __init__(self, *args, global_step=None, token_queue=None, on_session=None, first_attempt=False, **kw):
+    def __init__(self, *args, global_step=None, token_queue=None, on_session=None, first_attempt=False,
+                 answer_within: float = 300.0, **kw):
         super().__init__(*args, **kw)
+        self._answer_within = answer_within
         self._global_step, self._token_queue, self._on_session = global_step, token_queue, on_session
         # The first session of a job's first chief attempt: nobody can have initialised the
         # ps's variables before it, so it need not ask (one session and one run fewer at start).
@@ -73,10 +82,27 @@ class LiveJoiningChiefSessionCreator(RestoreLoggingChiefSessionCreator):
             log.debug("probing the ps's variables failed: %s", e.message.splitlines()[0])
             return None
 
+    def _probe(self) -> list[str] | None:
+        """``_uninitialised`` asked until the ps answer, within ``answer_within`` seconds."""
+        deadline = time.monotonic() + self._answer_within
+        for asked in itertools.count():
+            missing = self._uninitialised()
+            if missing is not None:
+                return missing
+            if time.monotonic() >= deadline:
+                log.warning("chief: no ps answered whether it holds the variables within --sync_timeout "
+                            "(%.0f s); restoring the newest checkpoint", self._answer_within)
+                return None
+            if asked == 0:
+                log.info("chief: the ps did not answer whether they hold the variables (a ps away or slow); "
+                         "asking again for up to --sync_timeout (%.0f s)", self._answer_within)
+            time.sleep(timeouts.GIVE_UP_POLL_SECS)
+        return None
+
     def create_session(self):
         scaffold = compat.session_creator_scaffold(self).finalize()
         skip, self._skip_probe = self._skip_probe, False
-        missing = None if skip else self._uninitialised()
+        missing = None if skip else self._probe()
         if missing == []:
             sm = v1.train.SessionManager(
                 local_init_op=scaffold.local_init_op, ready_op=scaffold.ready_op,

@@ -8,6 +8,7 @@ through this process count.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -19,7 +20,7 @@ import time
 
 from tfps import timeouts
 from tfps.exitcodes import ExitCode
-from tfps.outcome.journal import RESTART_CAUSE_ENV, RESTART_SIGNAL_ENV, signal_cause
+from tfps.outcome.journal import RESTART_CAUSE_ENV, RESTART_DEATHS_ENV, RESTART_SIGNAL_ENV, signal_cause
 from tfps.task.lifecycle import STOP_SIGNALS
 
 log = logging.getLogger("tfps")
@@ -69,6 +70,7 @@ def _supervise(argv: list[str], restarts: int, name: str, env: dict[str, str]) -
     for sig in STOP_SIGNALS:
         signal.signal(sig, forward)
     attempt = 0
+    deaths: list[dict] = []   # every death so far, for the job's story (tfps.outcome.journal)
     while True:
         state["child"] = subprocess.Popen(cmd, env=env)
         while True:
@@ -81,12 +83,14 @@ def _supervise(argv: list[str], restarts: int, name: str, env: dict[str, str]) -
             if rc < 0:
                 log.error("%s: the task process was killed by %s; not restarting it (%s)", name,
                           signal.Signals(-rc).name, "stop requested" if state["stopping"] else
-                          f"{restarts} restart(s) used")
+                          f"--restarts {restarts} used up")
             return _exit_code(rc)
         attempt += 1
         # The next process tells the job's story (tfps.outcome.journal): why this one ended.
         env[RESTART_CAUSE_ENV] = signal_cause(-rc)
         env[RESTART_SIGNAL_ENV] = str(-rc)
+        deaths.append({"time": round(time.time(), 3), "signal": -rc})
+        env[RESTART_DEATHS_ENV] = json.dumps(deaths, separators=(",", ":"))
         log.warning("%s: the task process was killed by %s; starting it again (%d/%d)", name,
                     signal.Signals(-rc).name, attempt, restarts)
         time.sleep(timeouts.RESTART_DELAY_SECS)

@@ -7,8 +7,10 @@ step. From what it reads it
 * sends one "stalled" message when a worker, or the whole job, has made no progress for
   ``--stall_timeout`` seconds (one per stall), and says in the next message when it resumed;
 * sends a "progress" message at most every ``--notify_every`` seconds;
-* notices a worker whose process was started again (its board names a new start) and adds
-  it to the job's story (tfps.outcome.journal);
+* adds every death of a task's process to the job's story (tfps.outcome.journal): each
+  task's ledger (tfps.task.board) holds the deaths its ``tfps run --restarts`` supervisor
+  saw; a worker started again without one (by hand, by a restart policy) is noticed by its
+  board naming a new start;
 * keeps per-worker figures (steps trained, examples/s) for results.json.
 
 Messages are sent from this thread (bounded in time by the Notifier), never from the
@@ -44,6 +46,31 @@ def read_step(sess, step_tensor, options) -> int:
         return int(sess.run(step_tensor, options=options))
     except tf.errors.OpError:
         return 0
+
+
+class _RenewedSession:
+    """A session of the watch that notes when a read failed for another reason than a variable
+    not written yet (FailedPrecondition): a ps gone or started again. The watch then opens a
+    new one."""
+
+    def __init__(self, sess):
+        self.sess, self.stale = sess, False
+
+    def __enter__(self) -> _RenewedSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sess.close()
+
+    def run(self, *args, **kwargs):
+        import tensorflow as tf
+        try:
+            return self.sess.run(*args, **kwargs)
+        except tf.errors.FailedPreconditionError:
+            raise
+        except tf.errors.OpError:
+            self.stale = True
+            raise
 
 
 class _WatchedWorker:
@@ -152,24 +179,44 @@ class JobWatch:
 
         from tfps.task.lifecycle import session_config
         v1 = tf.compat.v1
+        options = v1.RunOptions(timeout_in_ms=READ_TIMEOUT_MS)
         try:
-            with v1.Session(self.server.target, graph=self.graph,
-                            config=session_config(self.chief.task, self.chief.cfg)) as sess:
-                options = v1.RunOptions(timeout_in_ms=READ_TIMEOUT_MS)
-                while not self._stop.wait(POLL_SECS):
-                    self.observe(self._read(sess, options), time.monotonic(), time.time(),
-                                 self._read_step(sess, options))
-                    if self._read_failures(sess, options):
-                        self._stop_the_job(sess, options)
-                # The final figures: the boards as the workers' last steps left them.
+            # A session whose ps was started again fails every read of it from then on: the
+            # watch opens a new one (it was blind to every restart after the first lost ps).
+            while not self._stop.is_set():
+                with _RenewedSession(v1.Session(self.server.target, graph=self.graph,
+                                                config=session_config(self.chief.task, self.chief.cfg))) as sess:
+                    while not sess.stale and not self._stop.wait(POLL_SECS):
+                        self.observe(self._read(sess, options), time.monotonic(), time.time(),
+                                     self._read_step(sess, options))
+                        self._read_ledgers(sess, options)
+                        if self._read_failures(sess, options):
+                            self._stop_the_job(sess, options)
+                    if sess.stale:
+                        log.debug("chief: the watch opens a new session (a ps it read was started again?)")
+            # The final figures: the boards as the workers' last steps left them.
+            with _RenewedSession(v1.Session(self.server.target, graph=self.graph,
+                                            config=session_config(self.chief.task, self.chief.cfg))) as sess:
                 self._update_all(self._read(sess, options), time.monotonic(), time.time())
                 self._read_failures(sess, options)
-                self.write_status(time.monotonic(), time.time(), phase="final save")
+                self._read_ledgers(sess, options)
+            self.write_status(time.monotonic(), time.time(), phase="final save")
         except Exception as e:  # noqa: BLE001 - the watch never ends the job
             log.warning("chief: the job watch stopped: %s: %s", type(e).__name__, e)
 
     def _read(self, sess, options) -> list:
         return self.board.read_all(sess, options)
+
+    def _read_ledgers(self, sess, options) -> None:
+        """Every task's deaths into the job's story (each once, tfps.outcome.journal.Story.died)."""
+        from tfps.task.board import read_ledgers
+        for name, text in read_ledgers(self.board, sess, options).items():
+            deaths = journal.parse_deaths(text)
+            if deaths and name != self.chief.task.name:   # the chief's own: from its environment
+                new = self.chief.story.died(name, deaths, self.job_step)
+                if new:
+                    log.warning("chief: %s: %d process(es) of it died (%s); the job goes on", name, new,
+                                journal.signal_cause(deaths[-1]["signal"]))
 
     def _read_failures(self, sess, options) -> bool:
         """Read why workers failed (tfps.task.board); True when one failed since the last look."""
@@ -231,8 +278,10 @@ class JobWatch:
             w.steps_before += w.local_steps
             w.dropped_before += w.dropped
             w.local_steps, w.rate_from, w.dropped = 0, None, 0
-            if w.name != self.chief.task.name:
-                cause = journal.signal_cause(sig) if sig else "restarted (cause unknown)"
+            if w.name != self.chief.task.name and not sig:
+                # Without a supervisor's account (its ledger tells the rest): started again by
+                # hand, or by a container's restart policy.
+                cause = "restarted (cause unknown)"
                 log.warning("chief: %s was started again (%s); it rejoined at global step %d", w.name, cause,
                             global_step)
                 self.chief.story.restart(w.name, cause, started, global_step, 0)

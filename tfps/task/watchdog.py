@@ -156,6 +156,10 @@ class StartupBound:
         real_os_exit(int(ExitCode.TRAINING_FAILED))
 
 
+#: The start of what ``probe_task`` says of a port that is held and silent within its timeout.
+SILENT = "accepts connections but is not a TensorFlow server (another program holds its port?) or is unresponsive"
+
+
 #: What a client sends first on an HTTP/2 (gRPC) connection, and an empty SETTINGS frame.
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
@@ -187,8 +191,7 @@ def probe_task(target: str, timeout: float = timeouts.PROBE_TIMEOUT_SECS) -> str
         stopped = _stopped_listener(host, port)
         if stopped is not None:
             return f"is unresponsive: its process {stopped} is stopped (SIGSTOP or a debugger; SIGCONT resumes it)"
-        return ("accepts connections but is not a TensorFlow server (another program holds its port?) or is "
-                f"unresponsive (no answer within {timeout:g} s: frozen or overloaded)")
+        return f"{SILENT} (no answer within {timeout:g} s: frozen or overloaded)"
     except OSError as e:
         return f"does not answer ({e.strerror or type(e).__name__})"
     if len(head) == 9 and head[3] == 0x04:
@@ -228,8 +231,19 @@ def _stopped_listener(host: str, port: int) -> int | None:
     return None
 
 
-def probe_tasks(task, timeout: float = timeouts.PROBE_TIMEOUT_SECS) -> list[tuple[str, str, str]]:
-    """(name, host:port, state) of every other task of the cluster (see probe_task)."""
-    return [(task_name(job, i), target, probe_task(target, timeout))
+def probe_patiently(target: str, timeout: float = timeouts.PROBE_TIMEOUT_SECS,
+                    patience: float = timeouts.PROBE_PATIENT_SECS) -> str:
+    """``probe_task``, and once more with ``patience`` seconds for a task that held its port but
+    said nothing within ``timeout``: an overloaded task is slow, not lost (issue 51)."""
+    state = probe_task(target, timeout)
+    if state.startswith(SILENT) and patience > timeout:
+        state = probe_task(target, patience)
+    return state
+
+
+def probe_tasks(task, timeout: float = timeouts.PROBE_TIMEOUT_SECS,
+                patience: float = timeouts.PROBE_PATIENT_SECS) -> list[tuple[str, str, str]]:
+    """(name, host:port, state) of every other task of the cluster (see probe_patiently)."""
+    return [(task_name(job, i), target, probe_patiently(target, timeout, patience))
             for job in JOBS for i, target in enumerate(task.cluster.job(job))
             if task_name(job, i) != task.name]

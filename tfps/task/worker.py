@@ -302,7 +302,7 @@ class Worker:
                              if running_state else None)
             flag = stop_flag()
             raise_flag = flag.assign(True)
-            board = Board(task.num_workers, task.index, global_step)
+            board = Board(task.num_workers, task.index, global_step, task.num_ps)
             v1.summary.scalar("loss", loss)
             for k, t in metrics.items():
                 v1.summary.scalar(k, t)
