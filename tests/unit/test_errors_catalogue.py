@@ -144,6 +144,25 @@ CATALOGUE: dict[str, list[str]] = {
     # tfps/launch/processes.py
     "‹'ps' if num_ps < 1 else 'workers'› | a cluster needs at least 1 ps and 1 worker": ["local", "--ps", "0"],
     "script | ‹script› does not exist": ["local", "--script", "{tmp}/no-such-script.py"],
+    # issue 51's third adversarial round
+    "directory | ‹path› holds files tfps did not write (‹shown›); give a new or empty directory for the demo data":
+        ["demo-data", "{tmp}"],
+    "‹field› | ‹path› holds a control character (‹bad›); name the directory with printable characters only "
+    "(e.g. runs/exp1)": ["local", "--model_dir", "{tmp}/exp\nrm -rf x"],
+    "run_name | ‹name› starts or ends with white space; give the name without it (e.g. ‹strip›)":
+        ["local", "--run_name", " exp1"],
+    "‹field› | ‹path› is not UTF-8 text (byte 0x‹raw› at offset ‹start›); save it as UTF-8":
+        ["local", "--config", "{tmp}/latin1.yml"],
+    "‹field› | ‹where›: ‹dest›: ‹value› is not true or false; write true or false without quotes":
+        ["local", "--config", "{tmp}/quoted-false.yml"],
+    "‹field› | ‹path› stands for more than ‹MAX_JOB_FILE_VALUES› values once its YAML aliases (*name) are "
+    "expanded; write the options out instead of nesting anchors in each other": ["local", "--config", "{tmp}/laughs.yml"],
+    "‹field› | ‹value› is too large: ‹why›; use at most ‹most›":
+        ["local", "--model", "wide_deep", "--embedding", "dynamic", "--min_count", "2147483648"],
+    "‹field› | ‹value› holds ‹bad›, which an #SBATCH line of the script cannot carry; give ‹what› without it":
+        ["slurm", "--partition", "a\nb", "-o", "{tmp}/job.sbatch"],
+    "‹field› | ‹path› exists and tfps slurm did not write it (its first lines are not a tfps slurm script), so it "
+    "was left as it is; give -o a new file, or move that one away": ["slurm", "-o", "{tmp}/user-compose.yml"],
 }
 
 #: The files every entry may use, written into {tmp} first.
@@ -154,6 +173,10 @@ FILES = {
     "short-row.csv": "f0,f1,label\n1,2,0\n3,4\n",
     "empty.csv": "",
     "user-compose.yml": USER_FILE,
+    "latin1.yml": "train_steps: 10  # caf\xe9\n".encode("latin-1"),
+    "quoted-false.yml": 'sync_replicas: "false"\n',
+    "laughs.yml": "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+                  "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n",
 }
 
 
@@ -203,7 +226,7 @@ def test_a_row_does_not_match_another_rows_line():
 @pytest.mark.parametrize("key", drawn(), ids=lambda key: re.sub(r"\W+", "-", key)[:70])
 def test_a_documented_refusal_gives_its_line_and_exit_2(key, tmp_path, monkeypatch, capsys):
     for name, text in FILES.items():
-        (tmp_path / name).write_text(text)
+        (tmp_path / name).write_bytes(text) if isinstance(text, bytes) else (tmp_path / name).write_text(text)
     before = sorted(p.name for p in tmp_path.iterdir())
     for var in ("TF_CONFIG", "APPRISE_URLS", "APPRISE_URLS_FILE"):
         monkeypatch.delenv(var, raising=False)
