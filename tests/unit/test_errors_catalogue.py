@@ -157,8 +157,6 @@ CATALOGUE: dict[str, list[str]] = {
         ["local", "--config", "{tmp}/quoted-false.yml"],
     "‹field› | ‹path› stands for more than ‹MAX_JOB_FILE_VALUES› values once its YAML aliases (*name) are "
     "expanded; write the options out instead of nesting anchors in each other": ["local", "--config", "{tmp}/laughs.yml"],
-    "‹field› | ‹value› is too large: ‹why›; use at most ‹most›":
-        ["local", "--model", "wide_deep", "--embedding", "dynamic", "--min_count", "2147483648"],
     "‹field› | ‹value› holds ‹bad›, which an #SBATCH line of the script cannot carry; give ‹what› without it":
         ["slurm", "--partition", "a\nb", "-o", "{tmp}/job.sbatch"],
     "‹field› | ‹path› exists and tfps slurm did not write it (its first lines are not a tfps slurm script), so it "
