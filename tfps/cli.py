@@ -39,7 +39,7 @@ from tfps.cli_ansible import playbook_args as _playbook_args
 from tfps.config import ArgumentParser, add_replace_option, add_run_options, from_args, normalize_argv
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
-from tfps.task import entry
+from tfps.task import entry, single_threaded_blas
 from tfps.task.entry import require_tensorflow
 
 
@@ -153,12 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
                                     "connections, 1 otherwise.")
     hc.set_defaults(func=cmd_healthcheck)
 
-    from tfps.launch import compose
+    from tfps.launch import compose  # lazy: the parser's; `import tfps.cli` alone stays ~25 ms lighter
     compose_parser = sub.add_parser("compose", parents=[verbose], help="write a docker-compose.yml for a cluster plan")
     _add_config_option(compose_parser)
     compose.add_arguments(compose_parser)
 
-    from tfps.launch import slurm as slurm_launch
+    from tfps.launch import slurm as slurm_launch  # lazy: the parser's; `import tfps.cli` alone stays ~25 ms lighter
     slurm_parser = sub.add_parser("slurm", parents=[verbose], help="write (and --submit) an sbatch script of the job",
                                   description="The job as one Slurm batch job: every task in one srun step, run by "
                                               "this tfps installation on a shared filesystem (docs/slurm.md).")
@@ -209,9 +209,8 @@ def cmd_run(ns) -> ExitCode | int:
 
 
 def cmd_local(ns) -> ExitCode:
-    from tfps.launch.processes import run_local
+    from tfps.launch.processes import run_local  # lazy: only tfps local needs it
     require_tensorflow()
-    from tfps.task import single_threaded_blas
     single_threaded_blas()   # the launcher's checks may load NumPy, and its tasks fork from it
     cfg = from_args(ns)
     if ns.model_dir is None:    # a fresh directory per launch: never resume by accident
@@ -225,7 +224,7 @@ def cmd_local(ns) -> ExitCode:
         raise ConfigError("restarts tfps's own tasks only; drop --restarts with --script", "restarts")
     if ns.replace and ns.script:
         raise ConfigError("concerns the model_dir of tfps's own tasks only; drop --replace with --script", "replace")
-    from tfps.cluster import gpu
+    from tfps.cluster import gpu  # lazy: only tfps local --gpus needs it
     gpus = None if ns.gpus is None else gpu.worker_gpus(ns.gpus, ns.workers, uuids=False)
     ns.workers = len(gpus) if gpus else (2 if ns.workers is None else ns.workers)
     return run_local(cfg, num_ps=ns.ps, num_workers=ns.workers, script=ns.script,
@@ -236,6 +235,7 @@ def cmd_local(ns) -> ExitCode:
 def cmd_plan(ns) -> int:
     import json
 
+    # lazy: imports NumPy and PyYAML; only tfps plan needs it
     from tfps.cluster.inventory import load_view, plan_from_view, plan_of
     view = load_view(ns.inventory, extra_vars=ns.extra_vars, vault_ids=ns.vault_id,
                      vault_password_files=ns.vault_password_file, playbook_dir=ns.playbook_dir)
@@ -263,11 +263,11 @@ def _inventory_or_slurm(ns) -> None:
 
 
 def cmd_jobs(ns) -> int:
-    from tfps.launch.playbook import ensure_collections
-    from tfps.outcome import jobs
+    from tfps.launch.playbook import ensure_collections  # lazy: only tfps jobs needs it
+    from tfps.outcome import jobs  # lazy: only tfps jobs needs it
     _inventory_or_slurm(ns)
     if ns.slurm:
-        from tfps.outcome import slurm_jobs
+        from tfps.outcome import slurm_jobs  # lazy: only the --slurm view needs it
         table, complete = slurm_jobs.list_jobs(ns.dir or [".", "runs"])
         print(table, flush=True)
         return ExitCode.OK if complete else ExitCode.TRAINING_FAILED
@@ -278,8 +278,8 @@ def cmd_jobs(ns) -> int:
 
 
 def cmd_logs(ns) -> int:
-    from tfps.launch.playbook import ensure_collections
-    from tfps.outcome import jobs
+    from tfps.launch.playbook import ensure_collections  # lazy: only tfps logs needs it
+    from tfps.outcome import jobs  # lazy: only tfps logs needs it
     if not re.fullmatch(r"(ps|worker)\d+", ns.task):
         raise ConfigError(f"{ns.task!r} is not a task name; use ps0, ps1, ..., worker0 (the chief), worker1, ...",
                           "task")
@@ -287,7 +287,7 @@ def cmd_logs(ns) -> int:
         raise ConfigError(f"--lines {ns.lines}: give at least 1", "lines")
     _inventory_or_slurm(ns)
     if ns.slurm:
-        from tfps.outcome import slurm_jobs
+        from tfps.outcome import slurm_jobs  # lazy: only the --slurm view needs it
         dirs = ns.dir or [".", "runs"]
         if not slurm_jobs.show_logs(ns.job, ns.task, ns.follow, ns.lines, dirs):
             raise ConfigError(f"no tfps job {ns.job!r} in squeue or under {', '.join(dirs)}; `tfps jobs --slurm` "
@@ -310,8 +310,8 @@ def _plan_memory(data: dict, view) -> str:
     The controller's own copies count: the data of ``tfps_data_src`` and the model module
     of ``tfps_user_model_dir``, as the play uses them (``tfps.launch.estimate.plan_estimate``).
     """
-    from tfps.launch.estimate import plan_estimate
-    from tfps.task import placement
+    from tfps.launch.estimate import plan_estimate  # lazy: only tfps plan needs it
+    from tfps.task import placement  # lazy: only tfps plan needs it
     _, host_vars, defaults, template = view
     chief = next(t["host"] for t in data["tasks"] if t["chief"])
     merged = {**defaults, **host_vars[chief]}
@@ -332,29 +332,29 @@ def _plan_memory(data: dict, view) -> str:
 
 
 def cmd_notify_test(ns) -> ExitCode:
-    from tfps.notify.notifier import notify_test
+    from tfps.notify.notifier import notify_test  # lazy: imports apprise
     return notify_test(ns.notify, ns.notify_config)
 
 
 def cmd_notify_failure(ns) -> ExitCode:
-    from tfps.notify import orphan_failure
-    from tfps.notify.urls import collect_urls
+    from tfps.notify import orphan_failure  # lazy: only tfps notify-failure needs it
+    from tfps.notify.urls import collect_urls  # lazy: only tfps notify-failure needs it
     cfg = from_args(ns)
     return ExitCode.OK if orphan_failure(cfg, collect_urls(cfg.notify), ns.reason) else ExitCode.TRAINING_FAILED
 
 
 def cmd_healthcheck(ns) -> ExitCode:
-    from tfps.task.lifecycle import healthcheck
+    from tfps.task.lifecycle import healthcheck  # lazy: only tfps healthcheck needs it
     return healthcheck()
 
 
 def cmd_compose(ns) -> ExitCode:
-    from tfps.launch import compose
+    from tfps.launch import compose  # lazy: only tfps compose needs it
     return ExitCode(compose.main(ns))
 
 
 def cmd_slurm(ns) -> ExitCode:
-    from tfps.launch import slurm
+    from tfps.launch import slurm  # lazy: only tfps slurm needs it
     return slurm.main(ns)
 
 
@@ -364,12 +364,11 @@ def cmd_completion(ns) -> ExitCode:
 
 
 def cmd_demo_data(ns) -> ExitCode:
-    from tfps.demo import ensure_demo_data
+    from tfps.demo import ensure_demo_data, foreign_entries  # lazy: imports NumPy
     path = ns.directory
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"{path} is a file, not a directory; give a new or existing directory for the demo data",
                           "directory")
-    from tfps.demo import foreign_entries
     theirs = foreign_entries(path)
     if theirs:   # a user's file of the same name would be overwritten
         shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")

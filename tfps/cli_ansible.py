@@ -54,23 +54,23 @@ def check_inventory(ns) -> None:
     """Refuse, as ``tfps plan`` does and before any play starts, an inventory the play cannot run
     on: a source that does not exist, one Ansible cannot parse, no hosts in ps or worker, bad
     ``tfps_*`` variables. (Without it, ansible-playbook warns, matches no host and exits 0.)"""
-    from tfps import playbooks
-    from tfps.cluster.inventory import load_view, plan_from_view
+    from tfps import playbooks  # lazy: only the playbook commands need it, not the parser
+    from tfps.cluster.inventory import load_view, plan_from_view  # lazy: imports NumPy and PyYAML
     plan_from_view(*load_view(ns.inventory, extra_vars=ns.extra_vars, vault_ids=ns.vault_id,
                               vault_password_files=ns.vault_password_file,
                               playbook_dir=str(playbooks.ansible_dir())))
 
 
 def cmd_playbook(ns) -> int:
-    from tfps.launch.playbook import run_playbook
+    from tfps.launch.playbook import run_playbook  # lazy: only the playbook commands need it, not the parser
     check_inventory(ns)
     return run_playbook(ns.playbook_command, ns.inventory, playbook_args(ns), check=ns.check, diff=ns.diff,
                         extra=ns.playbook_options)
 
 
 def cmd_collections(ns) -> int:
-    from tfps import playbooks
-    from tfps.launch.playbook import install_collections
+    from tfps import playbooks  # lazy: only the playbook commands need it, not the parser
+    from tfps.launch.playbook import install_collections  # lazy: only the playbook commands need it, not the parser
     missing = playbooks.missing_collections()
     if ns.check:
         print("missing: " + ", ".join(missing) if missing else "installed: " + ", ".join(

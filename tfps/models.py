@@ -177,7 +177,7 @@ def _dynamic_ids(cols: dict, text: list, units: int, params: ModelParams, traini
 
     import tensorflow as tf
 
-    from tfps.layers.dynamic_embedding import DynamicTable
+    from tfps.layers.dynamic_embedding import DynamicTable  # lazy: imports TensorFlow
     v1 = tf.compat.v1
     dim = params.embedding_dim
     if all(cols[n].dtype.is_integer for n in text):

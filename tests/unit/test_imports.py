@@ -8,6 +8,7 @@ it imports).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "tfps"
@@ -214,3 +215,66 @@ def test_the_task_entry_refuses_bad_flags_in_one_line(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == ExitCode.BAD_CONFIG and err == ["tfps: error: train_steps: must be a positive integer, got -1"]
     assert entry.main(["--no_such_flag"]) == ExitCode.BAD_CONFIG
+
+
+#: A function-level import of a tfps module says why it is not at the module's top, on its line
+#: or the line before: ``# lazy: imports TensorFlow``, ``# lazy: cycle: ...``, ``# lazy: only tfps
+#: plan needs it`` (a light module: the CLI, config, cluster, what ``tfps --help`` loads).
+LAZY_REASON = re.compile(r"#\s*lazy:\s*\S")
+
+
+def _unexplained_lazy_imports(package: Path = PACKAGE) -> list[str]:
+    """``path:line: statement`` of each import of the package's own modules inside a function
+    (or method) with no ``# lazy: <reason>`` on its first line or the line before."""
+    found = set()
+    for path in sorted(package.rglob("*.py")):
+        if (package / "ansible") in path.parents:   # package data that ansible-core loads, not tfps's modules
+            continue
+        lines = path.read_text().splitlines()
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    own = any(a.name.split(".")[0] == package.name for a in node.names)
+                elif isinstance(node, ast.ImportFrom):
+                    own = bool(node.level) or (node.module or "").split(".")[0] == package.name
+                else:
+                    continue
+                here, before = lines[node.lineno - 1], lines[node.lineno - 2] if node.lineno > 1 else ""
+                if own and not LAZY_REASON.search(here) and not LAZY_REASON.match(before.strip()):
+                    found.add(f"{path.relative_to(package.parent)}:{node.lineno}: {here.strip()}")
+    return sorted(found, key=lambda s: (s.split(":")[0], int(s.split(":")[1])))
+
+
+def test_every_function_level_import_of_tfps_says_why_it_is_not_at_the_top():
+    """Move it to the module's top, or say why it cannot be there (``# lazy: <reason>``): TensorFlow's
+    (or NumPy's, apprise's) import cost, a cycle, or the import time of a light module such as the CLI."""
+    unexplained = _unexplained_lazy_imports()
+    assert unexplained == [], "\n".join(["imports in a function without '# lazy: <reason>':", *unexplained])
+
+
+def test_the_lazy_import_check_finds_a_planted_one(tmp_path):
+    pkg = tmp_path / "tfps"
+    (pkg / "task").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "task" / "__init__.py").write_text("")
+    (pkg / "task" / "chief.py").write_text(
+        "import json\n"
+        "from tfps import errors\n"                              # at the top: fine
+        "\n"
+        "def run():\n"
+        "    import tensorflow as tf\n"                          # not tfps: fine
+        "    from tfps.task import export  # lazy: imports TensorFlow\n"
+        "    # lazy: cycle with tfps.task\n"
+        "    import tfps.task.worker\n"
+        "    from tfps.task import hooks\n"                      # planted: no reason
+        "\n"
+        "class Chief:\n"
+        "    def end(self):\n"
+        "        from . import board  # lazy:\n"                 # planted: an empty reason
+        "        import tfps.outcome, os  # noqa: E401\n")       # planted: a reason of another kind
+    assert _unexplained_lazy_imports(pkg) == [
+        "tfps/task/chief.py:9: from tfps.task import hooks",
+        "tfps/task/chief.py:13: from . import board  # lazy:",
+        "tfps/task/chief.py:14: import tfps.outcome, os  # noqa: E401"]

@@ -22,6 +22,7 @@ from typing import Any
 
 from tfps.cluster.plan import LAYOUT_VARS, PS, WORKER, Plan, Task, plan_from_hosts
 from tfps.cluster.variables import DEFAULTS, JOB_VARS, check_names, job_file_vars, launch_from_vars
+from tfps.compat import ansible_origin, check_ansible
 from tfps.errors import ConfigError
 
 #: The variables the plan reads; only these are templated (a vaulted notification URL
@@ -50,7 +51,6 @@ def plain(value: Any) -> Any:
 
 def origin(value: Any) -> str | None:
     """Where Ansible read a value or a variable name (``file:line``), when it knows."""
-    from tfps.compat import ansible_origin
 
     return ansible_origin(value)
 
@@ -216,7 +216,6 @@ def load_view(
     _ansible()
     import os
 
-    from tfps.compat import check_ansible
 
     check_ansible()
 

@@ -28,7 +28,15 @@ from tfps.cluster.plan import (
     USER_MODEL_MOUNT,
     Launch,
 )
-from tfps.config import RunConfig, grace_period
+from tfps.config import (
+    RunConfig,
+    did_you_mean,
+    grace_period,
+    job_flags,
+    load_job_file,
+    parse_model_args,
+    run_option_actions,
+)
 from tfps.data import LIST_PREFIX
 from tfps.errors import ConfigError
 from tfps.playbooks import role_dir
@@ -137,7 +145,6 @@ def job_file_vars(path: str) -> dict[str, Any]:
     vaulted ``tfps_notify_urls``). The inventory's own variables win over the file's (the
     caller merges them so).
     """
-    from tfps.config import did_you_mean, job_flags, load_job_file, parse_model_args, run_option_actions
 
     where = path
     options = run_option_actions()

@@ -124,7 +124,8 @@ def plan_from_args(ns: argparse.Namespace) -> Plan:
         given = [f"--{n}" for n in ("ps", "workers", "gpus") if getattr(ns, n) is not None]
         if given:
             raise ConfigError(f"take the layout from the inventory or from {' '.join(given)}, not both", "inventory")
-        from tfps.cluster.inventory import load_plan, plan_of  # needs ansible-core; --ps/--workers do not
+        # lazy: imports NumPy and PyYAML, and needs ansible-core; --ps/--workers do not
+        from tfps.cluster.inventory import load_plan, plan_of
         return compose_plan(plan_of(load_plan([ns.inventory])))
     num_ps = 1 if ns.ps is None else ns.ps
     for value, field in ((num_ps, "ps"), (ns.workers, "workers")):

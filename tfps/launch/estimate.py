@@ -18,9 +18,14 @@ import subprocess
 import sys
 import time
 
-from tfps.config import RunConfig
+from tfps.cluster.plan import DATA_MOUNT
+from tfps.cluster.spec import ClusterSpec, TaskRef
+from tfps.config import RunConfig, add_run_options, from_args, normalize_argv
 from tfps.errors import ConfigError, real_os_exit
 from tfps.launch.tasks import die_with_parent
+from tfps.task import import_tensorflow
+from tfps.task.lifecycle import StopSignal
+from tfps.task.placement import DynamicBudget, MemoryEstimate
 
 log = logging.getLogger("tfps")
 
@@ -42,14 +47,10 @@ def estimate_memory(job, num_ps: int, num_workers: int = 1):
     """
     import copy
 
-    from tfps.cluster.spec import ClusterSpec, TaskRef
-    from tfps.task import import_tensorflow
-    from tfps.task.lifecycle import StopSignal
-    from tfps.task.placement import DynamicBudget, MemoryEstimate
-    from tfps.task.setup import JobSetup
-    from tfps.task.worker import Worker
+    from tfps.task.setup import JobSetup  # lazy: imports NumPy
+    from tfps.task.worker import Worker  # lazy: imports NumPy
     tf = import_tensorflow()
-    from tfps.layers import dynamic_embedding  # TensorFlow first, as the tasks import it
+    from tfps.layers import dynamic_embedding  # lazy: imports TensorFlow (first, as the tasks do)
     with _quiet():
         if not isinstance(job, JobSetup):
             job = JobSetup(job, evaluates=False, bind=False)
@@ -135,14 +136,12 @@ def _quiet():
 
 
 def _answer(result) -> dict:
-    from tfps.task.placement import MemoryEstimate
     if isinstance(result, ModelRefused):
         return {"refused": str(result)}
     return {"estimate": result.to_json()} if isinstance(result, MemoryEstimate) else {"skipped": result}
 
 
 def _from_answer(answer: dict):
-    from tfps.task.placement import MemoryEstimate
     if "refused" in answer:
         return ModelRefused(answer["refused"])
     return MemoryEstimate.from_json(answer["estimate"]) if "estimate" in answer else str(answer["skipped"])
@@ -207,7 +206,6 @@ def config_of(run_args) -> RunConfig:
     """The RunConfig of ``tfps run`` options (the plan's ``job.run_args``)."""
     import argparse
 
-    from tfps.config import add_run_options, from_args, normalize_argv
     parser = argparse.ArgumentParser(add_help=False)
     add_run_options(parser)
     ns, _ = parser.parse_known_args(normalize_argv([str(a) for a in run_args]))
@@ -227,7 +225,6 @@ def plan_estimate(plan: dict, data_src: str | None = None, train_data: str | Non
     """
     import importlib.util
 
-    from tfps.cluster.plan import DATA_MOUNT
     tasks = plan.get("tasks") or []
     if tasks and tasks[0].get("entrypoint"):
         return "the job runs a classic script (tfps_script), whose variables tfps does not know"
@@ -235,7 +232,7 @@ def plan_estimate(plan: dict, data_src: str | None = None, train_data: str | Non
         return f"TensorFlow is not installed in the controller's Python ({sys.executable})"
     cfg = config_of(plan["job"]["run_args"])
     if data_src:
-        from tfps.cluster import datasrc
+        from tfps.cluster import datasrc  # lazy: imports NumPy and PyYAML
         cfg.train_data = datasrc._base_and_train(data_src, train_data or None)[1]
     elif cfg.train_data:
         return (f"the training data ({cfg.train_data}) is on the hosts ({DATA_MOUNT} is their tfps_data_dir), "

@@ -24,9 +24,9 @@ import sys
 import threading
 import time
 
-from tfps import timeouts
+from tfps import keras_model, models, timeouts
 from tfps.cluster import gpu, local_plan
-from tfps.config import RunConfig
+from tfps.config import RunConfig, check_replicas
 from tfps.errors import ConfigError
 from tfps.exitcodes import STOPPED_CODES, ExitCode, stopped_code
 from tfps.launch.console import JobConsole, is_terminal
@@ -41,7 +41,10 @@ from tfps.launch.tasks import (
     say,
     single_threaded,
 )
+from tfps.notify import notifier_for
+from tfps.notify.urls import ENV_URLS, ENV_URLS_FILE, collect_urls
 from tfps.outcome import lock, results
+from tfps.task import placement
 from tfps.task.lifecycle import StopWindow
 
 log = logging.getLogger("tfps")
@@ -132,7 +135,6 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
     """Refuse bad input before any process starts: data, model, model_dir, URLs, and variables
     this host cannot hold. Returns whether the tasks may be forked from this process
     (``ForkedTask``: TensorFlow imported here, and its runtime not started)."""
-    from tfps.notify import notifier_for
     notifier_for(cfg.notify, cfg.notify_config)
     if script:
         if not os.path.isfile(script):
@@ -140,11 +142,10 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
         return False
     # A model_dir whose job has other settings: refused before anything (tfps.cluster.settings),
     # unless --replace; the chief records them when it claims model_dir.
-    from tfps.cluster import settings
+    from tfps.cluster import settings  # lazy: imports NumPy and PyYAML
     lock.check_free(cfg.model_dir)   # another job runs there: refused at once (taken below, after the checks)
     settings.check(cfg.model_dir, settings.job_settings(cfg, num_ps, num_workers), replace)
-    from tfps import keras_model, models
-    from tfps.task import placement
+    # lazy: imports NumPy, which cmd_local loads only after single_threaded_blas()
     from tfps.task.setup import JobSetup, host_total_memory
     setup = JobSetup(cfg, bind=False)   # the data and the model's name; no weight exists yet
     forkable = may_fork and import_tensorflow_once(verbose, keras=models.may_use_keras(cfg.model))
@@ -239,7 +240,6 @@ def _run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: st
     those GPUs exist (tests give it recorded outputs)."""
     if num_ps < 1 or num_workers < 1:
         raise ConfigError("a cluster needs at least 1 ps and 1 worker", "ps" if num_ps < 1 else "workers")
-    from tfps.config import check_replicas
     check_replicas(cfg, num_workers)
     if gpus is not None:
         found = gpu.check_local(gpus, nvidia_smi)
@@ -258,7 +258,6 @@ def _run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: st
                     "cluster itself")
     env["PYTHONUNBUFFERED"] = "1"
     # URLs travel in the environment, never on a command line that `ps` shows.
-    from tfps.notify.urls import ENV_URLS, ENV_URLS_FILE, collect_urls
     urls = collect_urls(cfg.notify, env)
     env.pop(ENV_URLS, None)
     env.pop(ENV_URLS_FILE, None)

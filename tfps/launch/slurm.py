@@ -20,7 +20,7 @@ import subprocess
 import sys
 import unicodedata
 
-from tfps import compat, timeouts
+from tfps import __version__, compat, timeouts
 from tfps.config import add_replace_option, add_run_options, from_args
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
@@ -361,7 +361,6 @@ def main(ns: argparse.Namespace) -> ExitCode:
     options = run_argv(ns, overrides)
     if ns.restarts:
         options += ["--restarts", str(ns.restarts)]
-    from tfps import __version__
     slurm_dir = slurm_dir_of(model_dir)
     text = sbatch_script(name=cfg.name, num_ps=ns.ps, num_workers=ns.workers, model_dir=model_dir,
                          slurm_dir=slurm_dir, workdir=workdir, python=sys.executable, run_options=options, grace=grace,

@@ -35,6 +35,9 @@ from tfps.cluster import slurm
 from tfps.config import normalize_argv
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
+from tfps.task import entry
+from tfps.task.lifecycle import exit_now
+from tfps.task.loopback import BIND_ADDRESS_ENV
 
 log = logging.getLogger("tfps")
 
@@ -66,7 +69,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_options(run_args: list[str]):
-    from tfps.task import entry
     try:
         return entry.build_parser().parse_args(run_args)
     except SystemExit as e:
@@ -90,7 +92,6 @@ def main(argv: list[str] | None = None) -> int:
                  me.host, port, f" (listening on {ns.bind_interface}'s {address} only)" if address else "",
                  ns.rendezvous)
         if address:   # the task's TensorFlow server binds it alone (tfps.task.loopback), checked after its start
-            from tfps.task.loopback import BIND_ADDRESS_ENV
             os.environ[BIND_ADDRESS_ENV] = address
         cluster = slurm.gather(ns.rendezvous, step.layout, options.startup_timeout)
     except ConfigError as e:
@@ -107,7 +108,6 @@ def main(argv: list[str] | None = None) -> int:
     else:
         threading.Thread(target=_end_after_chief, args=(ns.rendezvous, me.name), name="tfps-slurm-end",
                          daemon=True).start()
-    from tfps.task import entry
     code = int(entry.main(flags + run_args))
     if chief:
         _write_chief_exit(ns.rendezvous, code)
@@ -177,7 +177,6 @@ def _end_after_chief(directory: str, name: str) -> None:
     time.sleep(timeouts.LOCAL_SECOND_SIGNAL_SECS)
     os.kill(os.getpid(), signal.SIGTERM)   # past the stop window: a ps waiting for a save that never comes exits
     time.sleep(timeouts.LOCAL_STOP_WAIT_SECS)
-    from tfps.task.lifecycle import exit_now
     exit_now(ExitCode.KILLED)
 
 

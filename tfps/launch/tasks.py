@@ -16,11 +16,12 @@ import subprocess
 import sys
 import threading
 
-from tfps import logs, timeouts
+from tfps import compat, logs, timeouts
 from tfps.errors import real_os_exit
 from tfps.exitcodes import ExitCode
 from tfps.outcome.results import SENT_WITHOUT_RESULTS
 from tfps.task import entry as task_entry
+from tfps.task import import_tensorflow
 from tfps.task.lifecycle import STOP_SIGNALS
 
 _PR_SET_PDEATHSIG = 1
@@ -242,7 +243,6 @@ def import_tensorflow_once(verbose: bool, keras: bool = True) -> bool:
         # (A user's model module that imports TensorFlow itself, and uses nothing of it yet,
         # leaves this process single-threaded: its tasks are forked.)
         return False
-    from tfps.task import import_tensorflow
     saved = os.dup(2)
     if not verbose:
         null = os.open(os.devnull, os.O_WRONLY)
@@ -250,7 +250,6 @@ def import_tensorflow_once(verbose: bool, keras: bool = True) -> bool:
         os.close(null)
     try:
         import_tensorflow()
-        from tfps import compat
         if keras and compat.keras_installed():
             import tf_keras  # noqa: F401
         return single_threaded()

@@ -7,13 +7,12 @@ named); ``tfps.layers.DynamicTable`` the same table as plain graph ops, for a mo
 
 from __future__ import annotations
 
-from tfps.layers.dynamic_embedding import DynamicTable, shard_devices  # noqa: F401 - the interface
+from tfps.layers.dynamic_embedding import DynamicTable, keras_layer_class, shard_devices  # noqa: F401 - the interface
 
 __all__ = ["DynamicEmbedding", "DynamicTable", "shard_devices"]
 
 
 def __getattr__(name: str):
     if name == "DynamicEmbedding":
-        from tfps.layers.dynamic_embedding import keras_layer_class
         return keras_layer_class()
     raise AttributeError(f"module 'tfps.layers' has no attribute {name!r}")

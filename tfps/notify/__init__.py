@@ -15,6 +15,8 @@ import importlib
 import logging
 import os
 
+from tfps.notify.urls import collect_urls
+
 log = logging.getLogger("tfps")
 
 # Loaded on first use: a task that sends nothing (a ps, a worker) never imports apprise.
@@ -27,10 +29,9 @@ def notifier_for(cli_urls, config_path, environ=os.environ):
     """The Notifier for ``--notify`` URLs, ``APPRISE_URLS`` and ``--notify_config``, or None
     when none is configured. Whether any is is decided without apprise, whose import is tens
     of milliseconds of every chief's start-up: a job that sends nothing never loads it."""
-    from tfps.notify.urls import collect_urls
     if not config_path and not collect_urls(cli_urls, environ):
         return None
-    from tfps.notify.notifier import Notifier
+    from tfps.notify.notifier import Notifier  # lazy: imports apprise
     return Notifier.from_settings(cli_urls, config_path, environ)
 
 

@@ -26,6 +26,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfps import __version__
+
 #: The version of the record below. Raise it when a key changes its meaning or goes away
 #: (adding keys does not need it: readers keep keys they do not know).
 SCHEMA_VERSION = 1
@@ -116,7 +118,6 @@ class Versions:
         """The versions of this process, read from package metadata (nothing is imported)."""
         import platform
 
-        from tfps import __version__
         return cls(tfps=__version__, python=platform.python_version(),
                    tensorflow=_installed("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly"),
                    tf_keras=_installed("tf-keras", "tf_keras"), image=os.environ.get(IMAGE_ENV) or None)
@@ -247,7 +248,6 @@ class JobResult:
             raise ResultsError(f"{source} is not a tfps results.json: schema_version is {version!r}, "
                                "not a whole number from 1")
         if version > SCHEMA_VERSION:
-            from tfps import __version__
             raise ResultsError(f"{source} has schema_version {version}, newer than the {SCHEMA_VERSION} that "
                                f"tfps {__version__} reads; read it with the tfps that wrote it (or a newer one)")
         for key in ("job", "status"):

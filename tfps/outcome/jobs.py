@@ -17,7 +17,9 @@ import tempfile
 import time
 
 from tfps import logs
+from tfps.config import RunConfig
 from tfps.errors import ConfigError
+from tfps.outcome.results import eta_seconds
 from tfps.playbooks import ansible_dir, ansible_playbook, playbook_env
 from tfps.playbooks import playbook as packaged_playbook
 
@@ -62,8 +64,6 @@ def _age(seconds: float) -> str:
 def job_rows(hosts: dict, now: float | None = None) -> list[dict]:
     """One row per job found on the hosts: name, state, step/total, loss, examples/s,
     started, ETA, hosts. The chief's container says the state; its history the progress."""
-    from tfps.config import RunConfig
-    from tfps.outcome.results import eta_seconds
     now = time.time() if now is None else now
     jobs: dict[str, dict] = {}
     for host, seen in sorted(hosts.items()):

@@ -17,7 +17,8 @@ import socket
 import time
 import traceback
 
-from tfps.outcome import journal, results
+from tfps.errors import disk_full_line, is_disk_full
+from tfps.outcome import journal, plot, results
 from tfps.outcome.contract import IMAGE_ENV, ErrorInfo, JobResult, Restart, ResultsError, Times, Versions, parse
 
 log = logging.getLogger("tfps")
@@ -284,8 +285,7 @@ class Reporter:
             return []
         self.plotted = True
         try:
-            from tfps.outcome.plot import draw_plots
-            return draw_plots(self.cfg.model_dir, results.read_history(self.cfg.model_dir) + list(earlier),
+            return plot.draw_plots(self.cfg.model_dir, results.read_history(self.cfg.model_dir) + list(earlier),
                               dict(res.eval_metrics or {}), res.global_step)
         except Exception as e:  # noqa: BLE001 - a plot never costs a report
             log.warning("chief: no loss plot: %s", e)
@@ -305,7 +305,6 @@ class Reporter:
 
 def _unwritable(path: str, error: OSError) -> str:
     """Why results.json was not written, in one clause (a full disk names the disk and its room)."""
-    from tfps.errors import disk_full_line, is_disk_full
     if is_disk_full(error):
         return f"{path} could not be written: " + disk_full_line(
             os.path.dirname(path), "results.json", None, "model_dir")

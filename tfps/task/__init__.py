@@ -19,7 +19,7 @@ import os
 import sys
 
 from tfps import use_tf_keras
-from tfps.compat import TF_EAGER_KERAS_MODULES
+from tfps.compat import TF_EAGER_KERAS_MODULES, check_tensorflow, literal_checkpoint_directories
 
 #: What ``import tensorflow`` imports eagerly only to register Keras's optimizers for
 #: SavedModels of Keras objects (tensorflow/__init__.py): it loads all of Keras, about half
@@ -62,16 +62,15 @@ def run_task(task, cfg, stop, started_wall: float | None = None, replace: bool =
     (``tfps.compat.check_tensorflow``: ConfigError, one line).
     """
     import_tensorflow()
-    from tfps.compat import check_tensorflow, literal_checkpoint_directories
     check_tensorflow()
     literal_checkpoint_directories()   # a model_dir named exp[lr=0.01] finds its checkpoints
     if task.job == "ps":
-        from tfps.task.ps import serve
+        from tfps.task.ps import serve  # lazy: cycle: tfps.task.ps imports this package
         return serve(task, cfg, stop)
     if task.is_chief:
-        from tfps.task.chief import Chief
+        from tfps.task.chief import Chief  # lazy: cycle: tfps.task.chief imports this package
         chief = Chief(task, cfg, stop, started_wall)
         chief.replace = replace
         return chief.run()
-    from tfps.task.worker import Worker
+    from tfps.task.worker import Worker  # lazy: cycle: tfps.task.worker imports this package
     return Worker(task, cfg, stop, started_wall).run()

@@ -24,15 +24,20 @@ from tfps import data as data_mod
 from tfps import timeouts
 from tfps.cluster import settings
 from tfps.cluster.spec import split_target
+from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.notify import job_notifier
 from tfps.outcome import journal, lock, report, results
-from tfps.task import diskfull
+from tfps.task import diskfull, export
+from tfps.task.board import FIELDS, publish_hook
 from tfps.task.checkpoint import checkpoint_step
+from tfps.task.evaluations import Evaluations
+from tfps.task.export import nonfinite_variables
 from tfps.task.lifecycle import session_config
 from tfps.task.setup import JobSetup
 from tfps.task.traingraph import TrainGraph
 from tfps.task.watch import JobWatch, is_step_timeout, read_step
+from tfps.task.watchdog import probe_tasks
 from tfps.task.worker import Worker, WorkerFailed
 
 log = logging.getLogger("tfps")
@@ -78,7 +83,6 @@ class Chief(Worker):
         results.json needs the room."""
         error = super().failure(error)
         if self.cfg.sync_replicas and self.watch is not None and is_step_timeout(error):
-            from tfps.task.watchdog import probe_tasks
             silent = [p for p in probe_tasks(self.task) if p[2] != "answers"]
             return self.watch.sync_timeout(error, self.highest_step(), self.cfg.sync_timeout, silent)
         if isinstance(error, diskfull.DiskFull) or not diskfull.is_disk_full(error):
@@ -174,8 +178,6 @@ class Chief(Worker):
         """A diverged run's checkpoint is never restored silently: it would fail again at once."""
         import tensorflow as tf
 
-        from tfps.errors import ConfigError
-        from tfps.task.export import nonfinite_variables
         ckpt = tf.train.latest_checkpoint(self.cfg.model_dir)
         bad = nonfinite_variables(ckpt) if ckpt else []
         if bad:
@@ -188,12 +190,10 @@ class Chief(Worker):
     def _role_hooks(self, server, scaffold) -> tuple[list, object]:
         import tensorflow as tf
 
-        from tfps.task.board import publish_hook
-        from tfps.task.hooks import CheckpointSaverHook, ReleaseSyncTokensHook
-        from tfps.task.rejoin import LiveJoiningChiefSessionCreator
+        from tfps.task.hooks import CheckpointSaverHook, ReleaseSyncTokensHook  # lazy: imports TensorFlow
+        from tfps.task.rejoin import LiveJoiningChiefSessionCreator  # lazy: imports TensorFlow
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
-        from tfps.task.evaluations import Evaluations
         if self.setup is not None and self.setup.eval_schema is not None and self.evaluations is None:
             self.evaluations = Evaluations(self.setup, cfg)
         hooks = [
@@ -210,7 +210,7 @@ class Chief(Worker):
             restarted = (lambda: self.sessions > 1 or (self.story is not None and self.story.attempt > 0))
             hooks.append(ReleaseSyncTokensHook(self.ops.release_tokens,
                                                at_start=restarted if self.ops.backup_workers else None))
-        from tfps.task.tables import DynamicTablesHook
+        from tfps.task.tables import DynamicTablesHook  # lazy: imports TensorFlow
         hooks.append(DynamicTablesHook(   # dynamic tables: eviction and their log line, off the step path
             self.ops.global_step_read, cfg.log_steps, task.name))
         self.publisher = publish_hook(self.ops.board, self, {"loss": self.ops.loss, **self.ops.metrics})
@@ -231,7 +231,6 @@ class Chief(Worker):
         --sync_timeout (gone: the job is saved without them)."""
         import tensorflow as tf
 
-        from tfps.task.board import FIELDS
         v1 = tf.compat.v1
         cfg, ops = self.cfg, self.ops
         others = [i for i in range(self.task.num_workers) if i != self.task.index]
@@ -344,7 +343,6 @@ class Chief(Worker):
         export_dir = None
         eval_metrics = {}
         if ckpt and error is None:
-            from tfps.task.export import nonfinite_variables
             bad = nonfinite_variables(ckpt)
             if bad:
                 error, status = FloatingPointError(
@@ -394,7 +392,6 @@ class Chief(Worker):
         Each failure is said in its own words: an evaluation that fails (a model_fn that calls
         sys.exit in eval mode) leaves the export complete, and the log, results.json and the
         message all say so, instead of "final export failed" next to a complete export."""
-        from tfps.task import export
         cfg = self.cfg
         try:
             export_dir = export.export_saved_model(setup.model_fn, setup.params, ckpt, cfg.export_path, ckpt_step)

@@ -17,9 +17,10 @@ import sys
 import time
 
 from tfps import logs, use_tf_keras
-from tfps.config import ArgumentParser, add_replace_option, add_run_options, from_args, normalize_argv
+from tfps.config import ArgumentParser, add_replace_option, add_run_options, check_replicas, from_args, normalize_argv
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
+from tfps.task import run_task
 
 #: When this process began (for a forked task: when the launcher imported tfps), the start of
 #: the task's start-up timings.
@@ -85,21 +86,20 @@ def main(argv: list[str]) -> ExitCode | int:
 
 
 def _run(ns: argparse.Namespace, argv: list[str]) -> ExitCode | int:
-    from tfps.cluster import TaskRef
+    from tfps.cluster import TaskRef  # lazy: only a running task needs it, not the parser
     require_tensorflow()
     cfg = from_args(ns)
     task = TaskRef.resolve(ns.ps_hosts, ns.worker_hosts, ns.job_name, ns.task_index)
-    from tfps.config import check_replicas
     check_replicas(cfg, task.num_workers)
     if task.is_chief:   # refuse malformed notification URLs before anything starts
-        from tfps.notify import notifier_for
+        from tfps.notify import notifier_for  # lazy: only a running task needs it, not the parser
         notifier_for(cfg.notify, cfg.notify_config)
     if ns.restarts < 0:
         raise ConfigError(f"{ns.restarts} is negative; use 0 (never) or how many times to restart", "restarts")
-    from tfps.task.supervise import SUPERVISED_ENV, supervise
+    from tfps.task.supervise import SUPERVISED_ENV, supervise  # lazy: only a running task needs it, not the parser
     if ns.restarts > 0 and not os.environ.get(SUPERVISED_ENV):
         return supervise(["run", *argv], ns.restarts, task.name)
-    from tfps.task import run_task
+    # lazy: only a running task needs it, not the parser
     from tfps.task.lifecycle import StopSignal, exit_now, rpc_abandoned
     code = run_task(task, cfg, StopSignal(), PROCESS_START, replace=ns.replace)
     # The task is over and its exit status decided; only the interpreter and TensorFlow

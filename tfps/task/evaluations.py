@@ -18,6 +18,8 @@ import os
 import threading
 import time
 
+from tfps.task import export
+
 log = logging.getLogger("tfps")
 
 #: Seconds between the starts of two evaluations while the job trains.
@@ -60,8 +62,7 @@ class Evaluations:
         pass
 
     def _evaluate(self, path: str, step: int) -> None:
-        from tfps import data as data_mod
-        from tfps.task import export
+        from tfps import data as data_mod  # lazy: imports NumPy
         setup, cfg = self.setup, self.cfg
         try:
             metrics = export.evaluate(

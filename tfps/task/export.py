@@ -31,6 +31,7 @@ import shutil
 import time
 
 from tfps.outcome.results import EXPORT_MARKER, EXPORT_OWN, export_complete  # noqa: F401 - what a finished export leaves
+from tfps.task.checkpoint import glob_free_checkpoint
 
 log = logging.getLogger("tfps")
 
@@ -45,7 +46,6 @@ def nonfinite_variables(checkpoint: str) -> list[str]:
     import numpy as np
     import tensorflow as tf
 
-    from tfps.task.checkpoint import glob_free_checkpoint
     reader = tf.train.load_checkpoint(glob_free_checkpoint(checkpoint))   # it globs too
     return sorted(name for name, dtype in reader.get_variable_to_dtype_map().items()
                   if dtype.is_floating and not np.isfinite(reader.get_tensor(name)).all())
@@ -54,8 +54,7 @@ def nonfinite_variables(checkpoint: str) -> list[str]:
 def _restore(sess, checkpoint: str):
     import tensorflow as tf
 
-    from tfps.layers import dynamic_embedding
-    from tfps.task.checkpoint import glob_free_checkpoint
+    from tfps.layers import dynamic_embedding  # lazy: imports TensorFlow
     var_list = dynamic_embedding.saver_var_list(sess.graph)
     if var_list is not None:   # dynamic tables: their saveables; serving variables are fed, not restored
         serving = {id(v) for t in dynamic_embedding.tables(sess.graph) if t.serving_feed is not None
@@ -109,8 +108,7 @@ def _write_export(tf, model_fn, params, checkpoint: str, tmp: str, global_step: 
         else:
             features = v1.placeholder(tf.float32, [None, *params.feature_shape], name="features")
         inputs = features if named else {"features": features}
-        from tfps.layers import dynamic_embedding
-        from tfps.task.checkpoint import glob_free_checkpoint
+        from tfps.layers import dynamic_embedding  # lazy: imports TensorFlow
         # Dynamic tables serve their live rows as plain variables.
         with dynamic_embedding.serving_from(glob_free_checkpoint(checkpoint)):
             spec = model_fn(features, None, "predict", params)
@@ -231,8 +229,7 @@ def evaluate(model_fn, params, checkpoint: str, dataset) -> dict[str, float]:
     import numpy as np
     import tensorflow as tf
 
-    from tfps.layers import dynamic_embedding
-    from tfps.task.checkpoint import glob_free_checkpoint
+    from tfps.layers import dynamic_embedding  # lazy: imports TensorFlow
     v1 = tf.compat.v1
     graph = tf.Graph()
     with graph.as_default(), tf.compat.v1.device("/cpu:0"):

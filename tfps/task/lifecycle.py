@@ -19,8 +19,12 @@ import threading
 import time
 
 from tfps import timeouts
+from tfps.cluster.spec import split_target
 from tfps.errors import ConfigError, real_os_exit
 from tfps.exitcodes import ExitCode, stopped_code
+from tfps.task import loopback as guard
+from tfps.task.listening import require_address_only, require_loopback_only
+from tfps.task.loopback import bind_address, ensure_loopback_bind, is_loopback_host
 
 log = logging.getLogger("tfps")
 
@@ -286,9 +290,6 @@ def start_server(task, cfg):
     """
     import tensorflow as tf
 
-    from tfps.cluster.spec import split_target
-    from tfps.task import loopback as guard
-    from tfps.task.loopback import bind_address, ensure_loopback_bind, is_loopback_host
     host = split_target(task.target)[0]
     loopback = is_loopback_host(host)
     if loopback and not ensure_loopback_bind(bind_address(host)):
@@ -312,10 +313,8 @@ def start_server(task, cfg):
         raise ConfigError(f"{task.name} could not start its TensorFlow server on {task.target}: "
                           f"{first[0] if first else type(e).__name__}") from None
     if loopback:
-        from tfps.task.listening import require_loopback_only
         require_loopback_only(task.name, task.target, task.port, "ps_hosts" if task.job == "ps" else "worker_hosts")
     elif bound:
-        from tfps.task.listening import require_address_only
         require_address_only(task.name, task.target, task.port, bound)
     return server
 
@@ -343,7 +342,6 @@ def _tf_chatter_hidden():
 def _port_taken(host: str, port: int) -> bool:
     import socket
 
-    from tfps.task.loopback import bind_address, is_loopback_host
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
             s.bind((bind_address(host) if is_loopback_host(host) else "0.0.0.0", port))

@@ -16,6 +16,7 @@ gradient clipping, weight decay: ``make``). It imports TensorFlow only when ``ma
 
 from __future__ import annotations
 
+from tfps import compat
 from tfps.config import OPTIMIZERS as NAMES
 
 #: Every optimizer tfps trains with: its name (``tfps.config.OPTIMIZERS``; also the
@@ -81,7 +82,6 @@ def rmsprop_class(centered: bool) -> type:
     if key not in _EXTRAS:
         import tensorflow as tf
 
-        from tfps import compat
         slots = ("rms", "mg", "momentum") if centered else ("rms", "momentum")
         _EXTRAS[key] = compat.with_zeros_slots(tf.compat.v1.train.RMSPropOptimizer, "KerasRMSPropOptimizer", slots)
     return _EXTRAS[key]
@@ -214,7 +214,6 @@ def lazy_adam_class():
         return _LAZY_ADAM
     import tensorflow as tf
 
-    from tfps import compat
     v1 = tf.compat.v1
 
     def rows_update(opt, grad, var, indices, scatter_update, scatter_sub):

@@ -34,8 +34,12 @@ import threading
 import time
 from typing import NoReturn
 
+from tfps.cluster import TaskRef
+from tfps.cluster.spec import split_target
 from tfps.errors import ConfigError, real_os_exit
 from tfps.exitcodes import ExitCode
+from tfps.task.listening import open_addresses, require_loopback_only
+from tfps.task.loopback import bind_address, ensure_loopback_bind, is_loopback_host
 
 #: How often the background check looks for the task's port: often while a script starts
 #: its server (its first seconds), then rarely (a script may load data for minutes first).
@@ -54,7 +58,6 @@ def refuse(error: ConfigError) -> NoReturn:
 
 def own_task(argv: list[str]):
     """The TaskRef the classic flags in ``argv`` (or TF_CONFIG) give this process."""
-    from tfps.cluster import TaskRef
     p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     for flag in ("--ps_hosts", "--worker_hosts", "--job_name", "--task_index"):
         p.add_argument(flag)
@@ -66,7 +69,6 @@ class Guard:
     """The loopback guard of one task: its patch, its checks."""
 
     def __init__(self, task):
-        from tfps.cluster.spec import split_target
         self.task = task
         self.host = split_target(task.target)[0]
         self.field = "ps_hosts" if task.job == "ps" else "worker_hosts"
@@ -74,7 +76,6 @@ class Guard:
 
     def check(self) -> bool:
         """Refuse if the task's port listens off loopback; whether it was found listening."""
-        from tfps.task.listening import open_addresses, require_loopback_only
         try:
             if open_addresses(self.task.port) is None:
                 return False
@@ -89,7 +90,6 @@ class Guard:
 
     def after_tensorflow(self, tf) -> None:
         """Once TensorFlow is imported: patch its bind, and check right after a server starts."""
-        from tfps.task.loopback import bind_address, ensure_loopback_bind
         if not ensure_loopback_bind(bind_address(self.host)):
             refuse(ConfigError(f"{self.task.name} would listen on every interface although its address "
                                f"{self.task.target} is loopback, and this TensorFlow build cannot be kept on "
@@ -147,7 +147,6 @@ def main(argv: list[str]) -> None:
         print("usage: python -m tfps.task.script_guard SCRIPT [ARGS...]", file=sys.stderr)
         sys.exit(ExitCode.BAD_CONFIG)
     script, args = argv[0], argv[1:]
-    from tfps.task.loopback import is_loopback_host
     try:
         guard = Guard(own_task(args))
     except ConfigError as e:

@@ -14,6 +14,7 @@ from tfps import data as data_mod
 from tfps import demo, keras_model, models
 from tfps.config import DEFAULT_LEARNING_RATE, DEFAULT_OPTIMIZER, RunConfig
 from tfps.errors import ConfigError
+from tfps.keras_optimizers import describe_options
 
 
 class JobSetup:
@@ -187,7 +188,6 @@ def choose_optimizer(cfg, model_fn) -> tuple[str, float, str]:
     note = f"optimizer {opt} ({opt_src}), learning_rate {lr:g} ({lr_src})"
     options = optimizer_options(cfg, model_fn)
     if options:
-        from tfps.keras_optimizers import describe_options
         described = describe_options(options)
         note += f", {described}" if described else ""
     model_options = dict(getattr(info, "optimizer_options", None) or {})

@@ -27,8 +27,11 @@ import time
 
 from tfps import timeouts
 from tfps.cluster.spec import WORKER, task_name
+from tfps.errors import error_chain
 from tfps.outcome import journal, results
 from tfps.outcome.contract import Stall, WorkerFigures, parse
+from tfps.task.board import read_ledgers
+from tfps.task.lifecycle import session_config
 
 log = logging.getLogger("tfps")
 
@@ -120,7 +123,6 @@ def is_step_timeout(error: BaseException | None) -> bool:
     """Whether ``error`` is a step that ran past ``operation_timeout_in_ms`` (--sync_timeout)."""
     import tensorflow as tf
 
-    from tfps.errors import error_chain
     return any(isinstance(e, tf.errors.DeadlineExceededError) for e in error_chain(error))
 
 
@@ -177,7 +179,6 @@ class JobWatch:
     def _run(self) -> None:
         import tensorflow as tf
 
-        from tfps.task.lifecycle import session_config
         v1 = tf.compat.v1
         options = v1.RunOptions(timeout_in_ms=READ_TIMEOUT_MS)
         try:
@@ -209,7 +210,6 @@ class JobWatch:
 
     def _read_ledgers(self, sess, options) -> None:
         """Every task's deaths into the job's story (each once, tfps.outcome.journal.Story.died)."""
-        from tfps.task.board import read_ledgers
         for name, text in read_ledgers(self.board, sess, options).items():
             deaths = journal.parse_deaths(text)
             if deaths and name != self.chief.task.name:   # the chief's own: from its environment

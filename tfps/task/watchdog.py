@@ -17,9 +17,10 @@ import threading
 import time
 
 from tfps import timeouts
-from tfps.cluster.spec import JOBS, task_name
+from tfps.cluster.spec import JOBS, split_target, task_name
 from tfps.errors import real_os_exit
 from tfps.exitcodes import ExitCode
+from tfps.task.loopback import is_loopback_host
 
 log = logging.getLogger("tfps")
 
@@ -170,7 +171,6 @@ def probe_task(target: str, timeout: float = timeouts.PROBE_TIMEOUT_SECS) -> str
     A TF server answers the HTTP/2 preface with a SETTINGS frame; another program that
     holds the port (so the task could not bind it) accepts the connection and does not.
     """
-    from tfps.cluster.spec import split_target
     host, port = split_target(target, "target", "task address")   # "[fd00::1]:2222" -> fd00::1, 2222
     try:
         with socket.create_connection((host, port), timeout=timeout) as s:
@@ -202,7 +202,6 @@ def probe_task(target: str, timeout: float = timeouts.PROBE_TIMEOUT_SECS) -> str
 def _stopped_listener(host: str, port: int) -> int | None:
     """The pid of this host's stopped process (state T or t in /proc/PID/stat) that listens on
     ``port`` of a loopback ``host``; None when there is none, or it cannot be known here."""
-    from tfps.task.loopback import is_loopback_host
     if not is_loopback_host(host):
         return None
     inodes = set()

@@ -29,7 +29,10 @@ from tfps.config import RunConfig, replicas_per_step
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.outcome import results
+from tfps.outcome.report import error_line
+from tfps.task import datafault, optimizers, placement
 from tfps.task.board import Board, publish_hook
+from tfps.task.checkpoint import glob_free_checkpoint as glob_free
 from tfps.task.lifecycle import (
     StopSignal,
     abandon_rpc,
@@ -42,7 +45,7 @@ from tfps.task.lifecycle import (
     stop_flag,
     write_health,
 )
-from tfps.task.setup import JobSetup
+from tfps.task.setup import JobSetup, optimizer_options
 from tfps.task.traingraph import TrainGraph
 from tfps.task.watchdog import StartupWatchdog
 
@@ -51,8 +54,6 @@ log = logging.getLogger("tfps")
 
 def _optimizer(setup: JobSetup):
     """The optimizer the setup chose (an explicit flag, else a Keras model's compile(), else the default)."""
-    from tfps.task import optimizers
-    from tfps.task.setup import optimizer_options
     return optimizers.make(setup.optimizer, setup.learning_rate, optimizer_options(setup.cfg, setup.model_fn))
 
 
@@ -115,7 +116,7 @@ class Worker:
 
     def _role_hooks(self, server, scaffold) -> tuple[list, object]:
         """(extra hooks, session creator) of this task's MonitoredSession."""
-        from tfps.task.hooks import FastWorkerSessionCreator
+        from tfps.task.hooks import FastWorkerSessionCreator  # lazy: imports TensorFlow
         return [publish_hook(self.ops.board, self)], FastWorkerSessionCreator(
             scaffold=scaffold, master=server.target, config=session_config(self.task, self.cfg),
             wait_for_chief=self._wait_for_chief, job_over=lambda: self.job_over)
@@ -127,7 +128,6 @@ class Worker:
         """The error a training failure is reported with: a non-finite value in the data the
         pre-check did not reach becomes a ``DataFault`` naming the file, the line and the
         column (tfps.task.datafault); anything else stays as it is."""
-        from tfps.task import datafault
         if self.setup is None or not datafault.is_nonfinite_data_error(error):
             return error
         try:
@@ -143,7 +143,6 @@ class Worker:
 
     def _publish_failure(self, server, graph, error: Exception) -> None:
         """Tell the chief why this worker failed (tfps.task.board): the job fails with it."""
-        from tfps.outcome.report import error_line
         board = self.ops.board if self.ops is not None else None
         if board is None:
             return
@@ -156,7 +155,7 @@ class Worker:
         """The training graph: K steps per run (tfps.task.steps), also in sync training,
         unless a sync model has sparse gradients (then one sync step per run,
         tfps.task.syncagg): that is found while the loop is built, and the graph is built again."""
-        from tfps.task import syncagg
+        from tfps.task import syncagg  # lazy: imports TensorFlow
         if self.cfg.sync_replicas:
             try:
                 return self._build(setup, sync_loop=True)
@@ -167,9 +166,9 @@ class Worker:
     def _build(self, setup: JobSetup, sync_loop: bool) -> tuple[object, TrainGraph]:
         import tensorflow as tf
 
-        from tfps.layers import dynamic_embedding
-        from tfps.task import placement, syncagg
-        from tfps.task import steps as steps_mod
+        from tfps.layers import dynamic_embedding  # lazy: imports TensorFlow
+        from tfps.task import steps as steps_mod  # lazy: imports TensorFlow
+        from tfps.task import syncagg  # lazy: imports TensorFlow
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
         if cfg.epochs:
@@ -351,12 +350,11 @@ class Worker:
     def _session(self, server, graph, hooks):
         import tensorflow as tf
 
-        from tfps.task import steps as steps_mod
-        from tfps.task.hooks import ProgressHook, StopFlagHook
+        from tfps.task import steps as steps_mod  # lazy: imports TensorFlow
+        from tfps.task.hooks import ProgressHook, StopFlagHook  # lazy: imports TensorFlow
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
-        from tfps.layers import table_restore
-        from tfps.task.checkpoint import glob_free_checkpoint as glob_free
+        from tfps.layers import table_restore  # lazy: imports TensorFlow
         newest = glob_free(tf.train.latest_checkpoint(cfg.model_dir) or "") if task.is_chief else ""   # restored
         scaffold = v1.train.Scaffold(saver=table_restore.job_saver(graph, newest))
         ops = self.ops
@@ -381,7 +379,7 @@ class Worker:
                                          stop_grace_period_secs=timeouts.SESSION_CLOSE_GRACE_SECS), progress
 
     def _train(self, server, graph):
-        from tfps.task.hooks import JobOver
+        from tfps.task.hooks import JobOver  # lazy: imports TensorFlow
         ended = threading.Event()
         if not self.task.is_chief:
             self.end_watch = threading.Thread(target=self._watch_for_the_jobs_end, args=(server, graph, ended),
@@ -574,7 +572,6 @@ class Worker:
             self._send_done(server, graph)
             return ExitCode.TRAINING_FAILED
         except Exception as e:
-            from tfps.outcome.report import error_line
             error = self.failure(e)
             log.error("%s: training failed: %s: %s", self.task.name, type(error).__name__, error_line(error))
             code = ExitCode.TRAINING_FAILED
