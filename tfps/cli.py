@@ -337,7 +337,7 @@ def cmd_notify_test(ns) -> ExitCode:
 
 
 def cmd_notify_failure(ns) -> ExitCode:
-    from tfps.notify import orphan_failure  # lazy: only tfps notify-failure needs it
+    from tfps.notify import orphan_failure  # lazy: imports apprise (through tfps.notify's __getattr__)
     from tfps.notify.urls import collect_urls  # lazy: only tfps notify-failure needs it
     cfg = from_args(ns)
     return ExitCode.OK if orphan_failure(cfg, collect_urls(cfg.notify), ns.reason) else ExitCode.TRAINING_FAILED

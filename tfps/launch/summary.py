@@ -11,7 +11,6 @@ import shlex
 
 from tfps.config import RunConfig
 from tfps.launch.tasks import describe_code, say
-from tfps.notify import orphan_failure
 from tfps.outcome import results
 from tfps.outcome.contract import JobResult, ResultsError
 
@@ -50,6 +49,7 @@ def summarize(cfg: RunConfig, code, launched: float, urls: list[str], lost: dict
     if res is None or not res.written_since(launched):
         say(log.error, "the chief exited with %s without writing results%s", describe_code(code),
              f" ({why})" if why else "")
+        from tfps.notify import orphan_failure  # lazy: imports apprise (through tfps.notify's __getattr__)
         orphan_failure(cfg, urls, why or f"the chief process exited with {describe_code(code)} before reporting",
                        sorted(lost))
         return False
