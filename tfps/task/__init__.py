@@ -65,12 +65,12 @@ def run_task(task, cfg, stop, started_wall: float | None = None, replace: bool =
     check_tensorflow()
     literal_checkpoint_directories()   # a model_dir named exp[lr=0.01] finds its checkpoints
     if task.job == "ps":
-        from tfps.task.ps import serve  # lazy: cycle: tfps.task.ps imports this package
+        from tfps.task.ps import serve  # lazy: the CLI imports tfps.task, and ps brings 24 modules more
         return serve(task, cfg, stop)
     if task.is_chief:
-        from tfps.task.chief import Chief  # lazy: cycle: tfps.task.chief imports this package
+        from tfps.task.chief import Chief  # lazy: imports NumPy and PyYAML
         chief = Chief(task, cfg, stop, started_wall)
         chief.replace = replace
         return chief.run()
-    from tfps.task.worker import Worker  # lazy: cycle: tfps.task.worker imports this package
+    from tfps.task.worker import Worker  # lazy: imports NumPy
     return Worker(task, cfg, stop, started_wall).run()
