@@ -214,17 +214,66 @@ def test_a_table_takes_strings_and_refuses_other_ids():
         assert not np.array_equal(out[0, 1], out[1, 1])
 
 
-def test_a_full_shard_frees_its_oldest_rows_early_and_never_grows():
+def test_a_full_shard_frees_its_oldest_rows_early_but_none_seen_within_the_minimum_age():
     g, table, ops = _build(capacity=10)   # no steps_to_live: only a full shard evicts
+    age = de.EARLY_EVICTION_MIN_AGE
     with g.as_default(), _session(g) as sess:
         sess.run(ops["init"])
         for i in range(10):                                     # id i last seen at step i
             sess.run(ops["train"], {ops["ids"]: [i]})
-        assert sess.run(ops["evict"]) == 1                      # full: the oldest 10 % go
+        assert sess.run(ops["evict"]) == 0                      # full, but every row is young
+        sess.run(ops["step"].assign(age + 1))                   # id 0 is now older than the minimum age
+        assert sess.run(ops["evict"]) == 1                      # the oldest 10 % that are old enough
         assert set(_live(sess, table)) == set(range(1, 10))
         sess.run(ops["train"], {ops["ids"]: [10]})
         assert set(_live(sess, table)) == set(range(1, 11))
         assert sess.run(table.shards[0].weights).shape[0] == 11   # capacity + the default row
+
+
+def test_an_early_eviction_never_frees_a_row_looked_up_in_the_current_step():
+    """A full shard whose rows were all found at this step: before the minimum age, the early
+    eviction freed 10 % of them (ties), so a gradient in flight landed on the row's next owner."""
+    g, table, ops = _build(capacity=10)
+    age = de.EARLY_EVICTION_MIN_AGE
+    with g.as_default(), _session(g) as sess:
+        sess.run(ops["init"])
+        sess.run(ops["step"].assign(500))
+        rows = sess.run(ops["rows"], {ops["ids"]: np.arange(10)})   # all ten seen at step 500
+        assert rows.any(axis=1).all() and len(_live(sess, table)) == 10
+        step = v1.placeholder(tf.int64, [])
+        evict = table.evict_op(step)
+        for now in (500, 501, 500 + age):                       # this step, and any within the minimum age
+            assert sess.run(evict, {step: now}) == 0, now
+        assert set(_live(sess, table)) == set(range(10))
+        assert sess.run(evict, {step: 501 + age}) == 1          # older than that: one row goes
+
+
+def _ancestors(tensors) -> set:
+    seen, todo = set(), [t.op if hasattr(t, "op") else t for t in tensors]
+    while todo:
+        op = todo.pop()
+        if op not in seen:
+            seen.add(op)
+            todo += [i.op for i in op.inputs] + list(op.control_inputs)
+    return seen
+
+
+def test_rows_are_gathered_before_the_shards_lock_is_released_in_training_and_not():
+    """The lookup's read of the rows is an input of the lock's release: no eviction can give a
+    row to another key between finding it and reading it (the gather ran after the release)."""
+    g = tf.Graph()
+    with g.as_default():
+        table = de.DynamicTable(2, devices=["/cpu:0", "/cpu:0"], name="emb")
+        before = set(g.get_operations())
+        for training in (True, False):
+            table.lookup(tf.constant([1, 2, 3], tf.int64), training=training)
+        made = [op for op in g.get_operations() if op not in before]
+        handles = {s.weights.handle.op for s in table.shards}
+        gathers = [op for op in made if op.type == "ResourceGather" and op.inputs[0].op in handles]
+        releases = [op for op in made if op.type == "ConsumeMutexLock"]
+        assert len(gathers) == len(releases) == 4               # 2 shards x (training, not)
+        under = set().union(*(_ancestors([r]) for r in releases))
+        assert all(gt in under for gt in gathers), [gt.name for gt in gathers if gt not in under]
 
 
 def test_the_id_minus_two_to_the_63_is_evicted_like_any_other():

@@ -46,6 +46,13 @@ SHARD_SLACK = 1.1
 #: The key row_keys holds for a free row (an int64 id may be this value too: whether a row is
 #: free is read from last_seen, -1 for a free row).
 EMPTY_KEY = -(2**63)
+#: A full shard's early eviction never frees a row last seen within this many global steps of
+#: the eviction's step: a row found by a step whose gradient is still in flight keeps its key.
+#: In async training, the global step moves on by the steps the other workers finish meanwhile
+#: (about workers - 1 per step; more for a slow worker); in sync training by at most 1 (a later
+#: gradient is dropped as stale). 100 covers tens of workers, or one 10x slower than the rest;
+#: a shard whose every row is younger refuses new ids until rows age (read zeros, counted).
+EARLY_EVICTION_MIN_AGE = 100
 #: The tables built in each graph. Not a graph collection: a meta graph (every checkpoint's,
 #: the SavedModel's) would write an object with a ``name`` as a node name and fail to load.
 _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -207,16 +214,23 @@ class _Shard:
                 for d in range(SKETCH_DEPTH)]
         return tf.stack(rows)
 
-    def find_or_insert(self, table: DynamicTable, keys, counts, step, training: bool):
-        """Rows of the unique int64 ``keys`` (-1: not admitted, or no room); in training,
-        counts them, allocates rows for admitted new keys and marks them seen at ``step``."""
+    def lookup(self, table: DynamicTable, keys, counts, step, training: bool):
+        """Values ``[n, dim]`` of the unique int64 ``keys``, read under the shard's lock (zeros for
+        a key without a row: not admitted, or no room); in training, also counts the keys,
+        allocates rows for admitted new keys and marks them seen at ``step``. The rows are
+        gathered before the lock is released, so no eviction can hand a row to another key
+        between finding it and reading it."""
         minus = tf.constant(-1, tf.int64)
-        if not training:
-            with tf.device(self.device):
-                return tf.raw_ops.LookupTableFindV2(table_handle=self.table, keys=keys, default_value=minus)
+
+        def read(final):
+            with tf.control_dependencies([final]):
+                safe = tf.where(final >= 0, final, tf.fill(tf.shape(final), tf.constant(self.cap, tf.int64)))
+                return [final, tf.gather(self.weights, safe)]
 
         def critical():
             found = tf.raw_ops.LookupTableFindV2(table_handle=self.table, keys=keys, default_value=minus)
+            if not training:
+                return read(found)
             missing = found < 0
             new = tf.boolean_mask(keys, missing)
             if table.min_count > 1:
@@ -247,21 +261,19 @@ class _Shard:
                 resource=self.last_seen.handle, indices=live,
                 updates=tf.fill(tf.shape(live), tf.cast(step, tf.int64)))
             with tf.control_dependencies([seen_now]):
-                return tf.identity(final)
+                return read(tf.identity(final))
 
-        return _locked(self, critical)
-
-    def gather(self, rows):
-        with tf.device(self.device):
-            safe = tf.where(rows >= 0, rows, tf.fill(tf.shape(rows), tf.constant(self.cap, tf.int64)))
-            values = tf.gather(self.weights, safe)
+        rows, values = _locked(self, critical)
+        with tf.device(self.device):   # the default row (capacity) reads as zeros; its gradient is 0
             return values * tf.cast(rows >= 0, values.dtype)[:, None]
 
     # ------------------------------------------------------------------ ps side
-    def evict(self, table: DynamicTable, step, slots: list, oldest_share: float = 0.0):
+    def evict(self, table: DynamicTable, step, slots: list, oldest_share: float = 0.0,
+              min_age: int = 0):
         """Free the rows not seen for ``steps_to_live`` steps (and, with ``oldest_share``, when
-        the shard is nearly full, that share of its capacity, oldest first); halve the sketch.
-        Returns the number of rows freed."""
+        the shard is nearly full, up to that share of its capacity, oldest first, among the rows
+        last seen more than ``min_age`` steps before ``step``); halve the sketch. Returns the
+        number of rows freed."""
         def critical():
             # Every value is read once, and every write waits for the reads: a write that ran
             # first would make the read see it (a row read as free keeps its key in the table).
@@ -275,12 +287,15 @@ class _Shard:
             if table.steps_to_live:
                 stale = tf.logical_and(used, seen < tf.cast(step, tf.int64) - table.steps_to_live)
             if oldest_share > 0:
+                # Only rows older than min_age steps: a row looked up by a step still in flight
+                # (its gradient not applied yet) stays with its key (docs/design/dynamic_embedding.md).
                 want = int(self.cap * oldest_share)
                 full = room < max(1, int(self.cap * 0.02))
-                age = tf.where(used, -seen, tf.fill(tf.shape(seen), tf.constant(-(2**62), tf.int64)))
+                old = tf.logical_and(used, seen < tf.cast(step, tf.int64) - min_age)
+                age = tf.where(old, -seen, tf.fill(tf.shape(seen), tf.constant(-(2**62), tf.int64)))
                 _, oldest = tf.math.top_k(age, k=min(want, self.cap))
                 early = tf.scatter_nd(oldest[:, None], tf.ones_like(oldest, tf.bool), [self.cap])
-                stale = tf.logical_or(stale, tf.logical_and(full, tf.logical_and(early, used)))
+                stale = tf.logical_or(stale, tf.logical_and(full, tf.logical_and(early, old)))
             rows = tf.reshape(tf.where(stale), [-1])
             keys = tf.gather(owners, rows)
             m = tf.size(rows, out_type=tf.int64)
@@ -400,15 +415,13 @@ class DynamicTable:
             uniq, idx, counts = tf.unique_with_counts(keys, out_idx=tf.int64)
             step = self._step() if training else None
             if self.num_shards == 1:
-                rows = self.shards[0].find_or_insert(self, uniq, counts, step, training)
-                values = self.shards[0].gather(rows)
+                values = self.shards[0].lookup(self, uniq, counts, step, training)
             else:
                 shard = tf.cast(shard_of(uniq, self.num_shards), tf.int32)
                 positions = tf.dynamic_partition(tf.range(tf.size(uniq)), shard, self.num_shards)
                 ukeys = tf.dynamic_partition(uniq, shard, self.num_shards)
                 ucounts = tf.dynamic_partition(counts, shard, self.num_shards)
-                parts = [s.gather(s.find_or_insert(self, k, c, step, training))
-                         for s, k, c in zip(self.shards, ukeys, ucounts)]
+                parts = [s.lookup(self, k, c, step, training) for s, k, c in zip(self.shards, ukeys, ucounts)]
                 values = tf.dynamic_stitch(positions, parts)
             out = tf.gather(values, idx)
         return tf.reshape(out, tf.concat([tf.shape(ids), [self.dim]], 0))
@@ -437,10 +450,12 @@ class DynamicTable:
         return [v for v in shard.weights.graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)
                 if v.op.name.startswith(prefix) and v.shape.as_list() == shard.weights.shape.as_list()]
 
-    def evict_op(self, step=None, oldest_share: float = 0.1):
-        """Frees the rows to evict on every shard, each on its own device; returns the count."""
+    def evict_op(self, step=None, oldest_share: float = 0.1, min_age: int = EARLY_EVICTION_MIN_AGE):
+        """Frees the rows to evict on every shard, each on its own device; returns the count.
+        A full shard's early eviction (``oldest_share``) spares rows seen in the last
+        ``min_age`` global steps."""
         step = step if step is not None else self._step()
-        return tf.add_n([s.evict(self, step, self._slots(s), oldest_share) for s in self.shards])
+        return tf.add_n([s.evict(self, step, self._slots(s), oldest_share, min_age) for s in self.shards])
 
     def stats_op(self):
         """``[shards, 4]``: live rows, admitted, evicted, refused of each shard."""
