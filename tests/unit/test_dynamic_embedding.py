@@ -360,3 +360,78 @@ def test_a_checkpoint_saved_with_min_count_1_restores_into_a_table_with_a_larger
     with g1.as_default(), _session(g1) as sess:
         table_restore.job_saver(g1, path3).restore(sess, path3)
         assert set(_live(sess, table1)) == {1, 2, 3, 9}
+
+
+def _hash_tables(graph) -> list:
+    return [op for op in graph.get_operations() if op.type == "MutableHashTableV2"]
+
+
+def test_a_table_trains_or_serves_by_its_serving_argument_not_by_a_context(tmp_path):
+    """serving=True: the checkpoint's live rows as plain variables, loaded at the restore
+    (serving_initializers), with no hash table in the graph; the default trains. Before, the
+    mode was read from a thread-local that the export set around the model's construction."""
+    g, table, ops = _build(dim=2, zeros=True)
+    with g.as_default(), _session(g) as sess:
+        sess.run(ops["init"])
+        for _ in range(2):
+            sess.run(ops["train"], {ops["ids"]: [3, 4], ops["weight"]: [1.0, -2.0]})
+        trained = sess.run(ops["rows"], {ops["ids"]: [3, 4]})
+        path = ops["saver"].save(sess, str(tmp_path / "ckpt"), global_step=2)
+    assert _hash_tables(g) and trained.any()
+    served = tf.Graph()
+    with served.as_default():
+        ids = v1.placeholder(tf.int64, [None])
+        table = de.DynamicTable(2, name="emb", serving=True)
+        rows = table.lookup(ids)
+        with pytest.raises(ValueError, match="emb serves a checkpoint's rows .*build the training graph's table "
+                                             "with serving=False"):
+            table.lookup(ids, training=True)
+        init = v1.global_variables_initializer()
+    assert not _hash_tables(served) and table.shards == []
+    with _session(served) as sess:
+        sess.run(init)                                          # before the load: every id reads zeros
+        assert not sess.run(rows, {ids: [3, 4, 5]}).any()
+        for load, feed in de.serving_initializers(path, served):
+            sess.run(load, feed)
+        got = sess.run(rows, {ids: [4, 3, 5]})
+    np.testing.assert_allclose(got, [trained[1], trained[0], [0.0, 0.0]])
+    with pytest.raises(ValueError, match="serving must be True or False"):
+        de.DynamicTable(2, name="x", serving="yes")
+
+
+def test_the_keras_layer_trains_on_training_true_and_serves_on_training_false(tmp_path):
+    import os
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    tf_keras = pytest.importorskip("tf_keras")
+    from tfps.layers import DynamicEmbedding
+    from tfps.task import export
+
+    def model_in(graph, training):
+        with graph.as_default():
+            x = tf_keras.Input([2], dtype="int64")
+            layer = DynamicEmbedding(3, name="e", initializer="ones")
+            model = tf_keras.Model(x, tf_keras.layers.Lambda(lambda r: tf.reduce_sum(r, axis=[1, 2]))(layer(x)))
+            assert layer.table is None                          # the construction's call builds no table
+            ids = v1.placeholder(tf.int64, [None, 2])
+            return ids, model(ids, training=training), layer
+
+    g = tf.Graph()
+    ids, out, layer = model_in(g, True)
+    with g.as_default():
+        step = v1.train.get_or_create_global_step()
+        train = v1.train.GradientDescentOptimizer(0.5).minimize(tf.reduce_sum(out), global_step=step)
+        saver = v1.train.Saver(de.saver_var_list())
+        init = v1.global_variables_initializer()
+    assert not layer.table.serving and _hash_tables(g)
+    with _session(g) as sess:
+        sess.run(init)
+        sess.run(train, {ids: [[1, 2]]})                        # rows of 1 and 2: ones - 0.5
+        path = saver.save(sess, str(tmp_path / "ckpt"), global_step=1)
+    s = tf.Graph()
+    ids, out, layer = model_in(s, False)
+    assert layer.table.serving and not _hash_tables(s)
+    with _session(s) as sess:
+        export._restore(sess, path)                             # the export's and the evaluation's restore
+        np.testing.assert_allclose(sess.run(out, {ids: [[1, 2], [2, 9]]}), [3.0, 1.5])
+    with s.as_default(), pytest.raises(ValueError, match="training=False and then training=True in one graph"):
+        layer(ids, training=True)
