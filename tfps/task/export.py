@@ -223,9 +223,10 @@ def evaluate(model_fn, params, checkpoint: str, dataset) -> dict[str, float]:
     """Average loss and metrics of the checkpoint over one pass of ``dataset``.
 
     Dynamic tables read the checkpoint's live rows as the export serves them (a model_fn
-    makes them with ``serving=True`` outside "train"; the Keras layer on training=False), not through a hash table restored into one local shard: the
-    training's shards hold up to ``SHARD_SLACK`` times the table's capacity together, more
-    than one shard of that capacity takes, and the evaluation must score what is served.
+    makes them with ``serving=True`` outside "train"; the Keras layer on training=False),
+    not through a hash table restored into one local shard: the training's shards hold up
+    to ``SHARD_SLACK`` times the table's capacity together, more than one shard of that
+    capacity takes, and the evaluation must score what is served.
     """
     import numpy as np
     import tensorflow as tf
