@@ -192,7 +192,8 @@ def _dynamic_ids(cols: dict, text: list, units: int, params: ModelParams, traini
     table = DynamicTable(dim + units, min_count=getattr(params, "min_count", 1) or 1,
                          steps_to_live=getattr(params, "steps_to_live", None) or None,
                          capacity=getattr(params, "expected_ids", None) or None,
-                         initializer=v1.random_normal_initializer(0.0, 0.05, seed=params.seed), name="embeddings")
+                         initializer=v1.random_normal_initializer(0.0, 0.05, seed=params.seed), name="embeddings",
+                         serving=not training)   # eval and predict: the checkpoint's live rows
     rows = table.lookup(keys, training=training)                         # [batch, columns, dim + units]
     deep_in = tf.reshape(rows[:, :, :dim], [-1, len(text) * dim])
     return deep_in, tf.reduce_sum(rows[:, :, dim:], axis=1)

@@ -214,17 +214,66 @@ def test_a_table_takes_strings_and_refuses_other_ids():
         assert not np.array_equal(out[0, 1], out[1, 1])
 
 
-def test_a_full_shard_frees_its_oldest_rows_early_and_never_grows():
+def test_a_full_shard_frees_its_oldest_rows_early_but_none_seen_within_the_minimum_age():
     g, table, ops = _build(capacity=10)   # no steps_to_live: only a full shard evicts
+    age = de.EARLY_EVICTION_MIN_AGE
     with g.as_default(), _session(g) as sess:
         sess.run(ops["init"])
         for i in range(10):                                     # id i last seen at step i
             sess.run(ops["train"], {ops["ids"]: [i]})
-        assert sess.run(ops["evict"]) == 1                      # full: the oldest 10 % go
+        assert sess.run(ops["evict"]) == 0                      # full, but every row is young
+        sess.run(ops["step"].assign(age + 1))                   # id 0 is now older than the minimum age
+        assert sess.run(ops["evict"]) == 1                      # the oldest 10 % that are old enough
         assert set(_live(sess, table)) == set(range(1, 10))
         sess.run(ops["train"], {ops["ids"]: [10]})
         assert set(_live(sess, table)) == set(range(1, 11))
         assert sess.run(table.shards[0].weights).shape[0] == 11   # capacity + the default row
+
+
+def test_an_early_eviction_never_frees_a_row_looked_up_in_the_current_step():
+    """A full shard whose rows were all found at this step: before the minimum age, the early
+    eviction freed 10 % of them (ties), so a gradient in flight landed on the row's next owner."""
+    g, table, ops = _build(capacity=10)
+    age = de.EARLY_EVICTION_MIN_AGE
+    with g.as_default(), _session(g) as sess:
+        sess.run(ops["init"])
+        sess.run(ops["step"].assign(500))
+        rows = sess.run(ops["rows"], {ops["ids"]: np.arange(10)})   # all ten seen at step 500
+        assert rows.any(axis=1).all() and len(_live(sess, table)) == 10
+        step = v1.placeholder(tf.int64, [])
+        evict = table.evict_op(step)
+        for now in (500, 501, 500 + age):                       # this step, and any within the minimum age
+            assert sess.run(evict, {step: now}) == 0, now
+        assert set(_live(sess, table)) == set(range(10))
+        assert sess.run(evict, {step: 501 + age}) == 1          # older than that: one row goes
+
+
+def _ancestors(tensors) -> set:
+    seen, todo = set(), [t.op if hasattr(t, "op") else t for t in tensors]
+    while todo:
+        op = todo.pop()
+        if op not in seen:
+            seen.add(op)
+            todo += [i.op for i in op.inputs] + list(op.control_inputs)
+    return seen
+
+
+def test_rows_are_gathered_before_the_shards_lock_is_released_in_training_and_not():
+    """The lookup's read of the rows is an input of the lock's release: no eviction can give a
+    row to another key between finding it and reading it (the gather ran after the release)."""
+    g = tf.Graph()
+    with g.as_default():
+        table = de.DynamicTable(2, devices=["/cpu:0", "/cpu:0"], name="emb")
+        before = set(g.get_operations())
+        for training in (True, False):
+            table.lookup(tf.constant([1, 2, 3], tf.int64), training=training)
+        made = [op for op in g.get_operations() if op not in before]
+        handles = {s.weights.handle.op for s in table.shards}
+        gathers = [op for op in made if op.type == "ResourceGather" and op.inputs[0].op in handles]
+        releases = [op for op in made if op.type == "ConsumeMutexLock"]
+        assert len(gathers) == len(releases) == 4               # 2 shards x (training, not)
+        under = set().union(*(_ancestors([r]) for r in releases))
+        assert all(gt in under for gt in gathers), [gt.name for gt in gathers if gt not in under]
 
 
 def test_the_id_minus_two_to_the_63_is_evicted_like_any_other():
@@ -311,3 +360,78 @@ def test_a_checkpoint_saved_with_min_count_1_restores_into_a_table_with_a_larger
     with g1.as_default(), _session(g1) as sess:
         table_restore.job_saver(g1, path3).restore(sess, path3)
         assert set(_live(sess, table1)) == {1, 2, 3, 9}
+
+
+def _hash_tables(graph) -> list:
+    return [op for op in graph.get_operations() if op.type == "MutableHashTableV2"]
+
+
+def test_a_table_trains_or_serves_by_its_serving_argument_not_by_a_context(tmp_path):
+    """serving=True: the checkpoint's live rows as plain variables, loaded at the restore
+    (serving_initializers), with no hash table in the graph; the default trains. Before, the
+    mode was read from a thread-local that the export set around the model's construction."""
+    g, table, ops = _build(dim=2, zeros=True)
+    with g.as_default(), _session(g) as sess:
+        sess.run(ops["init"])
+        for _ in range(2):
+            sess.run(ops["train"], {ops["ids"]: [3, 4], ops["weight"]: [1.0, -2.0]})
+        trained = sess.run(ops["rows"], {ops["ids"]: [3, 4]})
+        path = ops["saver"].save(sess, str(tmp_path / "ckpt"), global_step=2)
+    assert _hash_tables(g) and trained.any()
+    served = tf.Graph()
+    with served.as_default():
+        ids = v1.placeholder(tf.int64, [None])
+        table = de.DynamicTable(2, name="emb", serving=True)
+        rows = table.lookup(ids)
+        with pytest.raises(ValueError, match="emb serves a checkpoint's rows .*build the training graph's table "
+                                             "with serving=False"):
+            table.lookup(ids, training=True)
+        init = v1.global_variables_initializer()
+    assert not _hash_tables(served) and table.shards == []
+    with _session(served) as sess:
+        sess.run(init)                                          # before the load: every id reads zeros
+        assert not sess.run(rows, {ids: [3, 4, 5]}).any()
+        for load, feed in de.serving_initializers(path, served):
+            sess.run(load, feed)
+        got = sess.run(rows, {ids: [4, 3, 5]})
+    np.testing.assert_allclose(got, [trained[1], trained[0], [0.0, 0.0]])
+    with pytest.raises(ValueError, match="serving must be True or False"):
+        de.DynamicTable(2, name="x", serving="yes")
+
+
+def test_the_keras_layer_trains_on_training_true_and_serves_on_training_false(tmp_path):
+    import os
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    tf_keras = pytest.importorskip("tf_keras")
+    from tfps.layers import DynamicEmbedding
+    from tfps.task import export
+
+    def model_in(graph, training):
+        with graph.as_default():
+            x = tf_keras.Input([2], dtype="int64")
+            layer = DynamicEmbedding(3, name="e", initializer="ones")
+            model = tf_keras.Model(x, tf_keras.layers.Lambda(lambda r: tf.reduce_sum(r, axis=[1, 2]))(layer(x)))
+            assert layer.table is None                          # the construction's call builds no table
+            ids = v1.placeholder(tf.int64, [None, 2])
+            return ids, model(ids, training=training), layer
+
+    g = tf.Graph()
+    ids, out, layer = model_in(g, True)
+    with g.as_default():
+        step = v1.train.get_or_create_global_step()
+        train = v1.train.GradientDescentOptimizer(0.5).minimize(tf.reduce_sum(out), global_step=step)
+        saver = v1.train.Saver(de.saver_var_list())
+        init = v1.global_variables_initializer()
+    assert not layer.table.serving and _hash_tables(g)
+    with _session(g) as sess:
+        sess.run(init)
+        sess.run(train, {ids: [[1, 2]]})                        # rows of 1 and 2: ones - 0.5
+        path = saver.save(sess, str(tmp_path / "ckpt"), global_step=1)
+    s = tf.Graph()
+    ids, out, layer = model_in(s, False)
+    assert layer.table.serving and not _hash_tables(s)
+    with _session(s) as sess:
+        export._restore(sess, path)                             # the export's and the evaluation's restore
+        np.testing.assert_allclose(sess.run(out, {ids: [[1, 2], [2, 9]]}), [3.0, 1.5])
+    with s.as_default(), pytest.raises(ValueError, match="training=False and then training=True in one graph"):
+        layer(ids, training=True)

@@ -25,7 +25,8 @@ def _model_fn(features, labels, mode, params):
     """One logit per example: the row of its id (a one-wide table) plus a bias. Served as float
     features."""
     ids = features["ids"] if isinstance(features, dict) else tf.cast(features[:, 0], tf.int64)
-    table = de.DynamicTable(1, capacity=params.capacity, name="emb", initializer=v1.zeros_initializer())
+    table = de.DynamicTable(1, capacity=params.capacity, name="emb", initializer=v1.zeros_initializer(),
+                            serving=mode != "train")   # eval, predict: the checkpoint's live rows
     bias = v1.get_variable("bias", [], initializer=v1.zeros_initializer(), use_resource=True)
     logit = table.lookup(ids, training=mode == "train")[:, 0] + bias
     p = tf.sigmoid(logit)
@@ -91,7 +92,7 @@ def test_a_restore_into_a_shard_too_small_for_the_saved_ids_says_to_raise_the_ca
     g = tf.Graph()
     with g.as_default():   # one shard of CAPACITY rows (a continuation on 1 ps)
         v1.train.get_or_create_global_step()
-        _model_fn({"ids": v1.placeholder(tf.int64, [None])}, None, "predict", params)
+        _model_fn({"ids": v1.placeholder(tf.int64, [None])}, None, "train", params)
         saver = v1.train.Saver(de.saver_var_list(g))
     for _ in range(5):   # the check runs before any op that sizes the rows by the saved ids
         with v1.Session(graph=g) as sess, pytest.raises(tf.errors.InvalidArgumentError,

@@ -1,11 +1,10 @@
 """Embeddings with one row per id, admitted by count and freed by age: stock TensorFlow only.
 
 ``DynamicTable`` is the table (plain ``tf.compat.v1`` graph ops, no tf_keras), and
-``DynamicEmbedding`` (``keras_layer_class``) the tf_keras layer around it. The design,
+``DynamicEmbedding`` (``keras_layer_class``) the tf_keras layer around it; it trains, or with
+``serving=True`` (the layer: ``training=False``) serves a checkpoint's live rows. The design,
 its bounds, its races and what a checkpoint guarantees: docs/design/dynamic_embedding.md.
-
-Per shard (one per ps task; :func:`shard_devices` says which, the worker sets it while the
-model is built; one shard on the current device otherwise), all on that shard's device:
+Per training shard (one per ps task, :func:`shard_devices`; else one on the current device):
 
 * ``table``: a ``MutableHashTable`` int64 key -> int64 row (string ids are keyed by their
   64-bit fingerprint, int64 ids by themselves);
@@ -16,8 +15,8 @@ model is built; one shard on the current device otherwise), all on that shard's 
   ``last_seen``: the global step each row was last looked up in training;
 * ``sketch``: a count-min sketch (int32, ``SKETCH_DEPTH`` x ``SKETCH_WIDTH``) of the
   occurrences of ids that have no row yet (only with ``min_count`` > 1);
-* a ``tf.CriticalSection``: allocation, eviction, snapshots and restores of the shard take
-  it in turn, so a key never has two live rows and a row never changes owner in a snapshot.
+* a ``tf.CriticalSection``: lookups (find, allocate, gather), evictions, snapshots and
+  restores take it in turn: a key never has two live rows, a row never changes owner in a read.
 """
 
 from __future__ import annotations
@@ -46,6 +45,13 @@ SHARD_SLACK = 1.1
 #: The key row_keys holds for a free row (an int64 id may be this value too: whether a row is
 #: free is read from last_seen, -1 for a free row).
 EMPTY_KEY = -(2**63)
+#: A full shard's early eviction never frees a row last seen within this many global steps of
+#: the eviction's step: a row found by a step whose gradient is still in flight keeps its key.
+#: In async training, the global step moves on by the steps the other workers finish meanwhile
+#: (about workers - 1 per step; more for a slow worker); in sync training by at most 1 (a later
+#: gradient is dropped as stale). 100 covers tens of workers, or one 10x slower than the rest;
+#: a shard whose every row is younger refuses new ids until rows age (read zeros, counted).
+EARLY_EVICTION_MIN_AGE = 100
 #: The tables built in each graph. Not a graph collection: a meta graph (every checkpoint's,
 #: the SavedModel's) would write an object with a ``name`` as a node name and fail to load.
 _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -62,18 +68,6 @@ def shard_devices(devices: list[str]):
         yield
     finally:
         _CONTEXT.devices = old
-
-
-@contextlib.contextmanager
-def serving_from(checkpoint: str):
-    """While an export's graph is built: the tables serve the live rows of ``checkpoint`` as
-    plain variables (sorted keys and their rows), with no hash table in the SavedModel."""
-    old = getattr(_CONTEXT, "serving", None)
-    _CONTEXT.serving = tf.train.load_checkpoint(checkpoint)
-    try:
-        yield
-    finally:
-        _CONTEXT.serving = old
 
 
 def fingerprint64(x):
@@ -104,9 +98,11 @@ def saver_var_list(graph=None):
     return kept + others + [t.saveable() for t in found if t.shards]
 
 
-def serving_initializers(graph=None) -> list[tuple]:
-    """(initializer op, feed_dict) of each table's serving variables (export graphs)."""
-    return [t.serving_feed for t in tables(graph) if t.serving_feed is not None]
+def serving_initializers(checkpoint: str, graph=None) -> list[tuple]:
+    """(initializer op, feed_dict) that load each serving table of ``graph`` (``serving=True``)
+    with the live rows of ``checkpoint`` (the export's and the evaluation's restore)."""
+    reader = tf.train.load_checkpoint(checkpoint)
+    return [t.serving_load(reader) for t in tables(graph) if t.serving]
 
 
 def _initial(initializer, shape, dtype):
@@ -207,16 +203,23 @@ class _Shard:
                 for d in range(SKETCH_DEPTH)]
         return tf.stack(rows)
 
-    def find_or_insert(self, table: DynamicTable, keys, counts, step, training: bool):
-        """Rows of the unique int64 ``keys`` (-1: not admitted, or no room); in training,
-        counts them, allocates rows for admitted new keys and marks them seen at ``step``."""
+    def lookup(self, table: DynamicTable, keys, counts, step, training: bool):
+        """Values ``[n, dim]`` of the unique int64 ``keys``, read under the shard's lock (zeros for
+        a key without a row: not admitted, or no room); in training, also counts the keys,
+        allocates rows for admitted new keys and marks them seen at ``step``. The rows are
+        gathered before the lock is released, so no eviction can hand a row to another key
+        between finding it and reading it."""
         minus = tf.constant(-1, tf.int64)
-        if not training:
-            with tf.device(self.device):
-                return tf.raw_ops.LookupTableFindV2(table_handle=self.table, keys=keys, default_value=minus)
+
+        def read(final):
+            with tf.control_dependencies([final]):
+                safe = tf.where(final >= 0, final, tf.fill(tf.shape(final), tf.constant(self.cap, tf.int64)))
+                return [final, tf.gather(self.weights, safe)]
 
         def critical():
             found = tf.raw_ops.LookupTableFindV2(table_handle=self.table, keys=keys, default_value=minus)
+            if not training:
+                return read(found)
             missing = found < 0
             new = tf.boolean_mask(keys, missing)
             if table.min_count > 1:
@@ -247,21 +250,19 @@ class _Shard:
                 resource=self.last_seen.handle, indices=live,
                 updates=tf.fill(tf.shape(live), tf.cast(step, tf.int64)))
             with tf.control_dependencies([seen_now]):
-                return tf.identity(final)
+                return read(tf.identity(final))
 
-        return _locked(self, critical)
-
-    def gather(self, rows):
-        with tf.device(self.device):
-            safe = tf.where(rows >= 0, rows, tf.fill(tf.shape(rows), tf.constant(self.cap, tf.int64)))
-            values = tf.gather(self.weights, safe)
+        rows, values = _locked(self, critical)
+        with tf.device(self.device):   # the default row (capacity) reads as zeros; its gradient is 0
             return values * tf.cast(rows >= 0, values.dtype)[:, None]
 
     # ------------------------------------------------------------------ ps side
-    def evict(self, table: DynamicTable, step, slots: list, oldest_share: float = 0.0):
+    def evict(self, table: DynamicTable, step, slots: list, oldest_share: float = 0.0,
+              min_age: int = 0):
         """Free the rows not seen for ``steps_to_live`` steps (and, with ``oldest_share``, when
-        the shard is nearly full, that share of its capacity, oldest first); halve the sketch.
-        Returns the number of rows freed."""
+        the shard is nearly full, up to that share of its capacity, oldest first, among the rows
+        last seen more than ``min_age`` steps before ``step``); halve the sketch. Returns the
+        number of rows freed."""
         def critical():
             # Every value is read once, and every write waits for the reads: a write that ran
             # first would make the read see it (a row read as free keeps its key in the table).
@@ -275,12 +276,15 @@ class _Shard:
             if table.steps_to_live:
                 stale = tf.logical_and(used, seen < tf.cast(step, tf.int64) - table.steps_to_live)
             if oldest_share > 0:
+                # Only rows older than min_age steps: a row looked up by a step still in flight
+                # (its gradient not applied yet) stays with its key (docs/design/dynamic_embedding.md).
                 want = int(self.cap * oldest_share)
                 full = room < max(1, int(self.cap * 0.02))
-                age = tf.where(used, -seen, tf.fill(tf.shape(seen), tf.constant(-(2**62), tf.int64)))
+                old = tf.logical_and(used, seen < tf.cast(step, tf.int64) - min_age)
+                age = tf.where(old, -seen, tf.fill(tf.shape(seen), tf.constant(-(2**62), tf.int64)))
                 _, oldest = tf.math.top_k(age, k=min(want, self.cap))
                 early = tf.scatter_nd(oldest[:, None], tf.ones_like(oldest, tf.bool), [self.cap])
-                stale = tf.logical_or(stale, tf.logical_and(full, tf.logical_and(early, used)))
+                stale = tf.logical_or(stale, tf.logical_and(full, tf.logical_and(early, old)))
             rows = tf.reshape(tf.where(stale), [-1])
             keys = tf.gather(owners, rows)
             m = tf.size(rows, out_type=tf.int64)
@@ -356,11 +360,15 @@ class DynamicTable:
     id gets a row; until then it reads zeros. ``steps_to_live``: rows not looked up in
     training for that many global steps are freed by :meth:`evict_op`. ``capacity``: rows
     of the whole table (split over the shards), a hard budget. ``initializer``: of new rows.
+    ``serving``: False (the default), the table trains: shards on the ps with their hash
+    tables. True, it serves a checkpoint's live rows (an export's or an evaluation's graph):
+    two plain variables, sorted keys and their rows, loaded by :func:`serving_initializers`
+    (empty until then: every id reads zeros). A model_fn passes ``serving=(mode != "train")``.
     """
 
     def __init__(self, output_dim: int, min_count: int = 1, steps_to_live: int | None = None,
                  capacity: int | None = None, initializer=None, name: str = "dynamic_embedding",
-                 devices: list | None = None):
+                 devices: list | None = None, serving: bool = False):
         output_dim, min_count, steps_to_live, capacity = check_table_args(
             name, output_dim, min_count, steps_to_live, capacity)
         self.name, self.dim, self.min_count, self.steps_to_live = name, output_dim, min_count, steps_to_live
@@ -370,13 +378,14 @@ class DynamicTable:
         self.num_shards = len(devices)
         self.shard_capacity = max(1, math.ceil(self.capacity * (SHARD_SLACK if self.num_shards > 1 else 1)
                                                 / self.num_shards))
-        self.serving_feed = None
+        if not isinstance(serving, bool):
+            raise ValueError(f"DynamicTable {name}: serving must be True or False, not {serving!r}")
+        self.serving = serving
         self.own_step = None      # the table's own step count, where the graph has no global step
         self.chief_ops = None     # the chief's eviction and counts (tfps.task.tables)
         self._saveable = None
-        reader = getattr(_CONTEXT, "serving", None)
-        if reader is not None:
-            self._build_serving(reader)
+        if serving:
+            self._build_serving()
             self.shards = []
         else:
             self.shards = [_Shard(self, i, d) for i, d in enumerate(devices)]
@@ -394,21 +403,22 @@ class DynamicTable:
         ids = tf.convert_to_tensor(ids)
         flat = tf.reshape(ids, [-1])
         keys = self.keys_of(flat)
-        if self.serving_feed is not None:
+        if self.serving:
+            if training is True:
+                raise ValueError(f"DynamicTable {self.name} serves a checkpoint's rows (serving=True) and cannot "
+                                 "train; build the training graph's table with serving=False")
             out = self._serve(keys)
         else:
             uniq, idx, counts = tf.unique_with_counts(keys, out_idx=tf.int64)
             step = self._step() if training else None
             if self.num_shards == 1:
-                rows = self.shards[0].find_or_insert(self, uniq, counts, step, training)
-                values = self.shards[0].gather(rows)
+                values = self.shards[0].lookup(self, uniq, counts, step, training)
             else:
                 shard = tf.cast(shard_of(uniq, self.num_shards), tf.int32)
                 positions = tf.dynamic_partition(tf.range(tf.size(uniq)), shard, self.num_shards)
                 ukeys = tf.dynamic_partition(uniq, shard, self.num_shards)
                 ucounts = tf.dynamic_partition(counts, shard, self.num_shards)
-                parts = [s.gather(s.find_or_insert(self, k, c, step, training))
-                         for s, k, c in zip(self.shards, ukeys, ucounts)]
+                parts = [s.lookup(self, k, c, step, training) for s, k, c in zip(self.shards, ukeys, ucounts)]
                 values = tf.dynamic_stitch(positions, parts)
             out = tf.gather(values, idx)
         return tf.reshape(out, tf.concat([tf.shape(ids), [self.dim]], 0))
@@ -437,10 +447,12 @@ class DynamicTable:
         return [v for v in shard.weights.graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)
                 if v.op.name.startswith(prefix) and v.shape.as_list() == shard.weights.shape.as_list()]
 
-    def evict_op(self, step=None, oldest_share: float = 0.1):
-        """Frees the rows to evict on every shard, each on its own device; returns the count."""
+    def evict_op(self, step=None, oldest_share: float = 0.1, min_age: int = EARLY_EVICTION_MIN_AGE):
+        """Frees the rows to evict on every shard, each on its own device; returns the count.
+        A full shard's early eviction (``oldest_share``) spares rows seen in the last
+        ``min_age`` global steps."""
         step = step if step is not None else self._step()
-        return tf.add_n([s.evict(self, step, self._slots(s), oldest_share) for s in self.shards])
+        return tf.add_n([s.evict(self, step, self._slots(s), oldest_share, min_age) for s in self.shards])
 
     def stats_op(self):
         """``[shards, 4]``: live rows, admitted, evicted, refused of each shard."""
@@ -458,23 +470,28 @@ class DynamicTable:
         return self._saveable
 
     # ------------------------------------------------------------------ serving
-    def _build_serving(self, reader) -> None:
-        """Sorted keys and their rows from the checkpoint, as two variables fed once."""
+    def _build_serving(self) -> None:
+        """Sorted keys and their rows as two variables of any length (fed by serving_load);
+        empty by default: no key, only the zero row."""
+        with tf.init_scope(), v1.name_scope(None):
+            pk = v1.placeholder_with_default(tf.zeros([0], tf.int64), [None], name=f"{self.name}/serving_keys_value")
+            pv = v1.placeholder_with_default(tf.zeros([1, self.dim], tf.float32), [None, self.dim],
+                                             name=f"{self.name}/serving_values_value")
+            self.serving_keys = v1.Variable(pk, trainable=False, name=f"{self.name}/serving_keys", use_resource=True,
+                                            shape=tf.TensorShape([None]))
+            self.serving_values = v1.Variable(pv, trainable=False, name=f"{self.name}/serving_values",
+                                              use_resource=True, shape=tf.TensorShape([None, self.dim]))
+        self._serving_feeds = (pk, pv)
+
+    def serving_load(self, reader) -> tuple:
+        """(initializer, feed_dict) giving this serving table the live rows saved in ``reader``."""
         import numpy as np
         keys = reader.get_tensor(f"{self.name}/keys")
         values = reader.get_tensor(f"{self.name}/values")
         order = np.argsort(keys, kind="stable")
-        keys = keys[order]
         values = np.concatenate([values[order], np.zeros([1, self.dim], np.float32)], 0)
-        with tf.init_scope(), v1.name_scope(None):
-            pk = v1.placeholder(tf.int64, keys.shape, name=f"{self.name}/serving_keys_value")
-            pv = v1.placeholder(tf.float32, values.shape, name=f"{self.name}/serving_values_value")
-            self.serving_keys = v1.Variable(pk, trainable=False, name=f"{self.name}/serving_keys", use_resource=True)
-            self.serving_values = v1.Variable(pv, trainable=False, name=f"{self.name}/serving_values",
-                                              use_resource=True)
-        self.serving_feed = (tf.group(self.serving_keys.initializer, self.serving_values.initializer),
-                             {pk: keys, pv: values})
-        self.live_served = int(keys.shape[0])
+        pk, pv = self._serving_feeds
+        return tf.group(self.serving_keys.initializer, self.serving_values.initializer), {pk: keys[order], pv: values}
 
     def _serve(self, keys):
         known = self.serving_keys.read_value()
@@ -532,14 +549,19 @@ def keras_layer_class():
             check_table_args(self.name, output_dim, min_count, steps_to_live, capacity)   # ValueError now
             self.output_dim, self.min_count, self.steps_to_live = output_dim, min_count, steps_to_live
             self.capacity, self.initializer = capacity, initializer
-            self.table = None
+            self.table = None   # made by the first call that says training=True or False
 
-        def build(self, input_shape):
-            self.table = DynamicTable(self.output_dim, self.min_count, self.steps_to_live, self.capacity,
-                                      tf_keras.initializers.get(self.initializer) if self.initializer else None,
-                                      name=self.name)
-            self.table_weights = [s.weights for s in self.table.shards]
-            super().build(input_shape)
+        def _table(self, serving: bool):
+            if self.table is None:
+                self.table = DynamicTable(self.output_dim, self.min_count, self.steps_to_live, self.capacity,
+                                          tf_keras.initializers.get(self.initializer) if self.initializer else None,
+                                          name=self.name, serving=serving)
+                self.table_weights = [s.weights for s in self.table.shards]
+            elif self.table.serving != serving:
+                raise ValueError(f"DynamicEmbedding {self.name} was called with training={not self.table.serving} "
+                                 f"and then training={not serving} in one graph: a graph either trains the "
+                                 "table or serves a checkpoint's rows; build a model per graph")
+            return self.table
 
         def __call__(self, ids, *args, **kwargs):
             # Refused here, not in call(): autograph would wrap the error in a traceback of its own.
@@ -549,10 +571,15 @@ def keras_layer_class():
             return super().__call__(ids, *args, **kwargs)
 
         def call(self, ids, training=None):
-            if training is None:
-                training = tf_keras.backend.learning_phase()
-            training = bool(training) if isinstance(training, (bool, int)) else False
-            return self.table.lookup(ids, training=training)
+            # Train or serve is the call's explicit training: True trains the table on the ps,
+            # False serves a checkpoint's live rows (tfps's export and evaluation). A call that
+            # says neither (the functional model's construction on keras.Input) builds no table
+            # and gives zeros of the right shape, unless the graph's table is already made.
+            if isinstance(training, (bool, int)) and not isinstance(training, tf.Tensor):
+                return self._table(serving=not training).lookup(ids, training=bool(training))
+            if self.table is not None:
+                return self.table.lookup(ids, training=False)
+            return tf.zeros(tf.concat([tf.shape(ids), [self.output_dim]], 0), tf.float32)
 
         def compute_output_shape(self, input_shape):
             return tf.TensorShape(input_shape).concatenate([self.output_dim])

@@ -57,11 +57,12 @@ def _restore(sess, checkpoint: str):
     from tfps.layers import dynamic_embedding  # lazy: imports TensorFlow
     var_list = dynamic_embedding.saver_var_list(sess.graph)
     if var_list is not None:   # dynamic tables: their saveables; serving variables are fed, not restored
-        serving = {id(v) for t in dynamic_embedding.tables(sess.graph) if t.serving_feed is not None
+        serving = {id(v) for t in dynamic_embedding.tables(sess.graph) if t.serving
                    for v in (t.serving_keys, t.serving_values)}
         var_list = [v for v in var_list if id(v) not in serving]
-    tf.compat.v1.train.Saver(var_list, sharded=False).restore(sess, glob_free_checkpoint(checkpoint))
-    for init, feed in dynamic_embedding.serving_initializers(sess.graph):
+    if var_list is None or var_list:   # a model whose only variables are served tables restores nothing else
+        tf.compat.v1.train.Saver(var_list, sharded=False).restore(sess, glob_free_checkpoint(checkpoint))
+    for init, feed in dynamic_embedding.serving_initializers(glob_free_checkpoint(checkpoint), sess.graph):
         sess.run(init, feed)
 
 
@@ -109,9 +110,8 @@ def _write_export(tf, model_fn, params, checkpoint: str, tmp: str, global_step: 
             features = v1.placeholder(tf.float32, [None, *params.feature_shape], name="features")
         inputs = features if named else {"features": features}
         from tfps.layers import dynamic_embedding  # lazy: imports TensorFlow
-        # Dynamic tables serve their live rows as plain variables.
-        with dynamic_embedding.serving_from(glob_free_checkpoint(checkpoint)):
-            spec = model_fn(features, None, "predict", params)
+        # Dynamic tables made for "predict" (serving=True) serve their live rows as plain variables.
+        spec = model_fn(features, None, "predict", params)
         with v1.Session(graph=graph) as sess:
             _restore(sess, checkpoint)
             signature = v1.saved_model.predict_signature_def(inputs=inputs,
@@ -221,21 +221,20 @@ def write_eval_summaries(model_dir: str, step: int, metrics: dict[str, float]) -
 def evaluate(model_fn, params, checkpoint: str, dataset) -> dict[str, float]:
     """Average loss and metrics of the checkpoint over one pass of ``dataset``.
 
-    Dynamic tables read the checkpoint's live rows as the export serves them
-    (``serving_from``), not through a hash table restored into one local shard: the
-    training's shards hold up to ``SHARD_SLACK`` times the table's capacity together, more
-    than one shard of that capacity takes, and the evaluation must score what is served.
+    Dynamic tables read the checkpoint's live rows as the export serves them (a model_fn
+    makes them with ``serving=True`` outside "train"; the Keras layer on training=False),
+    not through a hash table restored into one local shard: the training's shards hold up
+    to ``SHARD_SLACK`` times the table's capacity together, more than one shard of that
+    capacity takes, and the evaluation must score what is served.
     """
     import numpy as np
     import tensorflow as tf
 
-    from tfps.layers import dynamic_embedding  # lazy: imports TensorFlow
     v1 = tf.compat.v1
     graph = tf.Graph()
     with graph.as_default(), tf.compat.v1.device("/cpu:0"):
         features, labels = v1.data.make_one_shot_iterator(dataset()).get_next()
-        with dynamic_embedding.serving_from(glob_free_checkpoint(checkpoint)):
-            spec = model_fn(features, labels, "eval", params)
+        spec = model_fn(features, labels, "eval", params)
         fetch = {"loss": spec.loss, **spec.metrics, "_n": tf.shape(labels)[0]}
         # A binary classifier is also ranked over the whole set at once: AUC is not a mean
         # of per-batch values.
