@@ -29,10 +29,14 @@ FIRST_STEPS, MORE_STEPS = 40, 80
 
 
 def snapshot(model_dir) -> dict[str, tuple[int, int]]:
-    """Every file of model_dir: its size and modification time."""
+    """Every file of model_dir: its size and modification time. Not the lock file: every start
+    takes the model_dir's lock and writes who holds it there, a refused one too (the kernel's
+    lock dies with it; the file only names the last holder)."""
     out = {}
     for root, _, files in os.walk(model_dir):
         for name in files:
+            if root == str(model_dir) and name == ".tfps.lock":
+                continue
             st = os.stat(os.path.join(root, name))
             out[os.path.relpath(os.path.join(root, name), model_dir)] = (st.st_size, st.st_mtime_ns)
     return out
