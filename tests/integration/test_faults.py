@@ -65,6 +65,10 @@ RESTART_DELAY = 1.0
 #: restarted worker the rest takes 450 x 0.05 s.
 PACED_MODEL = "tests.fixtures.paced_model:model_fn"
 PACED_CHIEF_STEP_SECS = {"async": 0.15, "sync": 0.05}
+#: Every other worker sleeps this long per step: unpaced, the demo runs at 500 steps/s and
+#: more, and a kill drawn at step 300 could land after the last step (a ps-async case once
+#: killed the ps at step 600, while the chief was exporting, and worker1 had ended).
+BASE_STEP_SECS = 0.01
 
 TABLE_FILE = Path(__file__).with_name(".faults-table.txt")
 VICTIMS = {"ps0": "ps", "worker0": "chief (worker0)", "worker1": "non-chief (worker1)"}
@@ -115,10 +119,11 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
                         "--log_steps", str(LOG_STEPS), "--tf_threads", "1", "--sync_timeout", str(SYNC_TIMEOUT),
                         *(["--sync_replicas"] if mode in ("sync", "backup") else []),
                         *(["--backup_workers", "1"] if mode == "backup" else []),
-                        *(["--model", PACED_MODEL] if paced else [])]
+                        "--model", PACED_MODEL]
         extra = {"APPRISE_URLS": smtp_server.url()} if t.name == "worker0" else {}
-        if paced and t.name == "worker0":
-            extra["TFPS_TEST_STEP_SECS"] = str(PACED_CHIEF_STEP_SECS[mode])
+        if t.name.startswith("worker"):
+            extra["TFPS_TEST_STEP_SECS"] = str(PACED_CHIEF_STEP_SECS[mode] if paced and t.name == "worker0"
+                                               else BASE_STEP_SECS)
         env[t.name] = base_env(**extra)
         tasks[t.name] = procs.tfps(t.name, *argv[t.name], env=env[t.name])
     ports = [t.port for t in plan.tasks]
