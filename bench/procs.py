@@ -43,18 +43,25 @@ def spawn(argv, env=None, **kw) -> subprocess.Popen:
     return p
 
 
-def descendants(pid: int) -> list[int]:
-    """``pid``'s children, grandchildren and so on (from /proc), whatever their session."""
-    children: dict[int, list[int]] = {}
+def parents() -> dict[int, int]:
+    """Every process's parent pid, from /proc (processes that end while it reads are left out)."""
+    out = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open(f"/proc/{d}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+                out[int(d)] = int(fh.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        children.setdefault(ppid, []).append(int(d))
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid``'s children, grandchildren and so on (from /proc), whatever their session."""
+    children: dict[int, list[int]] = {}
+    for child, ppid in parents().items():
+        children.setdefault(ppid, []).append(child)
     out, todo = [], [pid]
     while todo:
         for c in children.get(todo.pop(), []):
@@ -187,21 +194,15 @@ def task_pids(launcher: int) -> dict[str, int]:
     """The tasks of a `tfps local`: the launcher's children whose command line (the task's
     ``tfps run ... --job_name=ps --task_index=N``, which tfps sets on a forked task) names one."""
     found = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
+    for pid in (child for child, ppid in parents().items() if ppid == launcher):
         try:
-            with open(f"/proc/{d}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            if ppid != launcher:
-                continue
-            with open(f"/proc/{d}/cmdline") as fh:
+            with open(f"/proc/{pid}/cmdline") as fh:
                 cmd = fh.read().replace("\0", " ")
-        except (OSError, ValueError, IndexError):
+        except OSError:
             continue
         m = re.search(r"--job_name=(ps|worker)\b.*--task_index=(\d+)", cmd)
         if m:
-            found[m.group(1) + m.group(2)] = int(d)
+            found[m.group(1) + m.group(2)] = pid
     return found
 
 
