@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 TF_KERAS ?= 'tf_keras==2.21.*'
 TF_CPU ?= 'tensorflow-cpu==2.21.*'
 
-.PHONY: install demo test test-next test-chaos lint unit docs chromium docker image collections galaxy compose-files compose-demo bench clean
+.PHONY: install demo test test-next test-chaos lint unit docs docs-outputs chromium docker image collections galaxy compose-files compose-demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +88,10 @@ docs: install
 	$(VENV)/bin/python docs/gen_reference.py
 	$(VENV)/bin/python docs/gen_errors.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# The output the tutorials show, from real runs of their commands (docs/gen_outputs.py).
+docs-outputs: install
+	$(VENV)/bin/python docs/gen_outputs.py
 
 # The 20-fault chaos job (tests/integration/test_chaos.py) runs on its own, not in `make test`:
 # on a clean-clone run beside the system tests it found a worker that did not exit by itself

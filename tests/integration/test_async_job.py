@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import docblocks
@@ -183,3 +184,21 @@ def test_in_a_pipe_every_task_line_is_prefixed_and_the_counts_add_up(job):
 
 
 # -v (TensorFlow's own lines back): the spawned job of tests/integration/test_local_launch.py.
+
+
+def _shape(line: str) -> str:
+    """A summary line's words, its numbers and paths left out: what stays from run to run."""
+    return re.sub(r"( \+_)+$", "", re.sub(r"\S*/\S*|-?\d[\d.,e+-]*", "_", line).strip())
+
+
+def test_the_first_tutorials_output_is_this_commands(job):
+    # docs/tutorials/first-job.md shows the summary of a real run of this command (written by
+    # `make docs-outputs`): the summary this run printed has its lines, in the same order (and may
+    # have more: an async job's line on the steps past --train_steps).
+    sys.path.insert(0, str(docblocks.DOCS))
+    import gen_outputs
+    page = gen_outputs.blocks("tutorials/first-job.md")["first-job"]
+    printed = gen_outputs.OUTPUTS["first-job"].keep(job.proc.output())
+    shapes = iter(_shape(x) for x in printed.splitlines())
+    assert all(any(s == t for t in shapes) for s in map(_shape, page.splitlines())), \
+        f"the summary changed: run python docs/gen_outputs.py --only first-job\n{printed}"
