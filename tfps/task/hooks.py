@@ -125,10 +125,15 @@ class ProgressHook(v1.train.SessionRunHook):
                                                     "examples_per_sec": round(self.examples_s, 1), "mean": mean})
 
     def summary(self) -> dict:
+        """The job's final loss and metrics: the mean of this worker's last runs (up to 20), of
+        those in the second half of the job so far. The chief may have run only a few steps of a
+        short async job (the other workers trained the rest): its first runs, at a loss the job
+        has long left, do not count."""
         if not self.recent:
             return {}
-        keys = [k for k in self.recent[-1] if k != "step"]
-        return {k: round(float(np.mean([r[k] for r in self.recent])), 6) for k in keys}
+        late = [r for r in self.recent if r["step"] >= self.recent[-1]["step"] / 2]
+        keys = [k for k in late[-1] if k != "step"]
+        return {k: round(float(np.mean([r[k] for r in late])), 6) for k in keys}
 
 class StopFlagHook(v1.train.SessionRunHook):
     """Turns SIGTERM on any worker, or the chief's cluster-wide stop flag, into request_stop.
