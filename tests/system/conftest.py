@@ -231,7 +231,9 @@ def run_playbook(ansible_collections, tmp_path_factory):
     counter = iter(range(1000))
 
     def run(playbook: str, inventory: Path, extra_vars: dict | None = None, timeout: float = 600,
-            args: list[str] | tuple[str, ...] = ()) -> PlayResult:
+            args: list[str] | tuple[str, ...] = (), command: list[str] | None = None) -> PlayResult:
+        """``command``: run ``tfps COMMAND...`` (a tutorial's line, e.g. ``deploy -i INV --check``)
+        instead of ansible-playbook (``playbook`` then only names the log)."""
         env = dict(os.environ)
         # As docs/ansible.md says: from ansible/, where Ansible reads ansible/ansible.cfg.
         env.pop("ANSIBLE_CONFIG", None)
@@ -242,7 +244,10 @@ def run_playbook(ansible_collections, tmp_path_factory):
             "ANSIBLE_RETRY_FILES_ENABLED": "0",
             "ANSIBLE_LOCAL_TEMP": str(logs / "tmp"),
         })
-        cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), playbook]
+        if command:
+            cmd = [sys.executable, "-m", "tfps", *command]
+        else:
+            cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), playbook]
         cmd += list(args)
         if extra_vars:
             vars_file = logs / f"extra-{next(counter)}.json"

@@ -43,6 +43,12 @@ def wheel_tfps(tfps: Path, workdir: Path, *args: str, timeout: float = 900) -> s
     return subprocess.run([str(tfps), *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def tutorial_commands(inventory: Path) -> list[list[str]]:
+    """The Ansible tutorial's commands (docs/tutorials/ansible.md), on ``inventory``."""
+    return docblocks.commands("tutorials/ansible.md", "tests/system/test_ansible_inventory.py",
+                              paths={"inventory/mycluster": inventory})
+
+
 def ini_inventory(bare_metal, path: Path, job: str, archive: Path, steps: int) -> Path:
     """An INI inventory the way most Ansible users write one: groups, [group:vars], inline host vars."""
     ssh_args = ("-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=10 "
@@ -91,8 +97,7 @@ def test_ini_inventory_deploys_and_extra_vars_reach_the_tasks(bare_metal, image_
     empty = tmp_path / "empty"
     # The Ansible tutorial's commands (docs/tutorials/ansible.md) on this inventory; this test's
     # variables come after the page's -e, and the last -e wins.
-    tutorial = docblocks.commands("tutorials/ansible.md", "tests/system/test_ansible_inventory.py",
-                                  paths={"inventory/mycluster": inventory})
+    tutorial = tutorial_commands(inventory)
     deploy_args = next(argv[2:] for argv in tutorial if argv[:2] == ["tfps", "deploy"] and "--check" not in argv)
     jobs_args = next(argv[2:] for argv in tutorial if argv[:2] == ["tfps", "jobs"])
     assert deploy_args == ["-i", str(inventory), "-e", "tfps_train_steps=500"], deploy_args
@@ -160,9 +165,11 @@ def test_check_mode_on_a_fresh_cluster_changes_nothing(bare_metal, image_archive
         (src / f"train-{i}.csv").write_text(f"f0,label\n{i},0\n")
     data_dir = f"/srv/tfps-data/{job}"
 
+    # The Ansible tutorial's check line (docs/tutorials/ansible.md), on this inventory.
+    check = next(argv[1:] for argv in tutorial_commands(inventory) if argv[:2] == ["tfps", "deploy"] and "--check" in argv)
+    assert check == ["deploy", "-i", str(inventory), "--check", "--diff"], check
     fresh = run_playbook("deploy.yml", inventory, {**play_vars(tmp_path), "tfps_data_dir": data_dir,
-                                                   "tfps_data_src": str(src / "train-*.csv")},
-                         args=["--check", "--diff"])
+                                                   "tfps_data_src": str(src / "train-*.csv")}, command=check)
     assert_ok(fresh, "deploy.yml --check on a fresh cluster")
     for host, task in (("host1", "ps0"), ("host2", "worker0"), ("host3", "worker1")):
         assert f"--check: {host} would start tfps-{job}-{task}" in fresh.output, fresh.output[-4000:]

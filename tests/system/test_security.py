@@ -34,6 +34,7 @@ import time
 import uuid
 from pathlib import Path
 
+import docblocks
 import docker
 import faults
 import pytest
@@ -465,7 +466,12 @@ def test_ansible_firewall_admits_only_the_cluster_also_after_a_reboot_and_a_reru
             time.sleep(1)
 
         # -- the job ends with a final save -----------------------------------------------
-        stop = run_playbook("stop.yml", inventory, play_vars(tmp_path), timeout=900)
+        # The Ansible tutorial's stop line (docs/tutorials/ansible.md), on this inventory.
+        stop_line = next(argv[1:] for argv in docblocks.commands(
+            "tutorials/ansible.md", "tests/system/test_ansible_inventory.py",
+            paths={"inventory/mycluster": inventory}) if argv[:2] == ["tfps", "stop"])
+        assert stop_line == ["stop", "-i", str(inventory)], stop_line
+        stop = run_playbook("stop.yml", inventory, play_vars(tmp_path), timeout=900, command=stop_line)
         assert_ok(stop, "stop.yml after the reboot")
         print(f"stop.yml: {stop.seconds:.0f} s")
         results = json.loads((tmp_path / "results" / "latest" / "results.json").read_text())
