@@ -36,6 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import docblocks
 import pytest
 from servers import SMTPServer, wait_until
 from slurmcluster import REPO, USER, SlurmCluster
@@ -68,9 +69,15 @@ def smtp(cluster):
         yield server
 
 
+#: The Slurm tutorial's submit line (docs/tutorials/slurm.md), from which every job here starts:
+#: this test's layout (3 nodes), walltime and settings come after it, and argparse takes the last.
+TUTORIAL = docblocks.commands("tutorials/slurm.md", "tests/system/test_slurm.py")[0]
+
+
 def _submit(cluster, name: str, *args: str, env: str = "", layout: str = "--ps 1 --workers 2 --nodes 3") -> str:
+    assert TUTORIAL[:2] == ["tfps", "slurm"] and "--submit" in TUTORIAL, TUTORIAL
     options = " ".join(shlex.quote(a) for a in args)
-    proc = cluster.run(f"{env} {cluster.python} -m tfps slurm {layout} "
+    proc = cluster.run(f"{env} {cluster.python} -m tfps {shlex.join(TUTORIAL[1:])} {layout} "
                        f"--time {WALLTIME_MIN} --final_save_timeout 60 --run_name {name} "
                        f"--model_dir /shared/jobs/{name} --notify_config /shared/jobs/notify.txt "
                        f"--submit {options}")
