@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from tfps.outcome import jobs
+from tfps.backends import ansible as jobs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -97,7 +97,7 @@ UNREACHABLE = ("cannot be reached over SSH; check its address, ansible_user and 
 
 def test_logs_of_a_task_on_unreachable_hosts_say_which_hosts_were_not_read():
     """Issue 51: with every host unreachable, tfps logs said "no host has task worker0"."""
-    from tfps.outcome.jobs import not_found
+    from tfps.backends.ansible import not_found
     empty = {"error": None, "containers": [], "history": {}, "logs": {}}
     hosts = {h: {**empty, "error": UNREACHABLE.format(h)} for h in ("h1", "h2")}
     line = not_found(hosts, "j", "worker0")

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from tfps import cli
+from tfps.backends import slurm as slurm_jobs
+from tfps.backends.protocol import render
 from tfps.errors import ConfigError
-from tfps.outcome import slurm_jobs
-from tfps.outcome.jobs import render
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm_output"
 NODES = ["tfpsl139213c5-1", "tfpsl139213c5-2", "tfpsl139213c5-3"]
@@ -136,7 +136,7 @@ def test_a_tasks_log_lines_are_its_ranks_prefixed_like_the_ansible_side(jobs_dir
 
 def test_without_squeue_or_a_source_the_commands_say_so_in_one_line(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))   # a login node without Slurm's commands
-    for argv, text in ((["jobs"], "inventory: give -i INVENTORY (the hosts of an Ansible deploy) or --slurm"),
+    for argv, text in ((["jobs"], "inventory: give -i INVENTORY (the hosts of an Ansible deploy), --slurm (jobs under Slurm), "),
                        (["jobs", "--slurm", "-i", "hosts"], "slurm: give -i INVENTORY or --slurm, not both"),
                        (["jobs", "--slurm"], "slurm: squeue is not on the PATH: run tfps jobs/logs --slurm on a "
                                              "Slurm login node"),
