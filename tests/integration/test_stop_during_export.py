@@ -3,7 +3,8 @@
 10 s is Docker's default stop grace: an orchestrator using it would SIGKILL the chief in
 the middle of this export. tfps waits for the final save instead, and the ps (which holds
 the variables) stays up until the chief has finished it. The stop is SIGTERM, what
-orchestrators and ``kill`` send: the job ends "stopped" with exit code 143. (Ctrl-C's
+orchestrators and ``kill`` send, here sent by ``tfps stop --local`` (after ``tfps status --local``
+shows the job running): the job ends "stopped" with exit code 143. (Ctrl-C's
 SIGINT, to the launcher and then its whole group, and a closed terminal's SIGHUP:
 tests/integration/test_stops.py.)
 
@@ -14,7 +15,6 @@ socket table).
 
 from __future__ import annotations
 
-import signal
 import time
 
 import pytest
@@ -65,7 +65,15 @@ def test_a_stop_waits_for_a_slow_final_export_and_every_port_is_on_loopback(proc
     assert "tfps local:" not in second.output()   # no task of it started
     assert launcher.returncode is None            # and the first job trains on
 
-    launcher.signal(signal.SIGTERM)
+    # The job as `tfps status --local` sees it (its model_dir, the lock its launcher holds), and the
+    # stop as `tfps stop --local` sends it: SIGTERM to the launcher (tfps.backends.local).
+    status = procs.tfps("tfps-status-local", "status", "--local", "--job", model_dir, separate_stderr=True)
+    assert status.wait(120) == ExitCode.OK, status.tail()
+    row = status.output().splitlines()[1].split()
+    assert f"({model_dir.name})" in row and "running" in row, status.output()
+    stop = procs.tfps("tfps-stop-local", "stop", "--local", "--job", model_dir, separate_stderr=True)
+    assert stop.wait(120) == ExitCode.OK, stop.tail()
+    assert f"sent SIGTERM to tfps local (pid {launcher.pid})" in stop.output(), stop.output()
     stopped_at = time.monotonic()
     rc = launcher.wait(300)
     took = time.monotonic() - stopped_at
