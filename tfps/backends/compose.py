@@ -14,10 +14,9 @@ import argparse
 import datetime
 import shutil
 import subprocess
-import sys
 import time
 
-from tfps import logs
+from tfps import logs, timeouts
 from tfps.backends.protocol import Start, age, print_row, render
 from tfps.cluster import Launch, Plan
 from tfps.errors import ConfigError
@@ -137,8 +136,10 @@ class ComposeBackend:
                 print(f"[{task}] {line.rstrip(chr(10))}", flush=True)
         return ExitCode.OK if proc.wait() == 0 else ExitCode.TRAINING_FAILED
 
-    def stop(self, job: str) -> int:
-        """The chief first (its stop_grace_period covers the final save), then what still runs."""
+    def stop(self, job: str, poll: float = 1.0) -> int:
+        """The chief first (its stop timeout, compose's stop_grace_period, covers the final save); the
+        others then end by themselves, as after a chief that finished; what still runs after
+        ``timeouts.SETTLE_SECS`` is stopped (as the Ansible role's stop and ``tfps local`` do)."""
         containers = self._containers(job)
         running = [c for c in containers if c["state"] == "running"]
         if not running:
@@ -147,11 +148,16 @@ class ComposeBackend:
         chief = [c["name"] for c in running if c["service"] == "worker0"]
         if chief:
             _docker(["stop", *chief], timeout=None)
-        rest = [c["name"] for c in running if c["service"] != "worker0"]
+        deadline = time.monotonic() + timeouts.SETTLE_SECS
+        rest = [c["name"] for c in self._containers(job) if c["state"] == "running"]
+        while rest and time.monotonic() < deadline:
+            time.sleep(poll)
+            rest = [c["name"] for c in self._containers(job) if c["state"] == "running"]
         if rest:
             _docker(["stop", *rest], timeout=None)
-        print(f"stopped job {job}: {', '.join(c['service'] for c in running)} (the chief first)", file=sys.stdout,
-              flush=True)
+        print(f"stopped job {job}: the chief first ({', '.join(chief) or 'already ended'})"
+              + (f", then {', '.join(rest)}, which had not ended by themselves" if rest else
+                 ", then the other tasks ended by themselves"), flush=True)
         return ExitCode.OK
 
 
