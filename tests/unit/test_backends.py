@@ -143,3 +143,15 @@ def test_a_local_job_is_its_model_dir_and_runs_while_its_lock_is_held(world, cap
         assert local.row_of(local.find_job("mlp-1", ["runs"]))["state"] == "running"
     finally:
         lock.release(str(model_dir))
+
+
+def test_a_compose_job_is_a_project_with_a_worker0_service():
+    """What ``docker ps -a --format PS_FORMAT`` printed for two projects, one of them not tfps's."""
+    listed = compose.parse_ps(
+        "demo\tworker0\tdemo-worker0-1\texited\tExited (143) 2 minutes ago\t2026-12-07 21:30:05 +0000 UTC\n"
+        "demo\tps0\tdemo-ps0-1\texited\tExited (0) 2 minutes ago\t2026-12-07 21:30:04 +0000 UTC\n"
+        "db\tpostgres\tdb-postgres-1\trunning\tUp 3 hours\t2026-12-07 18:00:00 +0000 UTC\n")
+    jobs = compose.job_containers(listed)
+    assert list(jobs) == ["demo"] and [c["service"] for c in jobs["demo"]] == ["ps0", "worker0"]
+    row = compose.row_of("demo", jobs["demo"], now=compose._created("2026-12-07 21:35:05 +0000 UTC"))
+    assert (row["state"], row["started"], row["hosts"]) == ("exited (143)", "5m ago", "this machine (ps0,worker0)")

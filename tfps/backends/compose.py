@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import re
 import shutil
 import subprocess
 import time
@@ -77,7 +78,8 @@ def row_of(job: str, containers: list[dict], now: float | None = None) -> dict:
     now = time.time() if now is None else now
     chief = next(c for c in containers if c["service"] == "worker0")
     created = _created(chief["created"])
-    state = chief["state"] if chief["state"] == "running" else chief["status"].split(" ago")[0]
+    ended = re.match(r"Exited \((\d+)\)", chief["status"])
+    state = f"exited ({ended.group(1)})" if chief["state"] == "exited" and ended else chief["state"]
     return {"job": job, "state": state, "step": "-", "loss": "-", "examples/s": "-",
             "started": age(now - created) if created else "-", "ETA": "-",
             "hosts": "this machine (" + ",".join(c["service"] for c in containers) + ")"}
