@@ -136,8 +136,8 @@ def test_a_local_job_is_its_model_dir_and_runs_while_its_lock_is_held(world, cap
     assert "succeeded" in capsys.readouterr().out
     assert cli.main(["stop", "--local", "--job", str(model_dir)]) == 0
     assert capsys.readouterr().out.startswith(f"job mlp ({model_dir}) is not running (succeeded); nothing to stop")
-    assert cli.main(["logs", "--local", "mlp"]) == 2
-    assert "tfps local keeps no log file" in capsys.readouterr().err
+    assert cli.main(["logs", "--local", "mlp"]) == 2   # a job of a --script keeps none
+    assert "kept no log in " in capsys.readouterr().err
     lock.acquire(str(model_dir), "mlp", "tfps local")   # as the launcher holds it while the job runs
     try:
         assert local.row_of(local.find_job("mlp-1", ["runs"]))["state"] == "running"
@@ -155,3 +155,20 @@ def test_a_compose_job_is_a_project_with_a_worker0_service():
     assert list(jobs) == ["demo"] and [c["service"] for c in jobs["demo"]] == ["ps0", "worker0"]
     row = compose.row_of("demo", jobs["demo"], now=compose._created("2026-12-07 21:35:05 +0000 UTC"))
     assert (row["state"], row["started"], row["hosts"]) == ("exited (143)", "5m ago", "this machine (ps0,worker0)")
+
+
+def test_tfps_logs_local_shows_the_lines_the_launcher_kept_beside_the_model_dir(world, capsys):
+    """tfps local copies each task's lines to MODEL_DIR.logs/TASK.log (tfps.launch.tasks); logs
+    shows the last ones, prefixed as the launcher prefixes them, without TensorFlow's chatter."""
+    model_dir = _finished_job(world / "runs")
+    kept = world / "runs" / "mlp-1.logs"
+    kept.mkdir()
+    (kept / "worker0.log").write_text("21:30:01 I worker0: step 20/40\n21:30:03 I worker0: step 40/40\n"
+                                      "WARNING: All log messages before absl::InitializeLog() is called are written "
+                                      "to STDERR\n21:30:04 I chief: exported the SavedModel")
+    (kept / "ps0.log").write_text("21:30:04 I ps0: every worker is done\n")
+    assert cli.main(["logs", "--local", str(model_dir), "worker0", "-n", "2"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["[worker0] 21:30:03 I worker0: step 40/40",
+                                                    "[worker0] 21:30:04 I chief: exported the SavedModel"]
+    assert cli.main(["logs", "--local", "mlp", "worker1"]) == 2
+    assert capsys.readouterr().err.strip() == "tfps: error: task: job 'mlp' has no task worker1; it has ps0, worker0"

@@ -6,7 +6,8 @@ runs (``tfps.outcome.lock``: its pid, host and job), and the chief leaves ``stat
 under ``--dir`` (default ``.`` and ``./runs``, where ``tfps local`` puts them), ``status``
 shows one, and ``stop`` sends the launcher SIGTERM: one stop, the chief's final checkpoint
 and export first, as Ctrl-C in its terminal. The launcher prints its tasks' lines on its own
-terminal and keeps no log file, so ``tfps logs --local`` says where they went.
+terminal and keeps them in ``MODEL_DIR.logs/TASK.log`` too (``tfps.outcome.results.log_dir``),
+which ``tfps logs --local`` shows.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import socket
 import sys
 import time
 
+from tfps import logs
 from tfps.backends import DEFAULT_DIRS
 from tfps.backends.protocol import Start, age, print_row, render
 from tfps.cluster import Launch, Plan, gpu, local_plan
@@ -25,7 +27,7 @@ from tfps.config import from_args
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.jsonfile import read_json
-from tfps.outcome import lock
+from tfps.outcome import lock, results
 from tfps.outcome.results import HISTORY, RESULTS, RUN_IDENTITY, STATUS, eta_seconds, read_jsonl
 from tfps.task import single_threaded_blas
 from tfps.task.entry import require_tensorflow
@@ -168,11 +170,35 @@ class LocalBackend:
     def status(self, job: str) -> int:
         return print_row(row_of(self._job(job)))
 
-    def logs(self, job: str, task: str, follow: bool, lines: int) -> int:
+    def logs(self, job: str, task: str, follow: bool, lines: int, poll: float = 1.0) -> int:
+        """The task's lines as ``tfps local`` kept them (``MODEL_DIR.logs/TASK.log``); with ``follow``,
+        what it writes next, until the launcher has let go of the model_dir."""
         found = self._job(job)
-        raise ConfigError(f"tfps local keeps no log file: the lines of job {found['name']!r} went to the terminal "
-                          f"that ran it; `tfps status --local --job {job}` shows its state ({found['model_dir']})",
-                          "job")
+        kept = results.log_dir(found["model_dir"])
+        path = os.path.join(kept, f"{task}.log")
+        if not os.path.isfile(path):
+            have = sorted(n[:-4] for n in os.listdir(kept) if n.endswith(".log")) if os.path.isdir(kept) else []
+            if have:
+                raise ConfigError(f"job {found['name']!r} has no task {task}; it has {', '.join(have)}", "task")
+            raise ConfigError(f"job {found['name']!r} kept no log in {kept}: it ran a --script, or under a tfps "
+                              "older than its logs; its lines went to the terminal that ran it", "job")
+        done, pending, first = 0, "", True
+        while True:
+            running = lock.holder(found["model_dir"]) is not None
+            with open(path, errors="replace") as fh:
+                fh.seek(done)
+                chunk = fh.read()
+                done = fh.tell()
+            complete, _, pending = (pending + chunk).rpartition("\n")
+            shown = [line for line in complete.splitlines() if not logs.is_tf_noise(line)] if complete else []
+            if not (follow and running) and pending:   # a last line without its newline
+                shown.append(pending)
+            for line in shown[-lines:] if first else shown:
+                print(f"[{task}] {line}", flush=True)
+            first = False
+            if not (follow and running):   # read once more after the end: what the task wrote last
+                return ExitCode.OK
+            time.sleep(poll)
 
     def stop(self, job: str) -> int:
         """SIGTERM to whoever holds the model_dir's lock (the launcher, or a chief on its own): one stop."""
