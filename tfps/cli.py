@@ -3,8 +3,8 @@
     tfps run          one task of a cluster (classic flags or TF_CONFIG); what containers run
     tfps local        a whole cluster as local processes, or a user's classic script
     tfps plan         the cluster plan of an inventory: tasks, flags, TF_CONFIG
-    tfps jobs         every tfps job on an inventory's hosts (or under Slurm): state, step, loss, ETA
-    tfps logs         show or follow a task's log on an inventory's hosts (or under Slurm)
+    tfps jobs         every tfps job on an inventory's hosts (or under Slurm, tfps local, compose): state, step, ETA
+    tfps logs         show or follow a task's log there (one backend per launcher: tfps.backends)
     tfps notify-test  send a test message to every configured notification URL
     tfps compose      a docker-compose.yml for a cluster, from the same plan
     tfps slurm        an sbatch script that runs the job as one Slurm step (--submit submits it)
@@ -110,15 +110,16 @@ def build_parser() -> argparse.ArgumentParser:
     # --local, --compose): -i is required by the command, not the parser.
     inventory_or_slurm = _inventory_options(required=False)
     backends.add_options(inventory_or_slurm)
-    for name, helptext in (("jobs", "list every tfps job on an inventory's hosts (or under Slurm)"),
-                           ("logs", "show (or follow) a task's log on an inventory's hosts (or under Slurm)")):
+    for name, helptext in (("jobs", "list every tfps job on an inventory's hosts (or of Slurm, tfps local, compose)"),
+                           ("logs", "show (or follow) a task's log on an inventory's hosts (or under Slurm, ...)")):
         view = sub.add_parser(name, parents=[verbose, inventory_or_slurm], help=helptext,
                               description=helptext + ": through ansible-playbook (the inventory's own SSH "
                                                      "settings and become; needs pip install 'tfps[ansible]'), "
                                                      "with --slurm through squeue and the shared filesystem, with "
                                                      "--local or --compose on this machine (docs/design/backends.md).")
         if name == "logs":
-            view.add_argument("job", help="the job's name (tfps_job_name; under Slurm the job's name or id)")
+            view.add_argument("job", help="the job's name (tfps_job_name; under Slurm the job's name or id; with "
+                                           "--local its name or model_dir)")
             view.add_argument("task", nargs="?", default="worker0", help="the task (default worker0, the chief)")
             view.add_argument("-f", "--follow", action="store_true", help="go on printing what the task writes")
             view.add_argument("-n", "--lines", type=int, default=100, help="lines from the end (default 100)")
