@@ -178,3 +178,16 @@ def test_a_job_name_with_blanks_is_read_back_from_the_script(tmp_path):
                                           slurm_dir="/s/m.slurm", workdir="/s", python="/p", grace=60,
                                           run_options=["--train_steps", "40"]))
     assert slurm_jobs._script_settings(str(script)) == {"name": "my run", "ps": 1, "workers": 2, "train_steps": 40}
+
+
+def test_the_slurm_backend_shows_a_jobs_row_and_stops_no_job_that_has_ended(jobs_dir, capsys):
+    """tfps status/stop --slurm (tfps.backends.slurm) over what squeue and scontrol said once cap-a had
+    completed: its row; a stop of it changes nothing and says so (scancel runs on tests/system's cluster)."""
+    backend = slurm_jobs.SlurmBackend([str(jobs_dir)], read=lambda: _slurm("completed", jobs_dir))
+    assert backend.status("cap-a") == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.split()[:5] == ["cap-a", "(1)", "succeeded", "(COMPLETED", "0:0)"], row
+    assert backend.stop("1") == 0
+    assert capsys.readouterr().out.startswith("job 1 (Slurm job 1) has ended (succeeded (COMPLETED 0:0)); nothing")
+    with pytest.raises(ConfigError, match=r"no tfps job 'cap-z' in squeue or under .*`tfps jobs --slurm` lists"):
+        backend.status("cap-z")
