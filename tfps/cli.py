@@ -3,8 +3,8 @@
     tfps run          one task of a cluster (classic flags or TF_CONFIG); what containers run
     tfps local        a whole cluster as local processes, or a user's classic script
     tfps plan         the cluster plan of an inventory: tasks, flags, TF_CONFIG
-    tfps jobs         every tfps job on an inventory's hosts (or under Slurm): state, step, loss, ETA
-    tfps logs         show or follow a task's log on an inventory's hosts (or under Slurm)
+    tfps jobs         every tfps job on an inventory's hosts (or under Slurm, tfps local, compose): state, step, ETA
+    tfps logs         show or follow a task's log there (one backend per launcher: tfps.backends)
     tfps notify-test  send a test message to every configured notification URL
     tfps compose      a docker-compose.yml for a cluster, from the same plan
     tfps slurm        an sbatch script that runs the job as one Slurm step (--submit submits it)
@@ -30,17 +30,14 @@ import argparse
 import os
 import re
 import sys
-import time
 import warnings
 
-from tfps import cli_tools, logs, use_tf_keras
+from tfps import backends, cli_tools, logs, use_tf_keras
 from tfps.cli_ansible import add_commands as add_playbook_commands
-from tfps.cli_ansible import playbook_args as _playbook_args
 from tfps.config import ArgumentParser, add_replace_option, add_run_options, from_args, normalize_argv
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
-from tfps.task import entry, single_threaded_blas
-from tfps.task.entry import require_tensorflow
+from tfps.task import entry
 
 
 def _inventory_options(required: bool) -> argparse.ArgumentParser:
@@ -109,22 +106,20 @@ def build_parser() -> argparse.ArgumentParser:
                       help="table (default): the tasks, the command they run and the memory estimate; json: "
                            "everything, each task's flags, TF_CONFIG, container name and command included")
 
-    # jobs and logs read an inventory, or Slurm (--slurm): -i is required by the command, not the parser.
+    # jobs, logs, stop and status take one backend's option (tfps.backends.REGISTRY: -i INVENTORY, --slurm,
+    # --local, --compose): -i is required by the command, not the parser.
     inventory_or_slurm = _inventory_options(required=False)
-    inventory_or_slurm.add_argument("--slurm", action="store_true",
-                                    help="the tfps jobs of this user under Slurm instead: squeue, scontrol and the "
-                                         "jobs' files on the shared filesystem (docs/slurm.md)")
-    inventory_or_slurm.add_argument("--dir", action="append", default=[], metavar="DIR",
-                                    help="with --slurm: where to find jobs Slurm has forgotten (DIR/*.slurm); "
-                                         "repeatable; default . and ./runs")
-    for name, helptext in (("jobs", "list every tfps job on an inventory's hosts (or under Slurm)"),
-                           ("logs", "show (or follow) a task's log on an inventory's hosts (or under Slurm)")):
+    backends.add_options(inventory_or_slurm)
+    for name, helptext in (("jobs", "list every tfps job on an inventory's hosts (or of Slurm, tfps local, compose)"),
+                           ("logs", "show (or follow) a task's log on an inventory's hosts (or under Slurm, ...)")):
         view = sub.add_parser(name, parents=[verbose, inventory_or_slurm], help=helptext,
                               description=helptext + ": through ansible-playbook (the inventory's own SSH "
-                                                     "settings and become; needs pip install 'tfps[ansible]'), or "
-                                                     "with --slurm through squeue and the shared filesystem.")
+                                                     "settings and become; needs pip install 'tfps[ansible]'), "
+                                                     "with --slurm through squeue and the shared filesystem, with "
+                                                     "--local or --compose on this machine (docs/design/backends.md).")
         if name == "logs":
-            view.add_argument("job", help="the job's name (tfps_job_name; under Slurm the job's name or id)")
+            view.add_argument("job", help="the job's name (tfps_job_name; under Slurm the job's name or id; with "
+                                           "--local its name or model_dir)")
             view.add_argument("task", nargs="?", default="worker0", help="the task (default worker0, the chief)")
             view.add_argument("-f", "--follow", action="store_true", help="go on printing what the task writes")
             view.add_argument("-n", "--lines", type=int, default=100, help="lines from the end (default 100)")
@@ -172,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     dd.add_argument("directory", help="where to write them (created if missing)")
     dd.set_defaults(func=cmd_demo_data)
 
-    add_playbook_commands(sub, [verbose, inventory])
+    add_playbook_commands(sub, [verbose, inventory], [verbose, inventory_or_slurm])
 
     comp = sub.add_parser("completion", help="print a shell completion script (bash or zsh)",
                           description="A completion script for tfps's commands and options, generated from this "
@@ -209,27 +204,7 @@ def cmd_run(ns) -> ExitCode | int:
 
 
 def cmd_local(ns) -> ExitCode:
-    from tfps.launch.processes import run_local  # lazy: only tfps local needs it
-    require_tensorflow()
-    single_threaded_blas()   # the launcher's checks may load NumPy, and its tasks fork from it
-    cfg = from_args(ns)
-    if ns.model_dir is None:    # a fresh directory per launch: never resume by accident
-        cfg.model_dir = os.path.join("runs", f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    args = list(ns.script_args)
-    if args and args[0] == "--":
-        args = args[1:]
-    if ns.restarts < 0:
-        raise ConfigError(f"{ns.restarts} is negative; use 0 (never) or how many times to restart", "restarts")
-    if ns.restarts and ns.script:
-        raise ConfigError("restarts tfps's own tasks only; drop --restarts with --script", "restarts")
-    if ns.replace and ns.script:
-        raise ConfigError("concerns the model_dir of tfps's own tasks only; drop --replace with --script", "replace")
-    from tfps.cluster import gpu  # lazy: only tfps local --gpus needs it
-    gpus = None if ns.gpus is None else gpu.worker_gpus(ns.gpus, ns.workers, uuids=False)
-    ns.workers = len(gpus) if gpus else (2 if ns.workers is None else ns.workers)
-    return run_local(cfg, num_ps=ns.ps, num_workers=ns.workers, script=ns.script,
-                     script_args=args, python=ns.python, verbose=ns.verbose, restarts=ns.restarts, gpus=gpus,
-                     replace=ns.replace)
+    return ExitCode(backends.get("local").from_args(ns).submit(ns))
 
 
 def cmd_plan(ns) -> int:
@@ -252,56 +227,19 @@ def cmd_plan(ns) -> int:
     return ExitCode.OK
 
 
-def _inventory_or_slurm(ns) -> None:
-    if ns.slurm and ns.inventory:
-        raise ConfigError("give -i INVENTORY or --slurm, not both", "slurm")
-    if not ns.slurm and not ns.inventory:
-        raise ConfigError("give -i INVENTORY (the hosts of an Ansible deploy) or --slurm (jobs under Slurm)",
-                          "inventory")
-    if ns.dir and not ns.slurm:
-        raise ConfigError("--dir is where --slurm looks for finished jobs; give it with --slurm", "dir")
-
-
 def cmd_jobs(ns) -> int:
-    from tfps.launch.playbook import ensure_collections  # lazy: only tfps jobs needs it
-    from tfps.outcome import jobs  # lazy: only tfps jobs needs it
-    _inventory_or_slurm(ns)
-    if ns.slurm:
-        from tfps.outcome import slurm_jobs  # lazy: only the --slurm view needs it
-        table, complete = slurm_jobs.list_jobs(ns.dir or [".", "runs"])
-        print(table, flush=True)
-        return ExitCode.OK if complete else ExitCode.TRAINING_FAILED
-    ensure_collections()
-    table, complete = jobs.list_jobs(ns.inventory, _playbook_args(ns))
+    table, complete = backends.selected(ns).jobs()
     print(table, flush=True)
     return ExitCode.OK if complete else ExitCode.TRAINING_FAILED
 
 
 def cmd_logs(ns) -> int:
-    from tfps.launch.playbook import ensure_collections  # lazy: only tfps logs needs it
-    from tfps.outcome import jobs  # lazy: only tfps logs needs it
     if not re.fullmatch(r"(ps|worker)\d+", ns.task):
         raise ConfigError(f"{ns.task!r} is not a task name; use ps0, ps1, ..., worker0 (the chief), worker1, ...",
                           "task")
     if ns.lines < 1:
         raise ConfigError(f"--lines {ns.lines}: give at least 1", "lines")
-    _inventory_or_slurm(ns)
-    if ns.slurm:
-        from tfps.outcome import slurm_jobs  # lazy: only the --slurm view needs it
-        dirs = ns.dir or [".", "runs"]
-        if not slurm_jobs.show_logs(ns.job, ns.task, ns.follow, ns.lines, dirs):
-            raise ConfigError(f"no tfps job {ns.job!r} in squeue or under {', '.join(dirs)}; `tfps jobs --slurm` "
-                              "lists them (--dir DIR for a model_dir elsewhere)", "job")
-        return ExitCode.OK
-    ensure_collections()
-    shown = jobs.show_logs(ns.inventory, ns.job, ns.task, ns.follow, ns.lines, _playbook_args(ns))
-    if shown is True:
-        return ExitCode.OK
-    if shown:   # hosts that could not be read: as tfps jobs -i, exit 1
-        print(f"tfps: error: {shown}", file=sys.stderr, flush=True)
-        return ExitCode.TRAINING_FAILED
-    raise ConfigError(f"no host of the inventory has task {ns.task} of job {ns.job!r}; `tfps jobs -i ...` "
-                      "lists the jobs there", "job")
+    return backends.selected(ns).logs(ns.job, ns.task, ns.follow, ns.lines)
 
 
 def _plan_memory(data: dict, view) -> str:
@@ -349,13 +287,11 @@ def cmd_healthcheck(ns) -> ExitCode:
 
 
 def cmd_compose(ns) -> ExitCode:
-    from tfps.launch import compose  # lazy: only tfps compose needs it
-    return ExitCode(compose.main(ns))
+    return ExitCode(backends.get("compose").from_args(ns).submit(ns))
 
 
 def cmd_slurm(ns) -> ExitCode:
-    from tfps.launch import slurm  # lazy: only tfps slurm needs it
-    return slurm.main(ns)
+    return ExitCode(backends.get("slurm").from_args(ns).submit(ns))
 
 
 def cmd_completion(ns) -> ExitCode:

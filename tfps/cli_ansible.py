@@ -1,11 +1,18 @@
 """``tfps deploy``, ``stop``, ``status``, ``cleanup`` and ``collections``: the packaged
-playbooks from the ``tfps`` command (``tfps.launch.playbook`` runs them)."""
+playbooks from the ``tfps`` command (``tfps.backends.ansible`` runs them, through
+``tfps.launch.playbook``). ``stop`` and ``status`` take any backend's option
+(``tfps.backends``): ``tfps stop --slurm --job NAME`` stops a Slurm job the same way."""
 
 from __future__ import annotations
 
 import argparse
 
+from tfps import backends
+from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
+
+#: The commands that every backend answers (the others are the Ansible backend's own).
+ANY_BACKEND = ("stop", "status")
 
 #: command -> (its help line, what its playbook does)
 COMMANDS = {
@@ -21,10 +28,11 @@ COMMANDS = {
 }
 
 
-def add_commands(sub, parents: list[argparse.ArgumentParser]) -> None:
-    """The playbook commands, each ``-i INVENTORY [-e ...] [--vault-...] [--check] [--diff] [-- options]``."""
+def add_commands(sub, parents: list[argparse.ArgumentParser], selecting: list[argparse.ArgumentParser]) -> None:
+    """The playbook commands, each ``-i INVENTORY [-e ...] [--vault-...] [--check] [--diff] [-- options]``;
+    ``selecting``: the parents of stop and status, whose -i is one backend's option of several."""
     for name, (helptext, description) in COMMANDS.items():
-        p = sub.add_parser(name, parents=parents, help=helptext,
+        p = sub.add_parser(name, parents=selecting if name in ANY_BACKEND else parents, help=helptext,
                            description=description + " Exits with ansible-playbook's code (0 ok, 2 a task "
                                                      "failed, 4 a host unreachable). Needs pip install "
                                                      "'tfps[ansible]'.")
@@ -32,6 +40,10 @@ def add_commands(sub, parents: list[argparse.ArgumentParser]) -> None:
         p.add_argument("--diff", action="store_true", help="ansible-playbook --diff: show what changes")
         p.add_argument("playbook_options", nargs=argparse.REMAINDER,
                        help="after --: more ansible-playbook options (--limit, --tags, -vv, ...)")
+        if name in ANY_BACKEND:
+            p.add_argument("--job", metavar="NAME",
+                           help="the job: with -i, the inventory's (tfps_job_name, the default); with --slurm its "
+                                "name or Slurm id, with --local its name or model_dir, with --compose its name")
         p.set_defaults(func=cmd_playbook, playbook_command=name)
     c = sub.add_parser("collections", parents=parents[:1],
                        help="install the Ansible collections the playbooks need (once)",
@@ -43,29 +55,23 @@ def add_commands(sub, parents: list[argparse.ArgumentParser]) -> None:
     c.set_defaults(func=cmd_collections)
 
 
-def playbook_args(ns) -> list[str]:
-    """ansible-playbook's own options from tfps's: -e, vault identities and password files."""
-    out = [a for extra in ns.extra_vars for a in ("-e", extra)]
-    out += [a for ident in ns.vault_id for a in ("--vault-id", ident)]
-    return out + [a for path in ns.vault_password_file for a in ("--vault-password-file", path)]
-
-
-def check_inventory(ns) -> None:
-    """Refuse, as ``tfps plan`` does and before any play starts, an inventory the play cannot run
-    on: a source that does not exist, one Ansible cannot parse, no hosts in ps or worker, bad
-    ``tfps_*`` variables. (Without it, ansible-playbook warns, matches no host and exits 0.)"""
-    from tfps import playbooks  # lazy: only the playbook commands need it, not the parser
-    from tfps.cluster.inventory import load_view, plan_from_view  # lazy: imports NumPy and PyYAML
-    plan_from_view(*load_view(ns.inventory, extra_vars=ns.extra_vars, vault_ids=ns.vault_id,
-                              vault_password_files=ns.vault_password_file,
-                              playbook_dir=str(playbooks.ansible_dir())))
-
-
 def cmd_playbook(ns) -> int:
-    from tfps.launch.playbook import run_playbook  # lazy: only the playbook commands need it, not the parser
-    check_inventory(ns)
-    return run_playbook(ns.playbook_command, ns.inventory, playbook_args(ns), check=ns.check, diff=ns.diff,
-                        extra=ns.playbook_options)
+    command = ns.playbook_command
+    name = backends.chosen(ns) if command in ANY_BACKEND else "ansible"
+    if name != "ansible":
+        given = [o for o, on in (("--check", ns.check), ("--diff", ns.diff), ("-- OPTIONS", ns.playbook_options))
+                 if on]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: ansible-playbook's options; drop them with "
+                              f"{backends.REGISTRY[name].option}", "playbook_options")
+        if not ns.job:
+            verb = "show" if command == "status" else command
+            raise ConfigError(f"give --job NAME, the job to {verb} "
+                              f"(`tfps jobs {backends.REGISTRY[name].option}` lists them)", "job")
+    backend = backends.get(name).from_args(ns)
+    if command in ANY_BACKEND:
+        return getattr(backend, command)(ns.job)
+    return backend.submit(ns) if command == "deploy" else backend.play(command)
 
 
 def cmd_collections(ns) -> int:

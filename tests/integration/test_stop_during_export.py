@@ -3,7 +3,9 @@
 10 s is Docker's default stop grace: an orchestrator using it would SIGKILL the chief in
 the middle of this export. tfps waits for the final save instead, and the ps (which holds
 the variables) stays up until the chief has finished it. The stop is SIGTERM, what
-orchestrators and ``kill`` send: the job ends "stopped" with exit code 143. (Ctrl-C's
+orchestrators and ``kill`` send, here sent by ``tfps stop --local`` (after ``tfps status --local``
+shows the job running and ``tfps logs --local`` its chief's lines): the job ends "stopped" with
+exit code 143. (Ctrl-C's
 SIGINT, to the launcher and then its whole group, and a closed terminal's SIGHUP:
 tests/integration/test_stops.py.)
 
@@ -14,7 +16,6 @@ socket table).
 
 from __future__ import annotations
 
-import signal
 import time
 
 import pytest
@@ -65,7 +66,19 @@ def test_a_stop_waits_for_a_slow_final_export_and_every_port_is_on_loopback(proc
     assert "tfps local:" not in second.output()   # no task of it started
     assert launcher.returncode is None            # and the first job trains on
 
-    launcher.signal(signal.SIGTERM)
+    # The job as `tfps status --local` sees it (its model_dir, the lock its launcher holds), and the
+    # stop as `tfps stop --local` sends it: SIGTERM to the launcher (tfps.backends.local).
+    status = procs.tfps("tfps-status-local", "status", "--local", "--job", model_dir, separate_stderr=True)
+    assert status.wait(120) == ExitCode.OK, status.tail()
+    row = status.output().splitlines()[1].split()
+    assert f"({model_dir.name})" in row and "running" in row, status.output()
+    shown = procs.tfps("tfps-logs-local", "logs", "--local", model_dir, "worker0", "-n", "5", separate_stderr=True)
+    assert shown.wait(120) == ExitCode.OK, shown.tail()
+    lines = shown.output().splitlines()
+    assert 0 < len(lines) <= 5 and all(line.startswith("[worker0] ") for line in lines), lines
+    stop = procs.tfps("tfps-stop-local", "stop", "--local", "--job", model_dir, separate_stderr=True)
+    assert stop.wait(120) == ExitCode.OK, stop.tail()
+    assert f"sent SIGTERM to tfps local (pid {launcher.pid})" in stop.output(), stop.output()
     stopped_at = time.monotonic()
     rc = launcher.wait(300)
     took = time.monotonic() - stopped_at
@@ -82,6 +95,11 @@ def test_a_stop_waits_for_a_slow_final_export_and_every_port_is_on_loopback(proc
     assert out["probabilities"].shape == (1, 3)
 
     assert "resuming from the newest checkpoint" not in launcher.output()
+    # Every task's lines were kept beside the model_dir as well (tfps logs --local reads them).
+    kept = model_dir.parent / "model.logs"
+    assert sorted(p.name for p in kept.iterdir()) == ["ps0.log", "worker0.log", "worker1.log"]
+    assert "exported the SavedModel" in (kept / "worker0.log").read_text()
+    assert "every worker is done" in (kept / "ps0.log").read_text()
     # The ps outlived the chief's export and then left on its own.
     assert task_exit(launcher, "ps0") == "0 (OK)"
     assert "ending tasks that did not exit by themselves" not in launcher.output()

@@ -124,8 +124,15 @@ def test_committed_file_runs_to_completion(compose_job, tfps_image, tmp_path):
     print(f"compose job of 1000 steps: {elapsed:.1f} s")
 
 
+def tfps_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``tfps ARGS`` on this machine (the compose backend reads this machine's Docker engine)."""
+    return subprocess.run([sys.executable, "-m", "tfps", *args], capture_output=True, text=True, timeout=timeout)
+
+
 def test_stop_chief_writes_final_save_within_grace(compose_job, tfps_image, tmp_path):
-    """(b) ``docker compose stop worker0`` mid-run: final checkpoint + export, status "stopped".
+    """(b) ``tfps stop --compose`` mid-run (the chief's container first, as ``docker compose stop
+    worker0``): final checkpoint + export, status "stopped". Before it, ``tfps jobs --compose``
+    lists the job running and ``tfps logs --compose`` shows the chief's lines (tfps.backends.compose).
 
     The model's export sleeps 12 s (tests/fixtures/slow_model.py), longer than Docker's
     default 10 s grace, so only the generated ``stop_grace_period`` lets it finish. The ps
@@ -140,9 +147,20 @@ def test_stop_chief_writes_final_save_within_grace(compose_job, tfps_image, tmp_
     job.start()
     reached = job.wait_for_step(100, timeout=240)
 
+    listed = tfps_cli("jobs", "--compose")
+    assert listed.returncode == 0, listed.stderr
+    row = next(line.split() for line in listed.stdout.splitlines() if line.startswith(job.project + " "))
+    assert row[1] == "running", listed.stdout
+    shown = tfps_cli("logs", "--compose", job.project, CHIEF, "-n", "5")
+    lines = shown.stdout.splitlines()
+    assert shown.returncode == 0 and 0 < len(lines) <= 5, (shown.stdout, shown.stderr)
+    assert all(line.startswith(f"[{CHIEF}] ") for line in lines), lines
+
     t0 = time.monotonic()
-    job.compose("stop", CHIEF, timeout=final_save_timeout + 60)
+    stopped = tfps_cli("stop", "--compose", "--job", job.project, timeout=final_save_timeout + 180)
     stop_s = time.monotonic() - t0
+    assert stopped.returncode == 0, stopped.stderr
+    assert "then the other tasks ended by themselves" in stopped.stdout, stopped.stdout
     rc = job.wait(timeout=120)
 
     from tfps.config import grace_period

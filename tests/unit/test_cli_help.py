@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tfps import cli, cli_tools, playbooks
+from tfps.backends.ansible import playbook_args
 from tfps.config import dashed
 from tfps.exitcodes import ExitCode
 from tfps.launch import playbook
@@ -101,7 +102,7 @@ def test_playbook_commands_pass_options_through_to_ansible_playbook(tmp_path):
     ns = cli.build_parser().parse_args(cli.normalize_argv(
         ["deploy", "-i", str(tmp_path / "hosts.ini"), "-e", "tfps_train_steps=5", "--vault-id", "dev@prompt",
          "--check", "--diff", "--", "--limit", "a", "-vv"]))
-    argv = playbook.playbook_argv(ns.playbook_command, ns.inventory, cli._playbook_args(ns), ns.check, ns.diff,
+    argv = playbook.playbook_argv(ns.playbook_command, ns.inventory, playbook_args(ns), ns.check, ns.diff,
                                   ns.playbook_options)
     assert argv[-12:] == [str(playbooks.ansible_dir() / "deploy.yml"), "-i", str(tmp_path / "hosts.ini"),
                           "-e", "tfps_train_steps=5", "--vault-id", "dev@prompt", "--check", "--diff",

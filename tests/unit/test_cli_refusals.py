@@ -168,7 +168,7 @@ def test_a_good_inventory_passes_the_playbook_commands_check():
     import argparse
     import pathlib
 
-    from tfps import cli_ansible
+    from tfps.backends import ansible
     example = pathlib.Path(__file__).resolve().parents[2] / "inventory" / "example"
-    cli_ansible.check_inventory(argparse.Namespace(inventory=[str(example)], extra_vars=[], vault_id=[],
-                                                   vault_password_file=[]))
+    ansible.check_inventory(argparse.Namespace(inventory=[str(example)], extra_vars=[], vault_id=[],
+                                               vault_password_file=[]))

@@ -26,6 +26,7 @@ LAYERS = [
     "tfps.notify",
     "tfps.task",
     "tfps.launch",
+    "tfps.backends",
     "tfps.cli tfps.cli_ansible tfps.cli_tools tfps.__main__",
     # The role's controller-side plugins (action, filter, lookup): they run inside ansible-core on the
     # controller, where tfps is installed, and may use any of it; nothing of tfps imports them.

@@ -3,10 +3,14 @@ or a task's prefixed log lines (the play itself runs in tests/system/test_ansibl
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from pathlib import Path
 
-from tfps.outcome import jobs
+import pytest
+
+from tfps.backends import ansible as jobs
+from tfps.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -97,7 +101,7 @@ UNREACHABLE = ("cannot be reached over SSH; check its address, ansible_user and 
 
 def test_logs_of_a_task_on_unreachable_hosts_say_which_hosts_were_not_read():
     """Issue 51: with every host unreachable, tfps logs said "no host has task worker0"."""
-    from tfps.outcome.jobs import not_found
+    from tfps.backends.ansible import not_found
     empty = {"error": None, "containers": [], "history": {}, "logs": {}}
     hosts = {h: {**empty, "error": UNREACHABLE.format(h)} for h in ("h1", "h2")}
     line = not_found(hosts, "j", "worker0")
@@ -108,3 +112,20 @@ def test_logs_of_a_task_on_unreachable_hosts_say_which_hosts_were_not_read():
     assert line.startswith("task worker0 of job 'j' is on none of the hosts that were read (h3); h1, h2 could not "
                            "be read: cannot be reached over SSH")
     assert not_found({"h3": empty}, "j", "worker0") is None    # every host read: the task is on none of them
+
+
+def test_the_ansible_backend_shows_one_jobs_row_and_says_when_a_host_was_not_read(capsys):
+    """tfps status -i INV --job NAME (tfps.backends.ansible) over what ansible/jobs.yml read."""
+    hosts = {"host1": {"error": None, "containers": [
+        {"name": "tfps-a-worker0", "job": "a", "task": "worker0", "role": "chief", "state": "exited",
+         "status": "Exited (0) 2 minutes ago", "created": 500.0, "train_steps": "40"}], "history": {}}}
+    ns = argparse.Namespace(inventory=["hosts.ini"], extra_vars=[], vault_id=[], vault_password_file=[])
+    backend = jobs.AnsibleBackend(ns, read=lambda *a, **k: hosts)
+    assert backend.status("a") == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[:4] == ["a", "Exited", "(0)", "2"]
+    with pytest.raises(ConfigError, match="no tfps job 'b' on the inventory's hosts"):
+        backend.status("b")
+    hosts["host2"] = {"error": "Failed to connect to the host via ssh"}
+    assert backend.status("b") == 1   # it may be on host2: as tfps logs -i, exit 1
+    assert capsys.readouterr().err.strip() == ("tfps: error: job 'b' is on none of the hosts that were read; host2 "
+                                               "could not be read (`tfps jobs -i ...` says why)")

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from tfps import cli
+from tfps.backends import slurm as slurm_jobs
+from tfps.backends.protocol import render
 from tfps.errors import ConfigError
-from tfps.outcome import slurm_jobs
-from tfps.outcome.jobs import render
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm_output"
 NODES = ["tfpsl139213c5-1", "tfpsl139213c5-2", "tfpsl139213c5-3"]
@@ -136,7 +136,7 @@ def test_a_tasks_log_lines_are_its_ranks_prefixed_like_the_ansible_side(jobs_dir
 
 def test_without_squeue_or_a_source_the_commands_say_so_in_one_line(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))   # a login node without Slurm's commands
-    for argv, text in ((["jobs"], "inventory: give -i INVENTORY (the hosts of an Ansible deploy) or --slurm"),
+    for argv, text in ((["jobs"], "inventory: give -i INVENTORY (the hosts of an Ansible deploy), --slurm (jobs under Slurm), "),
                        (["jobs", "--slurm", "-i", "hosts"], "slurm: give -i INVENTORY or --slurm, not both"),
                        (["jobs", "--slurm"], "slurm: squeue is not on the PATH: run tfps jobs/logs --slurm on a "
                                              "Slurm login node"),
@@ -178,3 +178,16 @@ def test_a_job_name_with_blanks_is_read_back_from_the_script(tmp_path):
                                           slurm_dir="/s/m.slurm", workdir="/s", python="/p", grace=60,
                                           run_options=["--train_steps", "40"]))
     assert slurm_jobs._script_settings(str(script)) == {"name": "my run", "ps": 1, "workers": 2, "train_steps": 40}
+
+
+def test_the_slurm_backend_shows_a_jobs_row_and_stops_no_job_that_has_ended(jobs_dir, capsys):
+    """tfps status/stop --slurm (tfps.backends.slurm) over what squeue and scontrol said once cap-a had
+    completed: its row; a stop of it changes nothing and says so (scancel runs on tests/system's cluster)."""
+    backend = slurm_jobs.SlurmBackend([str(jobs_dir)], read=lambda: _slurm("completed", jobs_dir))
+    assert backend.status("cap-a") == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.split()[:5] == ["cap-a", "(1)", "succeeded", "(COMPLETED", "0:0)"], row
+    assert backend.stop("1") == 0
+    assert capsys.readouterr().out.startswith("job 1 (Slurm job 1) has ended (succeeded (COMPLETED 0:0)); nothing")
+    with pytest.raises(ConfigError, match=r"no tfps job 'cap-z' in squeue or under .*`tfps jobs --slurm` lists"):
+        backend.status("cap-z")

@@ -288,6 +288,8 @@ def _run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: st
         argv = [python, "-m", "tfps", "run", *run_args]
         tasks.append(ForkedTask(run_args, t.name, argv, task_env, out, verbose) if fork
                      else TaskProcess(t.name, argv, task_env, out, verbose))
+    if not script:
+        _keep_logs(tasks, cfg.model_dir)
     chief = next(t for t, p in zip(tasks, plan.tasks) if p.is_chief)
     launched = time.time()
     stops = StopWindow()
@@ -376,6 +378,18 @@ def _run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: st
         reported = summarize(cfg, code, launched, urls, {t.name: t.describe_exit() for t in lost}, why=why,
                              chief_sent=any(t.sent_without_results for t in tasks))
     return _launcher_code(code, stops, bool(killed), reported, script is not None)
+
+
+def _keep_logs(tasks: list[TaskProcess], model_dir: str) -> None:
+    """Every task's lines, also kept in ``MODEL_DIR.logs/TASK.log`` (``tfps logs --local``)."""
+    kept = results.log_dir(model_dir)
+    try:
+        os.makedirs(kept, exist_ok=True)
+    except OSError as e:
+        log.warning("tfps local: the tasks' lines are not kept in %s: %s", kept, e.strerror or e)
+        return
+    for t in tasks:
+        t.log_path = os.path.join(kept, f"{t.name}.log")
 
 
 #: Flags of classic scripts that name the directory they write (checkpoints, summaries).

@@ -58,6 +58,7 @@ class TaskProcess:
         self.sent_without_results = False  # the chief said it sent the end message (no results.json)
         self._stream = None
         self._reader: threading.Thread | None = None
+        self.log_path: str | None = None   # also keep every line of the task here (tfps logs --local)
 
     def spawn(self) -> None:
         self.proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -72,7 +73,10 @@ class TaskProcess:
     def _copy(self) -> None:
         assert self._stream is not None
         gone = False
+        kept = _open_log(self.log_path)
         for line in self._stream:
+            if kept is not None:
+                kept = _keep(kept, line)
             if SENT_WITHOUT_RESULTS in line:
                 self.sent_without_results = True
             if gone or (not self.verbose and logs.is_tf_noise(line)):
@@ -82,6 +86,8 @@ class TaskProcess:
                 self.out.flush()
             except (OSError, ValueError):
                 gone = True   # the terminal has closed (SIGHUP) or the reader has gone
+        if kept is not None:
+            _keep(kept, None)
 
     def _exit_code(self) -> int | None:
         return self.proc.poll()
@@ -127,6 +133,34 @@ class TaskProcess:
                 os.killpg(self.pid, sig)
             except ProcessLookupError:
                 pass
+
+
+def _open_log(path: str | None):
+    """The task's log file, appended to (a resumed job's lines follow the earlier run's); None
+    when there is none or it cannot be opened: the job runs on without it."""
+    if path is None:
+        return None
+    try:
+        return open(path, "a", buffering=1, errors="replace")
+    except OSError:
+        return None
+
+
+def _keep(fh, line: str | None):
+    """Write ``line`` to the task's log (None: close it); the log, or None once it cannot be written
+    (a full disk): a task's output is never held up by its copy."""
+    try:
+        if line is None:
+            fh.close()
+            return None
+        fh.write(line if line.endswith("\n") else line + "\n")
+        return fh
+    except (OSError, ValueError):
+        try:
+            fh.close()
+        except OSError:
+            pass
+        return None
 
 
 class ForkedTask(TaskProcess):

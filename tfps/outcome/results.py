@@ -37,6 +37,14 @@ def read_status(model_dir: str) -> dict | None:
     found = read_json(os.path.join(model_dir, STATUS))
     return found if isinstance(found, dict) else None
 RUN_IDENTITY = "tfps_run.json"
+#: ``tfps local`` keeps each task's output in ``MODEL_DIR.logs/TASK.log``: beside the model_dir,
+#: never in it (a model_dir holds only what the chief writes), as tfps slurm's MODEL_DIR.slurm/.
+LOG_DIR_SUFFIX = ".logs"
+
+
+def log_dir(model_dir: str) -> str:
+    """Where ``tfps local`` keeps the task logs of the job in ``model_dir`` (``tfps logs --local``)."""
+    return os.path.abspath(model_dir).rstrip(os.sep) + LOG_DIR_SUFFIX
 
 
 def append_history(model_dir: str, record: dict) -> None:

@@ -40,7 +40,7 @@ def _records(text: str) -> list[dict]:
 
 def tfps_jobs_view(hostvars, hosts) -> dict:
     """``{"hosts": {host: {"error", "containers": [...], "history": {container: [records]},
-    "logs": {container: text}}}}`` for tfps.outcome.jobs."""
+    "logs": {container: text}}}}`` for tfps.backends.ansible."""
     view = {}
     for host in hosts:
         hv = hostvars.get(host) or {}

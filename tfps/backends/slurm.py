@@ -1,5 +1,7 @@
-"""``tfps jobs --slurm`` and ``tfps logs --slurm``: the user's tfps jobs under Slurm, seen from a login node.
+"""The Slurm backend (``tfps slurm``, ``--slurm``): the user's tfps jobs under Slurm, seen from a login node.
 
+``tfps slurm`` writes (and submits) the sbatch script (``tfps.launch.slurm``); its one step
+runs ``tfps.launch.slurm_step`` per task. ``tfps jobs/logs/status/stop --slurm`` see the jobs this way.
 What Slurm knows comes from ``squeue`` (the user's jobs, finished ones while slurmctld keeps
 them: ``MinJobAge``) and ``scontrol show job -o`` (each job's output file and start). A job
 is a tfps job when its output file sits in a ``MODEL_DIR.slurm`` directory, as ``tfps
@@ -8,7 +10,7 @@ slurm``'s script puts it; its progress comes from the model_dir on the shared fi
 found on disk, under the directories given (``MODEL_DIR.slurm/slurm-JOBID.out``); its state
 is its results.json's. No accounting (``sacct``) is needed.
 
-The table and the log lines have the Ansible side's format (``tfps.outcome.jobs``): a task's
+The table and the log lines have the Ansible side's format (``tfps.backends.protocol.render``): a task's
 lines are those of its rank in the step's output (``srun --label``), prefixed ``[task] ``.
 """
 
@@ -26,10 +28,14 @@ import sys
 import time
 
 from tfps import logs
+from tfps.backends import DEFAULT_DIRS
+from tfps.backends.protocol import Start, age, print_row, render
+from tfps.cluster import Launch, Plan
 from tfps.cluster.slurm import expand_hostlist
 from tfps.errors import ConfigError
+from tfps.exitcodes import ExitCode
 from tfps.jsonfile import read_json
-from tfps.outcome.jobs import _age, render
+from tfps.launch import slurm as slurm_launch
 from tfps.outcome.results import HISTORY, RESULTS, STATUS, eta_seconds, read_jsonl
 
 #: Slurm's states of a job that has not ended yet.
@@ -173,7 +179,7 @@ def _when(text: str | None) -> float | None:
 
 
 def row_of(job: dict, now: float | None = None) -> dict:
-    """One row of the table (tfps.outcome.jobs's columns) for a tfps job under Slurm."""
+    """One row of the table (tfps.backends.protocol.COLUMNS) for a tfps job under Slurm."""
     now = time.time() if now is None else now
     slurm = job.get("slurm") or {}
     settings = _script_settings(job.get("script"))
@@ -214,7 +220,7 @@ def row_of(job: dict, now: float | None = None) -> dict:
             "step": f"{int(step or 0)}/{total or '?'}",
             "loss": f"{loss:.4f}" if isinstance(loss, (int, float)) else "-",
             "examples/s": f"{rate:.0f}" if isinstance(rate, (int, float)) and rate else "-",
-            "started": _age(now - started) if started else "-",
+            "started": age(now - started) if started else "-",
             "ETA": f"{eta:.0f} s" if active and state == "RUNNING" and isinstance(eta, (int, float)) else "-",
             "hosts": ",".join(hosts) if hosts else "-"}
 
@@ -325,10 +331,10 @@ def _state(job_id: str) -> str:
 
 
 def show_logs(key: str, task: str, follow: bool, lines: int, dirs: list[str], out=sys.stdout,
-              poll: float = 1.0) -> bool:
+              poll: float = 1.0, slurm: dict[str, dict] | None = None) -> bool:
     """Print the task's last ``lines`` lines, and with ``follow`` what it writes next until the
-    job ends. False when no job has that id or name."""
-    slurm = read_slurm()
+    job ends. False when no job has that id or name. ``slurm``: what :func:`read_slurm` read."""
+    slurm = read_slurm() if slurm is None else slurm
     job = find_job(key, dirs, slurm)
     if job is None:
         return False
@@ -357,3 +363,69 @@ def show_logs(key: str, task: str, follow: bool, lines: int, dirs: list[str], ou
         ended = _state(job["id"]) not in ACTIVE   # one more read after the end: what the job wrote last
         if not ended:
             time.sleep(poll)
+
+
+# --------------------------------------------------------------------------- the backend
+
+class SlurmBackend:
+    """One Slurm job per tfps job: sbatch, squeue/scontrol, the shared filesystem, scancel.
+
+    ``read`` reads what Slurm knows (:func:`read_slurm`); tests give it what squeue said."""
+
+    name = "slurm"
+    option = "--slurm"
+
+    def __init__(self, dirs: list[str] | None = None, read=None):
+        self.dirs = list(dirs or DEFAULT_DIRS)
+        self.read = read or read_slurm
+
+    @classmethod
+    def from_args(cls, ns) -> SlurmBackend:
+        return cls(getattr(ns, "dir", None))
+
+    def dry_run(self, plan: Plan, launch: Launch) -> list[Start]:
+        """Each task is one rank of the job's srun step: ps first, then the workers."""
+        num_ps = sum(1 for t in plan.tasks if t.job == "ps")
+        step = (sys.executable, "-m", "tfps.launch.slurm_step", "--ps", str(num_ps),
+                "--workers", str(len(plan.tasks) - num_ps), "--rendezvous", "$RENDEZVOUS", "--", *launch.run_args)
+        return [Start(t.name, f"rank {rank} of the srun step", step) for rank, t in enumerate(plan.tasks)]
+
+    def submit(self, ns) -> int:
+        """``tfps slurm``: write the script, and with --submit submit it."""
+        return slurm_launch.main(ns)
+
+    def jobs(self) -> tuple[str, bool]:
+        return list_jobs(self.dirs, slurm=self.read())
+
+    def _job(self, key: str, slurm: dict[str, dict]) -> dict:
+        job = find_job(key, self.dirs, slurm)
+        if job is None:
+            raise ConfigError(f"no tfps job {key!r} in squeue or under {', '.join(self.dirs)}; `tfps jobs --slurm` "
+                              "lists them (--dir DIR for a model_dir elsewhere)", "job")
+        return job
+
+    def status(self, job: str) -> int:
+        return print_row(row_of(self._job(job, self.read())))
+
+    def logs(self, job: str, task: str, follow: bool, lines: int) -> int:
+        slurm = self.read()
+        self._job(job, slurm)
+        show_logs(job, task, follow, lines, self.dirs, slurm=slurm)
+        return ExitCode.OK
+
+    def stop(self, job: str) -> int:
+        """``scancel --signal=TERM``: the tasks get SIGTERM, the chief saves and exports within the
+        job's grace, the ps exit by themselves (a plain scancel would SIGKILL after KillWait)."""
+        found = self._job(job, self.read())
+        state = ((found.get("slurm") or {}).get("squeue") or {}).get("state", "")
+        if state not in ACTIVE:
+            print(f"job {job} (Slurm job {found['id']}) has ended ({row_of(found)['state']}); nothing to stop",
+                  flush=True)
+            return ExitCode.OK
+        _run(["scancel", *(["--signal=TERM"] if state != "PENDING" else []), found["id"]])
+        print(f"sent SIGTERM to Slurm job {found['id']}: its chief writes the final checkpoint and export; "
+              f"`tfps jobs --slurm` shows it end", flush=True)
+        return ExitCode.OK
+
+
+BACKEND = SlurmBackend
