@@ -23,6 +23,7 @@ from integration_helpers import (
     FinishedJob,
     _cmdline,
     assert_nothing_left,
+    assert_progressive,
     base_env,
     first_step_secs,
     launcher_ports,
@@ -103,6 +104,13 @@ def test_eval_accuracy_well_above_chance(job):
     ev = job.results["eval_metrics"]
     assert ev["accuracy"] > 0.8, ev      # 3 classes: chance is 0.33
     assert np.isfinite(ev["loss"])
+
+
+def test_progressive_validation_of_three_classes_is_log_loss_and_accuracy(job):
+    """The demo MLP (3 classes): each batch scored before it trained, over the job's window."""
+    block = assert_progressive(job.model_dir, job.results, {"log_loss", "accuracy"})
+    assert "auc" not in block and block["accuracy"] > 0.4, block      # chance is 0.33
+    assert block["examples"] <= 64 * (job.results["global_step"] + 2), block
 
 
 def test_saved_model_serves_the_eval_data(job, demo_dir):

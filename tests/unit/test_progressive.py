@@ -200,3 +200,23 @@ def test_a_workers_step_scores_its_batch_with_the_weights_before_its_update(tmp_
         # K steps in one run (tfps.task.steps): each of them adds its batch to the window.
         s.run(ops.train_op, {ops.steps_per_run: 3})
         assert window.figures(s.run(window.summary), own=True)["examples"] == 16 * 5
+
+
+def test_the_status_line_the_messages_and_the_summary_show_the_jobs_window():
+    from tfps.launch.console import status_text
+    from tfps.notify.message import format_message
+    from tfps.outcome.contract import JobResult
+    figs = {"window": 1000, "examples": 1000, "step": 70, "auc": 0.7312, "log_loss": 0.4411, "accuracy": 0.8}
+    line = status_text({"time": 10.0, "phase": "training", "step": 70, "train_steps": 100, "loss": 0.5,
+                        "progressive": figs}, now=10.0, started=0.0)
+    assert "prog. auc 0.7312 log_loss 0.4411 accuracy 0.8000" in line
+    _, body = format_message("progress", {"job": "j", "status": "running", "global_step": 70, "train_steps": 100,
+                                          "progressive": figs})
+    assert "progressive  auc 0.7312 log_loss 0.4411 accuracy 0.8000 over the last 1000 examples" in body
+    result = JobResult.from_dict({"job": "j", "status": "succeeded", "global_step": 100, "train_steps": 100,
+                                  "progressive": figs})
+    assert result.progressive.auc == 0.7312 and result.to_dict()["progressive"]["window"] == 1000
+    assert "  progressive auc 0.7312 log_loss 0.4411 accuracy 0.8000 over the last 1000 examples" in \
+        result.summary_lines()
+    _, end = format_message("succeeded", result)
+    assert "auc 0.7312" in end

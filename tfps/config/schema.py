@@ -132,7 +132,7 @@ class RunConfig:
     checkpoint_secs: int | None = None
     summary_steps: int = 50
     log_steps: int = 50
-    progressive_window: int = DEFAULT_PROGRESSIVE_WINDOW   # the job's last N examples, each scored before it trained; 0 off
+    progressive_window: int = DEFAULT_PROGRESSIVE_WINDOW   # the last N examples, scored before they trained; 0 off
     final_save_timeout: float = DEFAULT_FINAL_SAVE_TIMEOUT
     sync_timeout: float = DEFAULT_SYNC_TIMEOUT
     startup_timeout: float = 600.0

@@ -23,6 +23,7 @@ import tensorflow as tf
 from tfps import compat, timeouts
 from tfps.outcome import results
 from tfps.outcome.contract import step_of
+from tfps.task import progressive
 from tfps.task.checkpoint import checkpoint_step, glob_free_dir
 from tfps.task.lifecycle import StopSignal
 
@@ -134,7 +135,6 @@ class ProgressHook(v1.train.SessionRunHook):
 
     def _progressive(self, session) -> str:
         """This worker's progressive figures as a line's words ("" without them)."""
-        from tfps.task import progressive
         if self.progressive is None or self.progressive.summarize() is None:
             return ""
         self.job.progressive_own = self.progressive.figures(session.run(self.progressive.summarize()), own=True)

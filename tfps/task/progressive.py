@@ -40,6 +40,7 @@ import os
 import numpy as np
 
 from tfps import modelspec
+from tfps.outcome.contract import progressive_line
 
 #: Buckets of the binary scores' histograms, over logits in [-LOGIT_RANGE, LOGIT_RANGE]
 #: (probabilities from about 6e-6 to 1 - 6e-6; the rest fall into the end buckets).
@@ -220,7 +221,6 @@ def flat(figs: dict | None) -> dict[str, float]:
 
 def line(figs: dict | None) -> str:
     """``progressive auc 0.7123 log_loss 0.4512 accuracy 0.8100 over the last 50000 examples``; "" before any."""
-    from tfps.outcome.contract import progressive_line
     return progressive_line(figs)
 
 
