@@ -73,9 +73,12 @@ class Window:
     def on(self) -> bool:
         return self.size > 0
 
-    def attach(self, train, spec, labels):
+    def attach(self, train, spec, labels, batch_size: int | None = None):
         """``train`` grouped with the update of the window by this step's batch: the per-example
-        values of the step's own predictions (its forward pass, before its update)."""
+        values of the step's own predictions (its forward pass, before its update). As few ops
+        as a step can take (the ring holds what the summary derives the figures from);
+        ``batch_size``, the most a batch holds, when known: none larger than the ring (the
+        usual case) needs no op to keep only its last rows."""
         if not self.on or labels is None:
             return train
         import tensorflow as tf
@@ -89,14 +92,15 @@ class Window:
                                             name="progressive/window")
                     self.total = v1.Variable(lambda: tf.zeros([], tf.int64), trainable=False,
                                              name="progressive/examples")
-            values = tf.stack([tf.cast(tf.reshape(c, [-1]), tf.float32) for c in columns], axis=1)
+            values = tf.stack(columns, axis=1)
             batch = tf.shape(values, out_type=tf.int64)[0]
-            keep = tf.minimum(batch, self.size)            # a batch larger than the ring: its last rows
-            values = values[batch - keep:]
-            at = (self.total.read_value() + tf.range(keep, dtype=tf.int64)) % self.size
+            if batch_size is None or batch_size > self.size:   # a batch larger than the ring: its last rows
+                keep = tf.minimum(batch, self.size)
+                values, batch = values[batch - keep:], keep
+            at = (self.total.read_value() + tf.range(batch, dtype=tf.int64)) % self.size
             written = v1.scatter_update(self.ring, at, values)
             with tf.control_dependencies([written]):
-                counted = self.total.assign_add(keep)
+                counted = self.total.assign_add(batch)
         return tf.group(train, counted)
 
     def summarize(self):
@@ -110,8 +114,7 @@ class Window:
         with tf.compat.v1.device(self.device):
             n = tf.minimum(self.total.read_value(), self.size)
             rows = tf.cast(self.ring.read_value()[:n], tf.float64)
-            first = 2 if self.kind == "binary" else 0      # binary: score and label come first
-            parts = [tf.reshape(tf.cast(n, tf.float64), [1]), tf.reduce_sum(rows[:, first:], axis=0)]
+            parts = [tf.reshape(tf.cast(n, tf.float64), [1]), tf.reduce_sum(_per_example(self.kind, rows), axis=0)]
             if self.kind == "binary":
                 bucket = _bucket(rows[:, 0])
                 label = rows[:, 1]
@@ -127,32 +130,42 @@ class Window:
 
 
 def _columns(spec, labels) -> tuple[str, tuple[str, ...], list]:
-    """(kind, the names of the mean columns, the per-example columns) of a model's training step."""
+    """(kind, the names of the figures' means, the float32 columns a step writes into the ring)
+    of a model's training step: binary, the score and the label; more classes, the probability
+    of the example's own class and whether the top class is it; any other model, its loss and
+    per-batch metrics, each counted once per example of its batch."""
     import tensorflow as tf
     preds = spec.predictions or {}
     p, probs = preds.get("probability"), preds.get("probabilities")
     if p is None and probs is not None and probs.shape.rank == 2 and probs.shape[-1] == 2:
         p = probs[:, 1]
     if p is not None:
-        y = tf.cast(tf.reshape(labels, [-1]), tf.float32)
-        p = tf.cast(tf.reshape(p, [-1]), tf.float32)
-        clipped = tf.clip_by_value(p, EPSILON, 1.0 - EPSILON)
-        log_loss = -(y * tf.math.log(clipped) + (1.0 - y) * tf.math.log(1.0 - clipped))
-        right = tf.cast(tf.equal(tf.cast(p > 0.5, tf.float32), y), tf.float32)
-        return "binary", ("log_loss", "accuracy"), [p, y, log_loss, right]
+        return "binary", ("log_loss", "accuracy"), [tf.cast(tf.reshape(p, [-1]), tf.float32),
+                                                    tf.cast(tf.reshape(labels, [-1]), tf.float32)]
     if probs is not None and probs.shape.rank == 2 and labels.dtype.is_integer:
         y = tf.cast(tf.reshape(labels, [-1]), tf.int64)
-        probs = tf.cast(probs, tf.float32)
-        picked = tf.gather(probs, y, batch_dims=1)
-        log_loss = -tf.math.log(tf.clip_by_value(picked, EPSILON, 1.0))
+        own = tf.cast(tf.gather(probs, y, batch_dims=1), tf.float32)
         right = tf.cast(tf.equal(tf.argmax(probs, axis=-1), y), tf.float32)
-        return "classes", ("log_loss", "accuracy"), [log_loss, right]
-    # Any other model: its loss and per-batch metrics, each counted once per example of its batch.
-    batch = tf.shape(labels)[0]
+        return "classes", ("log_loss", "accuracy"), [own, right]
+    batch = tf.shape(labels)[:1]
     own = [(k, t) for k, t in sorted(spec.metrics.items())
            if k not in spec.streaming and k != "loss" and t.shape.rank == 0]
-    return "loss", ("loss", *(k for k, _ in own)), [tf.fill([batch], tf.cast(t, tf.float32))
+    return "loss", ("loss", *(k for k, _ in own)), [tf.fill(batch, tf.cast(t, tf.float32))
                                                     for t in [spec.loss] + [t for _, t in own]]
+
+
+def _per_example(kind: str, rows):
+    """The values whose means are the figures (``names``), per row of the ring (float64)."""
+    import tensorflow as tf
+    if kind == "binary":
+        p = tf.clip_by_value(rows[:, 0], EPSILON, 1.0 - EPSILON)
+        y = rows[:, 1]
+        log_loss = -(y * tf.math.log(p) + (1.0 - y) * tf.math.log(1.0 - p))
+        right = tf.cast(tf.equal(tf.cast(rows[:, 0] > 0.5, tf.float64), y), tf.float64)
+        return tf.stack([log_loss, right], axis=1)
+    if kind == "classes":
+        return tf.stack([-tf.math.log(tf.clip_by_value(rows[:, 0], EPSILON, 1.0)), rows[:, 1]], axis=1)
+    return rows
 
 
 def _bucket(score):

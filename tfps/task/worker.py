@@ -246,7 +246,7 @@ class Worker:
                             train = steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0")
                     if running:
                         train = tf.group(train, *[update for update, _ in running.values()])
-                    train = window.attach(train, spec, labels)   # the batch's scores before its update
+                    train = window.attach(train, spec, labels, cfg.batch_size)   # scored before its update
                     return (train, spec.loss, metrics, *extra)
 
                 def sync_step(local_step):
