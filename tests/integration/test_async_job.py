@@ -175,7 +175,7 @@ def test_nothing_left_running(job):
 # What `tfps local` may print without -v: its tasks' tfps lines ("[worker0] 19:44:03 I ..."),
 # its own ("19:43:52 I tfps local: ..."), and the summary at the end.
 TFPS_LINE = re.compile(r"^(\[(ps|worker)\d+\] )?\d\d:\d\d:\d\d [DIWE] \S")
-SUMMARY_LINE = re.compile(r"^(job \S+ (SUCCEEDED|STOPPED|FAILED) at global step |  (final loss|start-up|checkpoint|"
+SUMMARY_LINE = re.compile(r"^(job \S+ (SUCCEEDED|STOPPED|FAILED) at global step |  (final loss|progressive|start-up|checkpoint|"
                           r"export|results|plots|curves) |  \d+ step\(s\) past --train_steps )")
 
 
