@@ -23,6 +23,10 @@ How the window is kept (``--progressive_window N``, the job's last N examples):
   a bucket count half: within about 1e-3 of the exact AUC); the log loss and accuracy are
   exact means. A worker that left keeps its last window in the sum until it comes back.
 
+What it costs (docs/how-to/results.md): a few small ops per step on the worker; the CTR
+model wide_deep trained as many examples per CPU-second with it as without, the demo MLP
+(tiny steps) 0.85x.
+
 What is scored: a binary classifier (a ``probability`` prediction, or ``probabilities`` of
 two classes: every built-in model, Keras model and model_fn that gives one) reports
 ``auc``, ``log_loss`` and ``accuracy``; a classifier of more classes (``probabilities``)
