@@ -17,6 +17,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from tfps.errors import ConfigError
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelParams:
@@ -106,6 +108,27 @@ def local_state():
     device = _WORKER_DEVICE.get()
     with v1.variable_creator_scope(local), (v1.device(device) if device else contextlib.nullcontext()):
         yield created
+
+
+def running_metrics(spec, graph, task_index: int, model: str) -> dict:
+    """name -> (update, result) of the model's running metrics (``ModelSpec.streaming`` in train
+    mode), each checked to keep its state on this worker: never on a ps, where every worker
+    would update one copy, nor among the global variables, which the checkpoint saves."""
+    import tensorflow as tf
+    v1 = tf.compat.v1
+    local = {id(v) for v in graph.get_collection(v1.GraphKeys.LOCAL_VARIABLES)}
+    shared = {id(v) for v in graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)}
+    out = {}
+    for name, (update, result, variables) in spec.streaming.items():
+        for v in variables:
+            where = tf.DeviceSpec.from_string(v.device or "")
+            if id(v) not in local or id(v) in shared or (where.job, where.task) != ("worker", task_index):
+                raise ConfigError(f"{model} returned the running metric {name!r} with the variable {v.name} on "
+                                  f"{v.device or 'no device'}{'' if id(v) in local else ', not a local variable'}; "
+                                  "create a metric's variables inside tfps.modelspec.local_state() (this "
+                                  "worker's own, never on a ps or in the checkpoint)", "model")
+        out[name] = (update, result)
+    return out
 
 
 ModelFn = Callable[[Any, Any, str, ModelParams], ModelSpec]

@@ -413,3 +413,19 @@ def listening_addresses(ports: list[int]) -> dict[int, set[str]]:
             else:
                 found[port].add(".".join(str(b) for b in raw[::-1]))
     return found
+
+
+def assert_progressive(model_dir: Path, res: dict, names: set[str]) -> dict:
+    """results.json's ``progressive`` block (each batch scored before it trained, the job's last
+    window) holds ``names`` as numbers, and TensorBoard's ``progressive`` run has them as
+    scalars, its last point at most the job's step. Returns the block."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    block = res.get("progressive")
+    assert block and block["examples"] > 0 and block["window"] > 0, res.get("progressive")
+    assert all(isinstance(block.get(n), float) for n in names), block
+    run = EventAccumulator(str(model_dir / "progressive"))
+    run.Reload()
+    assert names <= set(run.Tags()["scalars"]), run.Tags()
+    last = run.Scalars(sorted(names)[0])[-1]
+    assert 0 < last.step <= res["global_step"] + 2, (last, res["global_step"])
+    return block

@@ -24,6 +24,7 @@ from integration_helpers import (
     FinishedJob,
     _cmdline,
     assert_nothing_left,
+    assert_progressive,
     base_env,
     first_step_secs,
     launcher_ports,
@@ -106,6 +107,13 @@ def test_eval_accuracy_well_above_chance(job):
     assert np.isfinite(ev["loss"])
 
 
+def test_progressive_validation_of_three_classes_is_log_loss_and_accuracy(job):
+    """The demo MLP (3 classes): each batch scored before it trained, over the job's window."""
+    block = assert_progressive(job.model_dir, job.results, {"log_loss", "accuracy"})
+    assert "auc" not in block and block["accuracy"] > 0.4, block      # chance is 0.33
+    assert block["examples"] <= 64 * (job.results["global_step"] + 2), block
+
+
 def test_saved_model_serves_the_eval_data(job, demo_dir):
     from tfps import demo
     _, eval_glob = demo.demo_globs("mlp", str(demo_dir))
@@ -168,7 +176,7 @@ def test_nothing_left_running(job):
 # What `tfps local` may print without -v: its tasks' tfps lines ("[worker0] 19:44:03 I ..."),
 # its own ("19:43:52 I tfps local: ..."), and the summary at the end.
 TFPS_LINE = re.compile(r"^(\[(ps|worker)\d+\] )?\d\d:\d\d:\d\d [DIWE] \S")
-SUMMARY_LINE = re.compile(r"^(job \S+ (SUCCEEDED|STOPPED|FAILED) at global step |  (final loss|start-up|checkpoint|"
+SUMMARY_LINE = re.compile(r"^(job \S+ (SUCCEEDED|STOPPED|FAILED) at global step |  (final loss|progressive|start-up|checkpoint|"
                           r"export|results|plots|curves) |  \d+ step\(s\) past --train_steps )")
 
 

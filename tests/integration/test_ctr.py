@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 import pytest
-from integration_helpers import assert_nothing_left, launcher_ports, read_results, run_flags
+from integration_helpers import assert_nothing_left, assert_progressive, launcher_ports, read_results, run_flags
 from test_local_memory_plan import assert_the_estimate_is_what_the_chief_records
 
 from tests.fixtures.ctr_fit import export_auc
@@ -143,4 +143,10 @@ def test_wide_deep_learns_the_ids_of_a_csv_without_a_model(procs, tmp_path, demo
     assert model_auc > baseline + 0.08, (model_auc, baseline)
     # The chief's evaluation ranks the whole evaluation set the same way.
     assert abs(res["eval_metrics"]["auc"] - model_auc) < 0.005, res["eval_metrics"]
+    # Progressive validation: the job's last 100000 training examples (both workers' shares),
+    # each scored before it trained, rank the clicks above chance, and the workers' progress
+    # lines show their own share.
+    block = assert_progressive(model_dir, res, {"auc", "log_loss", "accuracy"})
+    assert block["window"] == 100000 and 0.55 < block["auc"] < 1 and block["examples"] > 50000, block
+    assert launcher.lines(r"\[worker1\] .*step \d+/750 .* \| progressive auc 0\.\d+ log_loss"), launcher.tail()
     assert_nothing_left(ports, launcher)

@@ -25,6 +25,7 @@ from integration_helpers import (
     FinishedJob,
     Processes,
     assert_nothing_left,
+    assert_progressive,
     base_env,
     checkpoint_step,
     launcher_ports,
@@ -504,6 +505,8 @@ def test_progress_lines_show_a_running_auc_that_rises_and_the_streamed_auc_is_ex
     assert first < 0.9 and max(last) > first + 0.05 and min(last) > 0.9, lines
     assert all("auc" in r for r in read_history(job.model_dir)), read_history(job.model_dir)[:3]
     assert res["eval_metrics"]["auc"] > 0.9, res["eval_metrics"]
+    # Progressive validation of the Keras model: each batch scored before it trained.
+    assert assert_progressive(job.model_dir, res, {"auc", "log_loss", "accuracy"})["auc"] > 0.7, res["progressive"]
     # The streamed AUC is the exact one of the export's probabilities on the file the chief read.
     streamed = res["eval_metrics"]["auc"]
     rows = np.loadtxt(held, delimiter=",", skiprows=1, dtype=np.float32)

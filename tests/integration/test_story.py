@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import signal
 
 import pytest
@@ -186,6 +187,11 @@ def test_frozen_worker_gets_one_stalled_message(procs, tmp_path, webhook_server)
     assert after and "worker1 resumed at step" in after[0]["message"], [m["message"] for m in messages[i + 1:]]
     progress_bodies = [m["message"] for m, k in zip(messages, kinds) if k == "progress"]
     assert all("ETA" in b or "examples/s" in b for b in progress_bodies), progress_bodies[:1]
+    # The job's progressive validation (a model_fn of 3 classes: log loss and accuracy), as it
+    # trains and at the end.
+    assert any(re.search(r"^progressive +log_loss \d\.\d+ accuracy \d\.\d+ over", b, re.M)
+               for b in progress_bodies), progress_bodies[-1:]
+    assert re.search(r"^progressive +log_loss ", messages[-1]["message"], re.M), messages[-1]["message"]
 
     res = read_results(model_dir)
     assert res["status"] == "succeeded" and res["restarts"] == []

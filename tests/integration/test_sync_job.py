@@ -66,6 +66,8 @@ def test_sync_job_succeeds(job):
     assert res["model"] == job.model
     assert res["global_step"] >= STEPS
     assert res["export_complete"] is True
+    # Progressive validation in both sync steps (one per run, and several in a loop).
+    assert res["progressive"]["examples"] > 0 and "log_loss" in res["progressive"], res.get("progressive")
     if job.model == "wide_deep":
         # Sparse gradients: SyncAggregation's own step, one per run; and it learned (chance is 0.5).
         for worker in ("worker0", "worker1"):

@@ -165,6 +165,11 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--checkpoint_secs", type=int, help="checkpoint every N seconds instead")
     g.add_argument("--summary_steps", type=int, default=d.summary_steps, help="TensorBoard summaries every N steps")
     g.add_argument("--log_steps", type=int, default=d.log_steps, help="progress line every N steps")
+    g.add_argument("--progressive_window", type=int, default=d.progressive_window, metavar="N",
+                   help="progressive validation: every training batch is scored before it trains, and the job "
+                        "reports AUC (binary labels), log loss and accuracy, or the model's own loss and metrics, "
+                        "over its last N examples: status line, progress lines and messages, results.json, "
+                        "TensorBoard run MODEL_DIR/progressive; 0 turns it off (default %(default)s)")
     g.add_argument("--final_save_timeout", type=float, default=d.final_save_timeout,
                    help="seconds the final checkpoint + export may take; every stop grace derives from it "
                         "(default %(default)s)")

@@ -63,7 +63,14 @@ MAX_TABLE_IDS = 2**31 - 1
 
 #: Upper bounds of the numeric options, (largest value, why): checked before anything starts,
 #: since a value past them fails every task only after the start (an OverflowError).
+#: --progressive_window: the job's last N examples (tfps.task.progressive), and the most a
+#: window may hold (each worker keeps its share in memory, a few floats per example).
+DEFAULT_PROGRESSIVE_WINDOW = 100_000
+MAX_PROGRESSIVE_WINDOW = 10_000_000
+
 NUMERIC_LIMITS = {
+    "progressive_window": (MAX_PROGRESSIVE_WINDOW, "each worker holds its share of the window in memory, "
+                           "a few numbers per example"),
     "learning_rate": (MAX_LEARNING_RATE, "TensorFlow trains in 32-bit floats"),
     "partition_mb": (MAX_PARTITION_MB, "its size in bytes must be a 64-bit integer"),
     "tf_threads": (MAX_TF_THREADS, "TensorFlow counts threads in 32-bit integers"),
@@ -125,6 +132,7 @@ class RunConfig:
     checkpoint_secs: int | None = None
     summary_steps: int = 50
     log_steps: int = 50
+    progressive_window: int = DEFAULT_PROGRESSIVE_WINDOW   # the last N examples, scored before they trained; 0 off
     final_save_timeout: float = DEFAULT_FINAL_SAVE_TIMEOUT
     sync_timeout: float = DEFAULT_SYNC_TIMEOUT
     startup_timeout: float = 600.0
@@ -182,6 +190,10 @@ class RunConfig:
         positive("checkpoint_secs", self.checkpoint_secs)
         positive("summary_steps", self.summary_steps)
         positive("log_steps", self.log_steps)
+        if isinstance(self.progressive_window, bool) or not isinstance(self.progressive_window, int) \
+                or self.progressive_window < 0:
+            raise ConfigError(f"must be a whole number of examples, 0 to turn progressive validation off; got "
+                              f"{self.progressive_window!r}", "progressive_window")
         positive("replicas_to_aggregate", self.replicas_to_aggregate)
         positive("sync_timeout", self.sync_timeout, float)
         positive("startup_timeout", self.startup_timeout, float)

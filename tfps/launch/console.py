@@ -2,10 +2,11 @@
 
 On a terminal (and without ``-v``): one live status line for the whole job, drawn with
 ``rich``: the global step of the total with a bar, the chief's smoothed loss and running
-metrics, the job's examples/s, the ETA and the slowest worker's lag. The tasks' per-worker
-progress lines are left out; every other line of theirs (warnings, errors, the chief's
-saves) and the launcher's own are printed above the status line as they come, and the end
-summary after it, in full.
+metrics, the job's progressive validation (``prog. auc ... log_loss ...``), the job's
+examples/s, the ETA and the slowest worker's lag. The tasks' per-worker progress lines are
+left out; every other line of theirs (warnings, errors, the chief's saves) and the
+launcher's own are printed above the status line as they come, and the end summary after
+it, in full.
 
 Anywhere else (a file, a pipe: logs, CI, containers) or with ``-v``: every line of every
 task, prefixed with its name (``[worker1] ...``), as before; no escape codes.
@@ -28,7 +29,7 @@ import threading
 import time
 
 from tfps.outcome import results
-from tfps.outcome.contract import step_of
+from tfps.outcome.contract import progressive_line, step_of
 
 #: A task's per-worker progress line (tfps.task.hooks.ProgressHook), as the launcher reads it.
 PROGRESS_LINE = re.compile(r"^\[worker\d+\] \d\d:\d\d:\d\d I worker\d+: step \d+/\d+")
@@ -69,6 +70,9 @@ def status_text(status: dict | None, now: float, started: float, tasks: str = ""
     for k, v in sorted((status.get("metrics") or {}).items()):
         if isinstance(v, (int, float)):
             parts.append(f"{k} {v:.4f}")
+    scored = progressive_line(status.get("progressive")).split(" over ")[0]
+    if scored:   # the job's last window, each batch scored before it trained
+        parts.append(scored.replace("progressive", "prog.", 1))
     if status.get("examples_per_sec"):
         parts.append(f"{_rate(status['examples_per_sec'])} ex/s")
     if phase in (None, "training") and isinstance(status.get("eta_s"), (int, float)):

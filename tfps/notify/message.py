@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from tfps.outcome.contract import PAST_TOTAL_WHY, JobResult, step_of
+from tfps.outcome.contract import PAST_TOTAL_WHY, JobResult, progressive_line, step_of
 
 TRACEBACK_LINES = 30
 TRACEBACK_CHARS = 4000
@@ -169,7 +169,8 @@ def format_message(event: str, results: JobResult | Mapping[str, Any]) -> tuple[
     model, mode, started_at, ended_at, duration_s, global_step, train_steps, final_loss,
     metrics, eval_metrics, times, checkpoint, export_dir, export_complete, model_dir,
     cluster, task, host, error {type, message, traceback_tail}; during the job loss,
-    examples_per_sec, eta_s, workers {name: {steps, examples_per_sec}}, stalled [{task,
+    examples_per_sec, eta_s, progressive {window, examples, auc, log_loss, ...} (also at the
+    end), workers {name: {steps, examples_per_sec}}, stalled [{task,
     last_step, since}], stall_timeout, resumed [lines]; restarts [{task, time, cause,
     resumed_from, how, steps_redone}].
     """
@@ -230,6 +231,8 @@ def format_message(event: str, results: JobResult | Mapping[str, Any]) -> tuple[
     row("examples/s", _num(r["examples_per_sec"]) if r.get("examples_per_sec") is not None else None)
     row("ETA", _seconds(r["eta_s"]) if r.get("eta_s") is not None else None)
     row("metrics", _pairs(r.get("metrics")))
+    if isinstance(r.get("progressive"), Mapping):   # each batch scored before it trained
+        row("progressive", progressive_line(r["progressive"]).removeprefix("progressive "))
     row("eval", _pairs(r.get("eval_metrics")))
     row("checkpoint", r.get("checkpoint"))
     if r.get("export_dir"):

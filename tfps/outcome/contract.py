@@ -103,6 +103,24 @@ class Stall:
 
 
 @dataclass
+class Progressive:
+    """Progressive validation (tfps.task.progressive): each training batch scored by the model as
+    it was before the batch trained it, over the job's last ``window`` examples (all workers'),
+    as the chief last read them. Binary labels give ``auc``, ``log_loss`` and ``accuracy``; more
+    classes ``log_loss`` and ``accuracy``; other models their own ``loss`` and ``metrics``."""
+
+    window: int = 0                               # --progressive_window: the examples the figures cover at most
+    examples: int = 0                             # the examples they cover (fewer early in a job)
+    step: int | None = _optional()                # the global step they were read at
+    auc: float | None = _optional()
+    log_loss: float | None = _optional()
+    accuracy: float | None = _optional()
+    loss: float | None = _optional()              # a model without probabilities: its own loss, per example
+    metrics: dict[str, float] | None = _optional()   # ... and its own per-batch metrics
+    extra: dict[str, Any] = _extra()
+
+
+@dataclass
 class Versions:
     """What the job ran with: None for what is not installed (or not known)."""
 
@@ -171,6 +189,7 @@ class JobResult:
     export_dir: str | None = None
     export_complete: bool = False
     ended_by: str | None = _optional()            # "epochs": every worker read its data --epochs times first
+    progressive: Progressive | None = _optional()   # each batch scored before it trained: the last window's figures
     # The job's story.
     attempts: int | None = _optional()            # chief processes that ran this job (1: no restart)
     restarts: list[Restart] = field(default_factory=list)
@@ -300,6 +319,23 @@ def _label(label: str, value: Any) -> str:
     return f"  {label:<10} {value}"
 
 
+def progressive_line(p: Progressive | dict | None) -> str:
+    """``progressive auc 0.7123 log_loss 0.4512 accuracy 0.81 over the last 100000 examples``
+    ("" without figures): the summary's, the message's and the status line's words."""
+    if p is None:
+        return ""
+    d = _dump(p) if isinstance(p, Progressive) else dict(p)
+    numbers = {k: d[k] for k in ("auc", "log_loss", "accuracy", "loss") if isinstance(d.get(k), (int, float))}
+    numbers.update({k: v for k, v in (d.get("metrics") or {}).items() if isinstance(v, (int, float))})
+    if not numbers:
+        return ""
+    words = " ".join(f"{k} {v:.4f}" for k, v in numbers.items())
+    examples, window = d.get("examples"), d.get("window")
+    over = (f" over the last {examples} examples" if not window or (examples or 0) >= window
+            else f" over {examples} examples (window {window})")
+    return f"progressive {words}{over}"
+
+
 def step_of(step: int, total: int) -> str:
     """``640/1000``; past the total (asynchronous workers that each finish a step they began
     just before it) ``1000/1000 +1``, never ``1001/1000``."""
@@ -345,6 +381,10 @@ def summary_lines(result: JobResult | None, *, job: str | None = None, status: s
             if result.eval_metrics:
                 line += f"  eval {_pairs(result.eval_metrics)}"
             lines.append(line)
+        if result.progressive is not None:
+            line = progressive_line(result.progressive)
+            if line:
+                lines.append("  " + line)
         phases = [f"{name} {getattr(result.times, key)} s" for key, name in _PHASES.items()
                   if getattr(result.times, key) is not None]
         if phases:

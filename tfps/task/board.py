@@ -17,6 +17,10 @@ joins never resets another's board; a board nobody wrote yet cannot be read.
 Next to the boards, one string per worker: why it failed (a worker that fails writes it
 before it exits; the chief's watch reads it, and the job fails with that reason).
 
+With the board, when the job scores its batches (tfps.task.progressive), the summary of the
+worker's window of progressive scores, in a variable of its own on ps 0 that the chief's
+watch sums into the job's window.
+
 And one string per task, its ledger: the deaths of its earlier processes that its
 ``tfps run --restarts`` supervisor saw (``tfps.outcome.journal.RESTART_DEATHS_ENV``, JSON). A
 worker writes its ledger on ps 0 with its board (so it is there again after ps 0 came back);
@@ -39,7 +43,8 @@ FIELDS = ("local_steps", "global_step", "started", "restart_signal", "dropped_gr
 class Board:
     """The board variables of every worker and the ops to write this worker's, read anyone's."""
 
-    def __init__(self, num_workers: int, index: int, global_step, num_ps: int = 1):
+    def __init__(self, num_workers: int, index: int, global_step, num_ps: int = 1, progressive=None):
+        """``progressive``: this worker's window summary (``progressive.Window.summarize``), or None."""
         import tensorflow as tf
         v1 = tf.compat.v1
         self.index = index
@@ -57,6 +62,14 @@ class Board:
             board_write = self.vars[index].assign(value).op
             ledgers = [ledger_variable(f"worker{i}") for i in range(num_workers)]
             self.publish = tf.group(board_write, ledgers[index].assign(own_ledger()))
+            self.progressive_vars = [] if progressive is None else [
+                v1.get_variable(f"tfps_progressive_worker{i}", shape=progressive.shape, dtype=tf.float64,
+                                initializer=v1.zeros_initializer(), trainable=False, collections=[])
+                for i in range(num_workers)]
+            if progressive is not None:
+                self.publish = tf.group(self.publish, self.progressive_vars[index].assign(progressive))
+        # Every worker's window summary (tfps.task.progressive), read by the chief's watch.
+        self.read_progressive = [_read(v) for v in self.progressive_vars]
         # Every task's ledger, by task name: the workers' on ps 0, each ps's on itself.
         self.read_ledgers = {f"worker{i}": _read(v) for i, v in enumerate(ledgers)}
         for j in range(num_ps):

@@ -110,6 +110,15 @@ class Chief(Worker):
             log.info("chief: removed what the failed save left in %s: %s", cfg.model_dir, ", ".join(sorted(removed)))
         return full
 
+    def progressive_figures(self) -> dict | None:
+        """The job's progressive validation as the watch last read it (at most
+        ``timeouts.WATCH_POLL_SECS`` old): ``{"window", "examples", "step", "auc", "log_loss",
+        "accuracy"}`` (or ``loss`` and ``metrics``), as results.json's ``progressive`` holds them;
+        None before the first read, or with ``--progressive_window 0``. For what records the
+        model's quality at a moment (an export's metadata)."""
+        figures = self.watch.progressive if self.watch is not None else None
+        return dict(figures) if figures else None
+
     def highest_step(self, *steps: int) -> int:
         """The highest global step this chief saw (a lost ps takes the job back to its checkpoint)."""
         return max([int(s or 0) for s in steps] + [self.last_seen_step]

@@ -23,6 +23,7 @@ import tensorflow as tf
 from tfps import compat, timeouts
 from tfps.outcome import results
 from tfps.outcome.contract import step_of
+from tfps.task import progressive
 from tfps.task.checkpoint import checkpoint_step, glob_free_dir
 from tfps.task.lifecycle import StopSignal
 
@@ -44,10 +45,16 @@ class ProgressHook(v1.train.SessionRunHook):
     (the op that sets their variables back to zero, on this worker) is run after each line,
     so each line covers the ``every`` steps before it. The chief's history records carry the
     running value at their step (over the chief's batches since its last line).
+
+    ``progressive`` (a ``progressive.Window``): each line ends with this worker's window of
+    progressive scores (its last examples, each scored before it trained), read with a run
+    of its own on this worker (no ps) when the line is due.
     """
 
-    def __init__(self, job, fetches, every, batch_size, last_step, is_chief, model_dir, name, reset=None):
+    def __init__(self, job, fetches, every, batch_size, last_step, is_chief, model_dir, name, reset=None,
+                 progressive=None):
         self.job, self.fetches, self.every, self.reset = job, fetches, every, reset
+        self.progressive = progressive
         self.batch_size, self.last_step, self.is_chief = batch_size, last_step, is_chief
         self.model_dir, self.name = model_dir, name
         self.local_steps = 0
@@ -108,8 +115,10 @@ class ProgressHook(v1.train.SessionRunHook):
             eta = (self.last_step - rec["step"]) / gs_s if gs_s > 0 else float("nan")
             metrics = " ".join(f"{k} {v:.4f}" for k, v in rec.items() if k not in ("step",))
             dropped = f" | {self.dropped} stale gradient(s) dropped" if self.dropped else ""
-            log.info("%s: step %s %s | %.0f examples/s | %.1f steps/s | ETA %.0f s%s", self.name,
-                     step_of(rec["step"], self.last_step), metrics, ex_s, gs_s, max(eta, 0), dropped)
+            scored = self._progressive(run_context.session)
+            log.info("%s: step %s %s | %.0f examples/s | %.1f steps/s | ETA %.0f s%s%s", self.name,
+                     step_of(rec["step"], self.last_step), metrics, ex_s, gs_s, max(eta, 0), dropped,
+                     f" | {scored}" if scored else "")
             self.t_last, self.step_last, self.local_last = now, rec["step"], self.local_steps
             self.examples_s = ex_s
             if self.reset is not None:   # the next line's running metrics start afresh
@@ -123,6 +132,13 @@ class ProgressHook(v1.train.SessionRunHook):
             self.sums, self.counts = {}, {}
             results.append_history(self.model_dir, {**rec, "time": round(time.time(), 3),
                                                     "examples_per_sec": round(self.examples_s, 1), "mean": mean})
+
+    def _progressive(self, session) -> str:
+        """This worker's progressive figures as a line's words ("" without them)."""
+        if self.progressive is None or self.progressive.summarize() is None:
+            return ""
+        self.job.progressive_own = self.progressive.figures(session.run(self.progressive.summarize()), own=True)
+        return progressive.line(self.job.progressive_own)
 
     def summary(self) -> dict:
         """The job's final loss and metrics: the mean of this worker's last runs (up to 20), of

@@ -30,6 +30,8 @@ class TrainGraph:
       (``steps.StepsPerRunHook`` feeds it), or None (one step per run).
     * ``running_state``: the variables of the model's running metrics (this worker's own);
       ``reset_running`` re-initialises them after each progress line (None: no running metric).
+    * ``progressive``: this worker's window of progressive scores (``progressive.Window``: each
+      batch scored before it trains), or None (``--progressive_window 0``).
 
     Sync training (all None, or False, in async training):
 
@@ -67,3 +69,4 @@ class TrainGraph:
     release_tokens: Any = None
     backup_workers: bool = False
     sync_fetch: dict[str, Any] | None = None
+    progressive: Any = None

@@ -11,7 +11,11 @@ step. From what it reads it
   task's ledger (tfps.task.board) holds the deaths its ``tfps run --restarts`` supervisor
   saw; a worker started again without one (by hand, by a restart policy) is noticed by its
   board naming a new start;
-* keeps per-worker figures (steps trained, examples/s) for results.json.
+* keeps per-worker figures (steps trained, examples/s) for results.json;
+* sums the workers' windows of progressive scores (tfps.task.progressive) into the job's:
+  ``progressive``, shown on the status line and in the progress messages, written as the
+  TensorBoard run ``progressive`` (at most every --summary_steps global steps) and, as the
+  last read leaves it, into results.json.
 
 Messages are sent from this thread (bounded in time by the Notifier), never from the
 training loop; the chief stops the thread before its final message, so that no progress
@@ -29,7 +33,8 @@ from tfps import timeouts
 from tfps.cluster.spec import WORKER, task_name
 from tfps.errors import error_chain
 from tfps.outcome import journal, results
-from tfps.outcome.contract import Stall, WorkerFigures, parse
+from tfps.outcome.contract import Progressive, Stall, WorkerFigures, parse
+from tfps.task import progressive as progressive_mod
 from tfps.task.board import read_ledgers
 from tfps.task.lifecycle import session_config
 
@@ -150,6 +155,10 @@ class JobWatch:
         self.last_progress = time.monotonic()
         self.samples: list[tuple[float, int]] = []   # (time, global step) of the last RATE_WINDOW_SECS
         self.failures: dict[str, str] = {}   # worker -> why it failed (its own words, from the board)
+        self.progressive: dict | None = None  # the job's window of progressive scores, as last read
+        self.progressive_run = progressive_mod.SummaryRun(cfg.model_dir)
+        self.summary_steps = cfg.summary_steps
+        self.progressive_written: int | None = None   # the global step of the run's last point
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tfps-watch", daemon=True)
 
@@ -188,8 +197,9 @@ class JobWatch:
                 with _RenewedSession(v1.Session(self.server.target, graph=self.graph,
                                                 config=session_config(self.chief.task, self.chief.cfg))) as sess:
                     while not sess.stale and not self._stop.wait(POLL_SECS):
-                        self.observe(self._read(sess, options), time.monotonic(), time.time(),
-                                     self._read_step(sess, options))
+                        step = self._read_step(sess, options)
+                        self._read_progressive(sess, options, step)
+                        self.observe(self._read(sess, options), time.monotonic(), time.time(), step)
                         self._read_ledgers(sess, options)
                         if self._read_failures(sess, options):
                             self._stop_the_job(sess, options)
@@ -199,14 +209,44 @@ class JobWatch:
             with _RenewedSession(v1.Session(self.server.target, graph=self.graph,
                                             config=session_config(self.chief.task, self.chief.cfg))) as sess:
                 self._update_all(self._read(sess, options), time.monotonic(), time.time())
+                self._read_progressive(sess, options, max([self.job_step] + [w.global_step for w in self.workers]),
+                                       final=True)
                 self._read_failures(sess, options)
                 self._read_ledgers(sess, options)
             self.write_status(time.monotonic(), time.time(), phase="final save")
         except Exception as e:  # noqa: BLE001 - the watch never ends the job
             log.warning("chief: the job watch stopped: %s: %s", type(e).__name__, e)
+        finally:
+            self.progressive_run.close()
 
     def _read(self, sess, options) -> list:
         return self.board.read_all(sess, options)
+
+    def _read_progressive(self, sess, options, step: int, final: bool = False) -> None:
+        """The job's window: every worker's summary on ps 0 (one not written yet, or while ps 0 is
+        away, is left out), summed; a point of the TensorBoard run every --summary_steps steps."""
+        import tensorflow as tf
+        window = getattr(getattr(self.chief, "ops", None), "progressive", None)
+        reads = getattr(self.board, "read_progressive", None)
+        if window is None or not reads:
+            return
+        vectors = []
+        for read in reads:
+            try:
+                vectors.append(sess.run(read, options=options))
+            except tf.errors.OpError:
+                continue
+        figures = window.figures(vectors)
+        if not figures or not figures.get("examples"):
+            return
+        self.progressive = {**figures, "step": int(step)}
+        due = self.progressive_written is None or step >= self.progressive_written + self.summary_steps
+        if (due or final) and step != self.progressive_written:
+            try:
+                self.progressive_run.write(step, figures)
+                self.progressive_written = step
+            except Exception as e:  # noqa: BLE001 - the summaries are a view: never a failure
+                log.debug("chief: the progressive TensorBoard run was not written: %s", e)
 
     def _read_ledgers(self, sess, options) -> None:
         """Every task's deaths into the job's story (each once, tfps.outcome.journal.Story.died)."""
@@ -350,6 +390,8 @@ class JobWatch:
             rate = (self.job_step - s0) / (now - t0)
             res["eta_s"] = round(max(self.train_steps - self.job_step, 0) / rate, 1)
         res["workers"] = self.per_worker()
+        if self.progressive:
+            res["progressive"] = dict(self.progressive)
         stalled = [w.name for w in self.workers if w.stalled_since is not None]
         if stalled:
             res["stalled_tasks"] = stalled
@@ -372,6 +414,8 @@ class JobWatch:
         smoothed = getattr(self.chief, "smoothed_loss", None)
         if smoothed is not None:
             out["loss"] = float(smoothed)
+        if self.progressive:
+            out["progressive"] = dict(self.progressive)
         t0, s0 = self.samples[0] if self.samples else (now, self.job_step)
         if now > t0 and self.job_step > s0:
             out["eta_s"] = round(max(self.train_steps - self.job_step, 0) / ((self.job_step - s0) / (now - t0)), 1)
@@ -394,7 +438,8 @@ class JobWatch:
         the stalls, resumptions not yet told."""
         return {"workers": {name: parse(WorkerFigures, w, f"workers.{name}") for name, w in self.per_worker().items()},
                 "stalls": [parse(Stall, s, "stalls") for s in self.stalls],
-                "resumed": self.take_pending()}
+                "resumed": self.take_pending(),
+                "progressive": parse(Progressive, self.progressive, "progressive") if self.progressive else None}
 
     def take_pending(self) -> list[str]:
         out, self.pending = self.pending, []

@@ -30,7 +30,7 @@ from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.outcome import results
 from tfps.outcome.report import error_line
-from tfps.task import datafault, optimizers, placement
+from tfps.task import datafault, optimizers, placement, progressive
 from tfps.task.board import Board, publish_hook
 from tfps.task.checkpoint import glob_free_checkpoint as glob_free
 from tfps.task.lifecycle import (
@@ -55,27 +55,6 @@ log = logging.getLogger("tfps")
 def _optimizer(setup: JobSetup):
     """The optimizer the setup chose (an explicit flag, else a Keras model's compile(), else the default)."""
     return optimizers.make(setup.optimizer, setup.learning_rate, optimizer_options(setup.cfg, setup.model_fn))
-
-
-def _running_metrics(spec, graph, task_index: int, model: str) -> dict:
-    """name -> (update, result) of the model's running metrics (``ModelSpec.streaming`` in train
-    mode), each checked to keep its state on this worker: never on a ps, where every worker
-    would update one copy, nor among the global variables, which the checkpoint saves."""
-    import tensorflow as tf
-    v1 = tf.compat.v1
-    local = {id(v) for v in graph.get_collection(v1.GraphKeys.LOCAL_VARIABLES)}
-    shared = {id(v) for v in graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)}
-    out = {}
-    for name, (update, result, variables) in spec.streaming.items():
-        for v in variables:
-            where = tf.DeviceSpec.from_string(v.device or "")
-            if id(v) not in local or id(v) in shared or (where.job, where.task) != ("worker", task_index):
-                raise ConfigError(f"{model} returned the running metric {name!r} with the variable {v.name} on "
-                                  f"{v.device or 'no device'}{'' if id(v) in local else ', not a local variable'}; "
-                                  "create a metric's variables inside tfps.modelspec.local_state() (this "
-                                  "worker's own, never on a ps or in the checkpoint)", "model")
-        out[name] = (update, result)
-    return out
 
 
 class WorkerFailed(RuntimeError):
@@ -216,6 +195,8 @@ class Worker:
                     agg = syncagg.SyncAggregation(opt, global_step, per_step, task.num_workers,
                                                   worker_device + "/cpu:0")
 
+                window = progressive.Window(cfg.progressive_window, task.num_workers, worker_device + "/cpu:0")
+
                 def step(local_step=None, now=None):
                     """One step; sync in a loop: ``local_step`` (the token before) and ``now``
                     (the global step read on its ps before the step's variables)."""
@@ -235,7 +216,7 @@ class Worker:
                         "global_step_at_step" if now is not None else "global_step_read")
                     if spec.loss is None:
                         raise ConfigError(f"{cfg.model} returned no loss in train mode", "model")
-                    running = _running_metrics(spec, g, task.index, cfg.model)
+                    running = modelspec.running_metrics(spec, g, task.index, cfg.model)
                     running_state[:] = [v for _, _, variables in spec.streaming.values() for v in variables]
                     # The progress lines' running metrics: updated with the step, read after it.
                     metrics = {**{k: result for k, (_, result) in running.items()},
@@ -265,6 +246,7 @@ class Worker:
                             train = steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0")
                     if running:
                         train = tf.group(train, *[update for update, _ in running.values()])
+                    train = window.attach(train, spec, labels, cfg.batch_size)   # scored before its update
                     return (train, spec.loss, metrics, *extra)
 
                 def sync_step(local_step):
@@ -301,7 +283,7 @@ class Worker:
                              if running_state else None)
             flag = stop_flag()
             raise_flag = flag.assign(True)
-            board = Board(task.num_workers, task.index, global_step, task.num_ps)
+            board = Board(task.num_workers, task.index, global_step, task.num_ps, window.summarize())
             v1.summary.scalar("loss", loss)
             for k, t in metrics.items():
                 v1.summary.scalar(k, t)
@@ -311,7 +293,8 @@ class Worker:
                              raise_flag=raise_flag, board=board, done=done, running_state=list(running_state),
                              reset_running=reset_running, sync_hook=sync_hook,
                              token_queue=agg.token_queue if agg is not None else None, close_tokens=close_tokens,
-                             release_tokens=release_tokens, backup_workers=backup, sync_fetch=sync_fetch or None)
+                             release_tokens=release_tokens, backup_workers=backup, sync_fetch=sync_fetch or None,
+                             progressive=window if window.kind else None)
         return g, ops
 
     # -------------------------------------------------------------- run
@@ -364,7 +347,7 @@ class Worker:
         progress = ProgressHook(self, {"global_step": ops.global_step_read, "loss": ops.loss,
                                        **ops.metrics, **steps},
                                 cfg.log_steps, cfg.batch_size, cfg.train_steps, task.is_chief, cfg.model_dir, task.name,
-                                reset=ops.reset_running)
+                                reset=ops.reset_running, progressive=ops.progressive)
         all_hooks = [v1.train.StopAtStepHook(last_step=cfg.train_steps),
                      StopFlagHook(ops.flag, ops.raise_flag, self.stop, task.is_chief),
                      progress] + hooks
