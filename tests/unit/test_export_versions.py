@@ -247,3 +247,26 @@ def test_the_checkpoint_hook_saves_when_a_version_is_due(tmp_path):
     assert saved[0] == 1 and 5 <= saved[1] <= 6 and saved[-1] == 10, saved   # first step, due, end
     assert len(saved) == 3, saved
     assert (tmp_path / f"model.ckpt-{saved[1]}.index").is_file()
+
+
+def test_every_launcher_passes_the_settings_on(tmp_path):
+    """--config, tfps compose and tfps slurm hand --export_every and --keep_exports to every task
+    (the role: test_the_role_variables_reach_the_run_flags)."""
+    import dataclasses
+
+    from tfps import cli, cli_tools
+    from tfps.config import from_args
+    from tfps.launch import compose, slurm
+    job = tmp_path / "job.yaml"
+    job.write_text("export_every: 90s\nkeep-exports: 3\n")
+    parser = cli.build_parser()
+    ns = parser.parse_args(cli_tools.expand_config(["local", "--config", str(job)], parser))
+    assert (from_args(ns).export_every, from_args(ns).keep_exports) == ("90s", 3)
+    text = compose.render(parser.parse_args(cli.normalize_argv(["compose", "--export-every", "10m",
+                                                                 "--keep-exports", "3"])))
+    assert text.count("--export_every=10m") >= 2 and text.count("--keep_exports=3") >= 2, text
+    ns = parser.parse_args(["slurm", "--export_every", "500", "--keep_exports", "2"])
+    argv = slurm.run_argv(ns, {"model_dir": "/shared/m"})
+    assert argv[argv.index("--export_every") + 1] == "500" and argv[argv.index("--keep_exports") + 1] == "2"
+    from tfps.task import entry
+    assert dataclasses.asdict(from_args(entry.build_parser().parse_args(argv)))["export_every"] == "500"
