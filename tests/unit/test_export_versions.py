@@ -270,3 +270,11 @@ def test_every_launcher_passes_the_settings_on(tmp_path):
     assert argv[argv.index("--export_every") + 1] == "500" and argv[argv.index("--keep_exports") + 1] == "2"
     from tfps.task import entry
     assert dataclasses.asdict(from_args(entry.build_parser().parse_args(argv)))["export_every"] == "500"
+
+
+def test_the_failing_exports_message_says_what_failed():
+    from tfps.notify import format_message
+    title, body = format_message("exports_failing", {"job": "ctr", "status": "running", "global_step": 900,
+                                                     "error": "3 versions in a row failed to export into /srv/x"})
+    assert title == "[tfps] ⚠ job ctr: versions fail to export at step 900"
+    assert "training goes on" in body and "3 versions in a row failed to export into /srv/x" in body, body
