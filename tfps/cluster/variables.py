@@ -72,6 +72,8 @@ RUN_FIELDS = {
     "tfps_stall_timeout": "stall_timeout",
     "tfps_model_dir": "model_dir",
     "tfps_export_dir": "export_dir",
+    "tfps_export_every": "export_every",
+    "tfps_keep_exports": "keep_exports",
     "tfps_embedding": "embedding",
     "tfps_min_count": "min_count",
     "tfps_steps_to_live": "steps_to_live",
@@ -258,8 +260,10 @@ def _coerce(cfg: RunConfig) -> None:
                                   f.name) from None
             setattr(cfg, f.name, value)
             continue
-        if f.name in ("replicas_to_aggregate", "backup_workers", "checkpoint_steps", "epochs"):
+        if f.name in ("replicas_to_aggregate", "backup_workers", "checkpoint_steps", "epochs", "keep_exports"):
             kind = int
+        if f.name == "export_every":   # 500 (steps) or "10m": RunConfig reads either
+            kind = str
         try:
             if kind is bool and not isinstance(value, bool):
                 text = str(value).strip().lower()

@@ -106,6 +106,8 @@ def _tensorflow_missing(tf) -> list[tuple[str, str]]:
         stored(getattr(cls, "_get_session_manager", None), "_session_manager",
                f"tf.compat.v1.train.{cls.__name__}._get_session_manager")
     stored(t.CheckpointSaverHook.__init__, "_timer", "tf.compat.v1.train.CheckpointSaverHook.__init__")
+    stored(t.CheckpointSaverHook.begin, "_global_step_tensor", "tf.compat.v1.train.CheckpointSaverHook.begin")
+    has(t.CheckpointSaverHook, "_save", "tf.compat.v1.train.CheckpointSaverHook")
     has(t.SecondOrStepTimer, "update_last_triggered_step", "tf.compat.v1.train.SecondOrStepTimer")
     for attr in ("_apply_sparse", "_resource_apply_sparse"):
         has(t.Optimizer, attr, "tf.compat.v1.train.Optimizer")
@@ -288,6 +290,16 @@ def set_session_creator_session_manager(creator, manager) -> None:
 def checkpoint_saver_timer(hook):
     """The SecondOrStepTimer that decides when a CheckpointSaverHook saves next."""
     return hook._timer
+
+
+def checkpoint_saver_save(hook, session, step: int) -> bool:
+    """A CheckpointSaverHook's save of ``step`` with its listeners (True: one asks to stop)."""
+    return hook._save(session, step)
+
+
+def checkpoint_saver_global_step(hook):
+    """The global step tensor a CheckpointSaverHook reads (set in its ``begin``)."""
+    return hook._global_step_tensor
 
 
 # --------------------------------------------------------------- v1 optimizers

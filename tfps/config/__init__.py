@@ -7,5 +7,6 @@ imported from here (``from tfps.config import RunConfig``).
 
 from tfps.config.args import *  # noqa: F401,F403
 from tfps.config.args import _UNDERSCORED  # noqa: F401
+from tfps.config.durations import parse_every  # noqa: F401
 from tfps.config.jobfile import *  # noqa: F401,F403
 from tfps.config.schema import *  # noqa: F401,F403

@@ -170,6 +170,12 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                         "reports AUC (binary labels), log loss and accuracy, or the model's own loss and metrics, "
                         "over its last N examples: status line, progress lines and messages, results.json, "
                         "TensorBoard run MODEL_DIR/progressive; 0 turns it off (default %(default)s)")
+    g.add_argument("--export_every", metavar="DURATION|STEPS",
+                   help="also export a SavedModel version while the job trains, every DURATION (90s, 10m, 2h) "
+                        "or every STEPS global steps, into EXPORT_DIR/<version>/ as TF Serving reads it "
+                        "(the final export is then the last version; default: one export at the end)")
+    g.add_argument("--keep_exports", type=int, metavar="K",
+                   help="--export_every: keep the newest K versions, remove older ones (default: keep all)")
     g.add_argument("--final_save_timeout", type=float, default=d.final_save_timeout,
                    help="seconds the final checkpoint + export may take; every stop grace derives from it "
                         "(default %(default)s)")

@@ -11,6 +11,7 @@ import dataclasses
 import math
 import os
 
+from tfps.config.durations import parse_every
 from tfps.config.jobfile import yaml_scalar
 from tfps.errors import ConfigError
 from tfps.names import MAX_RUN_NAME, check_directory_name, check_run_name  # noqa: F401
@@ -134,6 +135,8 @@ class RunConfig:
     log_steps: int = 50
     progressive_window: int = DEFAULT_PROGRESSIVE_WINDOW   # the last N examples, scored before they trained; 0 off
     final_save_timeout: float = DEFAULT_FINAL_SAVE_TIMEOUT
+    export_every: str | None = None     # versions while training: "10m", "90s", "2h" or "500" global steps
+    keep_exports: int | None = None     # --export_every: the newest K versions stay; None keeps every one
     sync_timeout: float = DEFAULT_SYNC_TIMEOUT
     startup_timeout: float = 600.0
     tf_threads: int | None = None   # None: tfps.task.lifecycle.auto_threads
@@ -163,6 +166,11 @@ class RunConfig:
     @property
     def hidden(self) -> list[int]:
         return [int(x) for x in self.hidden_units.split(",") if x.strip()]
+
+    @property
+    def export_cadence(self) -> tuple[str, float] | None:
+        """--export_every as ("secs", seconds) or ("steps", global steps); None: no versions."""
+        return None if self.export_every is None else parse_every(self.export_every, "export_every")
 
     @property
     def checkpoint_every_steps(self) -> int | None:
@@ -201,6 +209,11 @@ class RunConfig:
         positive("partition_mb", self.partition_mb, float)
         positive("hash_buckets", self.hash_buckets)
         positive("embedding_dim", self.embedding_dim)
+        positive("keep_exports", self.keep_exports)
+        self.export_cadence   # noqa: B018 - refuses a malformed --export_every
+        if self.keep_exports is not None and self.export_every is None:
+            raise ConfigError("bounds the versions that --export_every writes; add --export_every (e.g. 10m), "
+                              "or drop --keep_exports", "keep_exports")
         self._check_embedding()
         if self.epochs is not None and self.sync_replicas:
             raise ConfigError("counts each worker's own passes over its data, which synchronous training cannot "

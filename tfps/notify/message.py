@@ -100,6 +100,8 @@ def _title(event: str, r: Mapping[str, Any]) -> str:
     if event == "stalled":
         names = ", ".join(str(s.get("task")) for s in r.get("stalled") or () if isinstance(s, Mapping))
         return f"[tfps] ⚠ job {job} stalled" + (f": {names}" if names else "")
+    if event == "exports_failing":
+        return f"[tfps] ⚠ job {job}: versions fail to export{at}"
     if event == "started":
         cluster = r.get("cluster") if isinstance(r.get("cluster"), Mapping) else {}
         sizes = ", ".join(f"{len(v)} {k}{'s' if len(v) != 1 and not k.endswith('s') else ''}"
@@ -117,6 +119,7 @@ _SUMMARY = {
     "started": "Training started.",
     "progress": "Training is running.",
     "stalled": "Part of the job makes no progress (the job goes on; a stall never fails it).",
+    "exports_failing": "The versions of --export_every keep failing to export (training goes on).",
 }
 
 

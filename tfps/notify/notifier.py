@@ -43,8 +43,9 @@ from tfps.outcome.results import now_iso
 log = logging.getLogger("tfps.notify")
 
 #: The events a job can report. ``started`` and ``progress`` are sent only when asked for
-#: (``--notify_started``, ``--notify_every``); ``stalled`` when ``--stall_timeout`` passes without progress.
-EVENTS = ("started", "progress", "stalled", "succeeded", "failed", "stopped")
+#: (``--notify_started``, ``--notify_every``); ``stalled`` when ``--stall_timeout`` passes without progress;
+#: ``exports_failing`` when the versions of ``--export_every`` failed several times in a row.
+EVENTS = ("started", "progress", "stalled", "exports_failing", "succeeded", "failed", "stopped")
 #: A service tagged ``always`` receives every event (apprise's own name for this tag).
 ALWAYS = apprise.common.MATCH_ALWAYS_TAG
 DEFAULT_ATTEMPTS = 2
@@ -56,6 +57,7 @@ NOTIFY_TYPES = {
     "started": apprise.NotifyType.INFO,
     "progress": apprise.NotifyType.INFO,
     "stalled": apprise.NotifyType.WARNING,
+    "exports_failing": apprise.NotifyType.WARNING,
     "succeeded": apprise.NotifyType.SUCCESS,
     "failed": apprise.NotifyType.FAILURE,
     "stopped": apprise.NotifyType.WARNING,

@@ -166,7 +166,11 @@ def check_export_dir(export_dir: str, model_dir: str) -> None:
     # A tfps export's other files are carried into the next one (tfps.task.export.switch_into_place);
     # a directory without a marker tfps wrote is not an export, and a user's files in it are refused.
     if os.path.isdir(export_dir) and read_export_marker(export_dir) is None:
-        foreign = _foreign(export_dir)
+        # A base path of versions (--export_every, tfps.task.versions): integer directories
+        # that each hold a tfps export are tfps's own.
+        versions = {n for n in _foreign(export_dir)
+                    if n.isdigit() and read_export_marker(os.path.join(export_dir, n)) is not None}
+        foreign = _foreign(export_dir, versions)
         if foreign:
             raise ConfigError(f"{export_dir} holds files that tfps did not write ({_shown(foreign)}) and is not a "
                               "tfps export; give --export_dir a new or empty directory, or move those files away",

@@ -36,6 +36,7 @@ from tfps.task.export import nonfinite_variables
 from tfps.task.lifecycle import session_config
 from tfps.task.setup import JobSetup
 from tfps.task.traingraph import TrainGraph
+from tfps.task.versions import Versions
 from tfps.task.watch import JobWatch, is_step_timeout, read_step
 from tfps.task.watchdog import probe_tasks
 from tfps.task.worker import Worker, WorkerFailed
@@ -62,6 +63,7 @@ class Chief(Worker):
     ended_by_epochs = False               # --epochs: every worker read its data before --train_steps
     watch: JobWatch | None = None         # the watch of the workers' progress, while the job trains
     evaluations = None                    # evaluations of checkpoints while it trains (tfps.task.evaluations)
+    versions = None                       # --export_every: the versions written while it trains (tfps.task.versions)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -205,11 +207,16 @@ class Chief(Worker):
         cfg, task = self.cfg, self.task
         if self.setup is not None and self.setup.eval_schema is not None and self.evaluations is None:
             self.evaluations = Evaluations(self.setup, cfg)
+        if self.setup is not None and cfg.export_cadence is not None and self.versions is None:
+            self.versions = Versions(export.write_version(self.setup.model_fn, self.setup.params), cfg.export_path,
+                                     cfg.export_cadence, cfg.keep_exports, cfg.model_dir,
+                                     on_failing=self._exports_failing)
+        listeners = [x for x in (self.evaluations, self.versions) if x is not None]
         hooks = [
             CheckpointSaverHook(cfg.model_dir, save_steps=cfg.checkpoint_every_steps,
                                 save_secs=cfg.checkpoint_secs, scaffold=scaffold,
-                                session_step=lambda: self.session_step,
-                                listeners=[self.evaluations] if self.evaluations is not None else None),
+                                session_step=lambda: self.session_step, listeners=listeners or None,
+                                save_when=self.versions.due if self.versions is not None else None),
             v1.train.SummarySaverHook(save_steps=cfg.summary_steps, output_dir=cfg.model_dir, scaffold=scaffold),
             v1.train.StepCounterHook(every_n_steps=cfg.summary_steps, output_dir=cfg.model_dir),
         ]
@@ -231,6 +238,13 @@ class Chief(Worker):
                                                  answer_within=cfg.sync_timeout,
                                                  first_attempt=self.story is not None and self.story.attempt == 0)
         return hooks, creator
+
+    def _exports_failing(self, text: str) -> None:
+        """The one message of versions that keep failing (tfps.task.versions): the job goes on."""
+        if self.watch is not None:
+            reporter = self.watch.reporter
+            reporter.send_event("exports_failing", {**reporter.base(), "status": "running",
+                                                    "global_step": self.highest_step(), "error": text})
 
     def _after_its_data(self, server, graph) -> None:
         """--epochs: the chief read its data; its final save (as the session closes) waits until
@@ -403,7 +417,10 @@ class Chief(Worker):
         message all say so, instead of "final export failed" next to a complete export."""
         cfg = self.cfg
         try:
-            export_dir = export.export_saved_model(setup.model_fn, setup.params, ckpt, cfg.export_path, ckpt_step)
+            if self.versions is not None:   # --export_every: the final export is the last version
+                export_dir = self.versions.finish(ckpt, ckpt_step, wait=cfg.final_save_timeout / 2)
+            else:
+                export_dir = export.export_saved_model(setup.model_fn, setup.params, ckpt, cfg.export_path, ckpt_step)
         except Exception as e:  # noqa: BLE001
             if diskfull.is_disk_full(e):   # export_saved_model removed its half-written directory
                 e = diskfull.disk_full(e, cfg.export_path, f"the SavedModel export of step {ckpt_step}",

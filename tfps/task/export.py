@@ -97,8 +97,22 @@ def export_saved_model(model_fn, params, checkpoint: str, export_dir: str, globa
     return export_dir
 
 
-def _write_export(tf, model_fn, params, checkpoint: str, tmp: str, global_step: int) -> None:
+def write_version(model_fn, params):
+    """The writer of ``--export_every``'s versions (tfps.task.versions.Versions): a complete
+    SavedModel of a checkpoint, its marker holding the version's metadata, into a new directory;
+    ``threads`` bounds its TensorFlow thread pool (its own: a background export's threads
+    inherit the low priority of the thread that starts them)."""
+    def write(checkpoint: str, dest: str, global_step: int, extra: dict, threads: int | None = None) -> None:
+        import tensorflow as tf
+        _write_export(tf, model_fn, params, checkpoint, dest, global_step, extra, threads)
+    return write
+
+
+def _write_export(tf, model_fn, params, checkpoint: str, tmp: str, global_step: int,
+                  extra: dict | None = None, threads: int | None = None) -> None:
     v1 = tf.compat.v1
+    config = v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads,
+                            use_per_session_threads=True) if threads else None
     graph = tf.Graph()
     with graph.as_default(), tf.compat.v1.device("/cpu:0"):
         # A Keras model serves under its own input names (keras_model.KerasModelFn.serving_inputs).
@@ -112,7 +126,7 @@ def _write_export(tf, model_fn, params, checkpoint: str, tmp: str, global_step: 
         from tfps.layers import dynamic_embedding  # lazy: imports TensorFlow
         # Dynamic tables made for "predict" (serving=True) serve their live rows as plain variables.
         spec = model_fn(features, None, "predict", params)
-        with v1.Session(graph=graph) as sess:
+        with v1.Session(graph=graph, config=config) as sess:
             _restore(sess, checkpoint)
             signature = v1.saved_model.predict_signature_def(inputs=inputs,
                                                             outputs=dict(spec.predictions))
@@ -124,7 +138,7 @@ def _write_export(tf, model_fn, params, checkpoint: str, tmp: str, global_step: 
                 if dynamic_embedding.tables(graph) else None)
             builder.save()
     with open(os.path.join(tmp, EXPORT_MARKER), "w") as fh:
-        json.dump({"global_step": global_step, "checkpoint": checkpoint,
+        json.dump({**(extra or {}), "global_step": global_step, "checkpoint": checkpoint,
                    "completed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "inputs": {n: [None, *t.shape.as_list()[1:]] for n, t in inputs.items()},
                    "outputs": sorted(spec.predictions)}, fh, indent=2)

@@ -192,11 +192,14 @@ class CheckpointSaverHook(v1.train.CheckpointSaverHook):
     _initial_pending = False
     _start_step = 0
 
-    def __init__(self, *args, session_step=None, **kw):
+    def __init__(self, *args, session_step=None, save_when=None, **kw):
         """``session_step()``: the step the session just created starts from, when its
-        creator knows it (then no run of its own reads it), else None."""
+        creator knows it (then no run of its own reads it), else None. ``save_when(step)``:
+        True when a save is due besides the periodic ones (a version of --export_every,
+        tfps.task.versions); the periodic saves then count from it."""
         super().__init__(*args, **kw)
         self._session_step = session_step
+        self._save_when = save_when
 
     def after_create_session(self, session, coord):
         self._initial_pending = True
@@ -215,7 +218,15 @@ class CheckpointSaverHook(v1.train.CheckpointSaverHook):
         if self._initial_pending:
             self._initial_save(run_context.session)
             return
+        timer = compat.checkpoint_saver_timer(self)
+        last = timer.last_triggered_step()
         super().after_run(run_context, run_values)
+        if self._save_when is None or timer.last_triggered_step() != last or not self._save_when(run_values.results):
+            return
+        step = int(run_context.session.run(compat.checkpoint_saver_global_step(self)))
+        timer.update_last_triggered_step(step)
+        if compat.checkpoint_saver_save(self, run_context.session, step):
+            run_context.request_stop()
 
     def end(self, session):
         if self._initial_pending:
