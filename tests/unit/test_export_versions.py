@@ -1,7 +1,7 @@
 """--export_every's versions (tfps.task.versions): numbering, placement, pruning, metadata, failures.
 
 The writer is a stand-in that writes the files of a SavedModel (the real one is exercised by
-tests/integration/test_export_versions.py); everything else is the real code on real directories.
+tests/integration/test_export_versions_job.py); everything else is the real code on real directories.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.notify import job_notifier
 from tfps.outcome import journal, lock, report, results
-from tfps.task import diskfull, export
+from tfps.task import diskfull, export, versions
 from tfps.task.board import FIELDS, publish_hook
 from tfps.task.checkpoint import checkpoint_step
 from tfps.task.evaluations import Evaluations
@@ -211,6 +211,9 @@ class Chief(Worker):
             self.versions = Versions(export.write_version(self.setup.model_fn, self.setup.params), cfg.export_path,
                                      cfg.export_cadence, cfg.keep_exports, cfg.model_dir,
                                      on_failing=self._exports_failing)
+            # Each version records the job's progressive validation at its export.
+            versions.set_provider("progressive", self.progressive_figures)
+            versions.set_provider("progressive_auc", lambda: (self.progressive_figures() or {}).get("auc"))
         listeners = [x for x in (self.evaluations, self.versions) if x is not None]
         hooks = [
             CheckpointSaverHook(cfg.model_dir, save_steps=cfg.checkpoint_every_steps,

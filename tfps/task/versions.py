@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tfps.outcome.results import EXPORT_MARKER, now_iso, read_export_marker
+from tfps.outcome.results import now_iso, read_export_marker
 
 log = logging.getLogger("tfps")
 
@@ -47,9 +47,9 @@ FAILURES_BEFORE_MESSAGE = 3
 EXPORT_NICE = 10
 #: Metadata fields that other parts of a job fill (stream input, progressive validation):
 #: present in every version, None until a provider gives them.
-PROVIDED_FIELDS = ("position", "progressive_auc")
-#: name -> callable giving the value at export time: tfps's stream input sets "position",
-#: progressive validation "progressive_auc" (:func:`set_provider`).
+PROVIDED_FIELDS = ("position", "progressive_auc", "progressive")
+#: name -> callable giving the value at export time: tfps's stream input sets "position", the
+#: chief "progressive_auc" and "progressive" (results.json's block, ``Chief.progressive_figures``).
 PROVIDERS: dict[str, Callable[[], Any]] = {}
 
 
@@ -94,7 +94,7 @@ def next_version(base: str, step: int) -> int:
 
 def _fsync_tree(path: str) -> None:
     """Every file and directory under ``path`` (and ``path``) on disk, before it is renamed."""
-    for root, dirs, files in os.walk(path, topdown=False):
+    for root, _dirs, files in os.walk(path, topdown=False):
         for name in files:
             fd = os.open(os.path.join(root, name), os.O_RDONLY)
             try:

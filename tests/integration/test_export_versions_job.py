@@ -94,17 +94,21 @@ def test_versions_appear_whole_while_the_job_trains(procs, tmp_path, demo_dir):
     # Each version left holds its metadata, and loads and scores in TensorFlow alone.
     from tfps import demo
     x, y = load_csv(demo.demo_globs("mlp", str(demo_dir))[1])
-    steps = []
+    steps, progressive = [], []
     for v in left:
         meta = json.loads((base / str(v) / "tfps_export.json").read_text())
         assert meta["version"] == v and meta["global_step"] <= v, meta
         assert {"position", "progressive_auc", "exported_at", "checkpoint"} <= set(meta), meta
         steps.append(meta["global_step"])
+        progressive.append(meta["progressive"])
         out = load_and_predict(base / str(v), x)
         assert out["probabilities"].shape == (len(x), 3)
         assert np.isfinite(out["probabilities"]).all()
     assert steps == sorted(steps) and len(set(steps)) == len(steps), steps
     assert steps[0] < STEPS, steps   # exported while it trained, not only at the end
+    # The job's progressive validation at each export (the demo MLP has 3 classes: log loss, no AUC).
+    late = progressive[-1]
+    assert late and late["examples"] > 0 and 0 < late["log_loss"] < 5 and late.get("auc") is None, progressive
 
     # The final export is the last version: results.json names it, complete.
     res = read_results(model_dir)
