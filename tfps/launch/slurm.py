@@ -24,6 +24,7 @@ from tfps import __version__, compat, timeouts
 from tfps.config import add_replace_option, add_run_options, from_args
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
+from tfps.launch import owned
 from tfps.outcome import lock
 
 #: Slurm's longest ``--signal`` lead time (seconds).
@@ -281,12 +282,7 @@ def sbatch_script(*, name: str, num_ps: int, num_workers: int, model_dir: str, s
 
 def written_by_tfps(path: str) -> bool:
     """Whether ``path`` is a script that tfps slurm wrote (its first lines say so), or empty."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096).decode("utf-8", "replace").splitlines()
-    except OSError:
-        return False
-    return not head or (head[0] == "#!/bin/bash" and any(line.startswith(SCRIPT_MARK) for line in head[1:4]))
+    return owned.written_by_tfps(path, "#!/bin/bash", SCRIPT_MARK, within=3)
 
 
 def write_script(path: str, text: str, slurm_dir: str, field: str) -> None:
