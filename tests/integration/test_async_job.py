@@ -201,12 +201,13 @@ def _shape(line: str) -> str:
 
 def test_the_first_tutorials_output_is_this_commands(job):
     # docs/tutorials/first-job.md shows the summary of a real run of this command (written by
-    # `make docs-outputs`): the summary this run printed has its lines, in the same order (and may
-    # have more: an async job's line on the steps past --train_steps).
+    # `make docs-outputs`): the summary this run printed has the same lines, in the same order.
     sys.path.insert(0, str(docblocks.DOCS))
     import gen_outputs
     page = gen_outputs.blocks("tutorials/first-job.md")["first-job"]
     printed = gen_outputs.OUTPUTS["first-job"].keep(job.proc.output())
-    shapes = iter(_shape(x) for x in printed.splitlines())
-    assert all(any(s == t for t in shapes) for s in map(_shape, page.splitlines())), \
+    # The line on steps past --train_steps comes and goes with the workers' timing.
+    def shapes(text):
+        return [_shape(x) for x in text.splitlines() if "past --train_steps" not in x]
+    assert shapes(page) == shapes(printed), \
         f"the summary changed: run python docs/gen_outputs.py --only first-job\n{printed}"

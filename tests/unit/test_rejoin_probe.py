@@ -18,9 +18,11 @@ import pytest
 
 @pytest.fixture
 def tf():
+    # A graph of its own (as a task builds one), never eager execution turned off for the
+    # whole process: the tests after this one load SavedModels eagerly.
     import tensorflow as tf
-    tf.compat.v1.disable_eager_execution()
-    return tf
+    with tf.Graph().as_default():
+        yield tf
 
 
 def test_a_probe_without_an_answer_is_asked_again_and_the_chief_joins_the_live_variables(tf, tmp_path, monkeypatch):
