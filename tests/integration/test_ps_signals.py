@@ -7,7 +7,7 @@ import signal
 import time
 
 import pytest
-from integration_helpers import assert_nothing_left, kill_task
+from integration_helpers import assert_nothing_left, base_env, kill_task, poll, read_results, run_flags
 
 pytestmark = pytest.mark.integration
 
@@ -79,3 +79,35 @@ def test_a_stop_after_the_chiefs_final_save_ends_the_ps_with_0(procs):
     assert proc.wait(30) == 0, proc.tail()
     assert "stop requested after the chief's final save" in proc.output()
     assert_nothing_left(ports, proc)
+
+
+def test_a_worker_waiting_for_the_chief_through_a_ps_restart_joins_and_exits(procs, tmp_path):
+    """Issue 51's chaos job: worker1, started again mid-job, waited for the chief in a session
+    whose ps was then started again too. Every run of that session failed from then on
+    (AbortedError: the ps "was probably restarted"), the wait took that for "not ready yet" and
+    never ended: the worker trained no step again, its restart never reached results.json, and
+    ``tfps local`` had to end it after the job. Here worker1 waits (no chief yet), ps0's task
+    process is SIGKILLed and started again by its supervisor, then the chief starts: worker1
+    must wait in a new session, join, and every task exit 0 by itself."""
+    from tfps.cluster import local_plan
+    plan = local_plan(1, 2)
+    # Paced steps (0.05 s): the job lasts long enough for a worker that joins to train in it.
+    flags = run_flags(tmp_path / "model", "--model", "tests.fixtures.paced_model:model_fn", steps=100)
+    env = base_env(TFPS_TEST_STEP_SECS="0.05")
+    task = {t.name: t for t in plan.tasks}
+    ps = procs.tfps("ps0", "run", *plan.task_ref(task["ps0"]).to_flags(), *flags, "--restarts", 1)
+    ps.wait_for(r"ps0 serving on port", 120)
+    worker1 = procs.tfps("worker1", "run", "-v", *plan.task_ref(task["worker1"]).to_flags(), *flags, env=env)
+    worker1.wait_for(r"the ps answered; waiting for the chief to initialise the model", 180)
+    kill_task(ps)
+    poll(lambda: len(ps.lines(r"ps0 serving on port")) >= 2, 120, "ps0 serving again", ps)
+    chief = procs.tfps("worker0", "run", *plan.task_ref(task["worker0"]).to_flags(), *flags, env=env)
+    assert chief.wait(300) == 0, chief.tail()
+    assert worker1.wait(120) == 0, worker1.tail()
+    assert ps.wait(60) == 0, ps.tail()
+    out = worker1.output()
+    assert "a ps was started again while this worker waited for the chief" in out, worker1.tail()
+    assert "worker1: first training step done" in out, worker1.tail()   # it joined the job, not only left it
+    assert "ps0: worker 1 is done" in ps.output(), ps.tail()
+    assert [r["task"] for r in read_results(tmp_path / "model")["restarts"]] == ["ps0"]
+    assert_nothing_left([t.port for t in plan.tasks], ps, worker1, chief)
