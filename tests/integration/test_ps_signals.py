@@ -3,11 +3,23 @@ a ps started again under ``tfps run --restarts`` remembers the workers that alre
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
 import pytest
-from integration_helpers import assert_nothing_left, base_env, kill_task, poll, read_results, run_flags
+from integration_helpers import (
+    _stat,
+    assert_nothing_left,
+    base_env,
+    kill_task,
+    poll,
+    read_results,
+    run_flags,
+    task_child,
+)
+
+from tfps.timeouts import STOP_WINDOW_SECS
 
 pytestmark = pytest.mark.integration
 
@@ -111,3 +123,33 @@ def test_a_worker_waiting_for_the_chief_through_a_ps_restart_joins_and_exits(pro
     assert "ps0: worker 1 is done" in ps.output(), ps.tail()
     assert [r["task"] for r in read_results(tmp_path / "model")["restarts"]] == ["ps0"]
     assert_nothing_left([t.port for t in plan.tasks], ps, worker1, chief)
+
+
+def test_a_stop_to_a_supervised_tasks_group_reaches_the_task_once(procs):
+    """``tfps local`` (and ``timeout``, a terminal) signal a ``tfps run --restarts`` supervisor's
+    whole process group. The task process shared that group and took each stop twice, directly
+    and through its supervisor's forward; a supervisor slow to forward on a loaded machine made
+    the copy read as a deliberate second stop (exit 137, no final save). The task now has a
+    group of its own: a stop to the supervisor's group reaches it once, and only a real second
+    stop after the window ends it at once."""
+    proc, _, ports = start_ps(procs, "--restarts", 1, "--final_save_timeout", 60)
+    child = poll(lambda: task_child(proc), 30, "the ps's task process", proc)
+    assert os.getpgid(child) != os.getpgid(proc.pid)
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait_for(r"received SIGTERM: finishing", 30)
+    time.sleep(STOP_WINDOW_SECS + 0.5)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(30) == 137, proc.tail()
+    received = proc.lines(r"received SIGTERM")
+    assert len(received) == 2 and "past the 2 s window" in received[1].string, proc.tail()
+    assert_nothing_left(ports, proc)
+
+
+def test_a_supervised_task_dies_with_its_supervisor(procs):
+    """Out of its supervisor's group, a SIGKILL of the group no longer reaches the task process:
+    it must die with its supervisor all the same (PR_SET_PDEATHSIG)."""
+    proc, _, ports = start_ps(procs, "--restarts", 1)
+    child = poll(lambda: task_child(proc), 30, "the ps's task process", proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    poll(lambda: (lambda st: st is None or st[0] == "Z")(_stat(child)), 30, "the task process's end")
+    assert_nothing_left(ports, proc)
