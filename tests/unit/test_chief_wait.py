@@ -17,8 +17,9 @@ import pytest
 
 @pytest.fixture
 def tf():
+    """TensorFlow, its graphs built in ``tf.Graph`` contexts: eager execution stays on for the
+    tests after these (disabling it is for the whole process)."""
     import tensorflow as tf
-    tf.compat.v1.disable_eager_execution()
     return tf
 
 
