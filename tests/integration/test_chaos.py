@@ -19,8 +19,8 @@ then SIGCONT, 0.5-2 s apart. The job must end by itself, succeeded, with
 
 The steps are paced (tests/fixtures/paced_model.py, read from a file: 0.25 s a step, so at
 most 8 steps/s for both workers) while the faults are sent, so that the job outlasts them
-however fast a step is, and unpaced after the last one. Its cost (docs/benchmarks.md): 2.5-3
-minutes of wall time and about 170 CPU-s at load averages of 9-18, most of it waiting. The table of the faults
+however fast a step is, and unpaced after the last one. Its cost (docs/benchmarks.md): about
+2 minutes of wall time at a load average of 3-7, 2.5-3 minutes at 9-18, most of it waiting. The table of the faults
 (seconds to recover, steps lost) goes to ``tests/integration/.chaos-table.txt`` and to the
 terminal.
 """
