@@ -8,8 +8,10 @@ the death) and 7 ``docker pause`` of half a second to two seconds, then ``docker
 go to ps0 and worker1 only: ``docker compose up --exit-code-from worker0`` ends the job at the
 chief container's first exit (a killed chief process inside its container is
 test_security.py's). The job must end by itself, succeeded, with every container exited 0,
-each killed container started again by Docker as often as it was killed, every kill in
-results.json's ``restarts``, exactly one message, and a model that still predicts well.
+each killed container started again by Docker as often as it was killed, every killed
+task in results.json's ``restarts`` (each crash, unless two of one ps came before the job
+recovered from the first: then one entry), exactly one message, and a model that still
+predicts well.
 
 Steps are paced (tests/fixtures/paced_model.py, from a file on the model directory's mount)
 while the faults are sent, and unpaced once the job is back from the last kill.
@@ -127,8 +129,12 @@ def test_ten_container_faults_in_one_compose_job(compose_job, tfps_image, contai
     assert_nothing_running(job)
     assert results["status"] == "succeeded", results.get("error")
     assert results["global_step"] >= STEPS and results["export_complete"] is True
+    # No supervisor saw a crashed container's death: the chief learns of it from the task itself
+    # (a ps without variables, a worker's board naming a new start). Two crashes of one ps
+    # before the chief's recovery from the first are one recovery, and one entry (docs/faults.md).
     listed = collections.Counter(r["task"] for r in results["restarts"])
-    assert listed == kills, f"results.json lists {dict(listed)} for the kills {dict(kills)}: {results['restarts']}"
+    assert set(listed) == set(kills) and all(listed[t] <= n for t, n in kills.items()), \
+        f"results.json lists {dict(listed)} for the kills {dict(kills)}: {results['restarts']}"
     container_smtp_server.wait_for(1, timeout=60)
     time.sleep(2)   # a second message would come now
     faults.assert_one_success_message([str(m["Subject"]) for m in container_smtp_server.messages])
