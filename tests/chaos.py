@@ -49,11 +49,13 @@ class Fault:
 
 
 def schedule(seed: int, tasks: list[str], kills: int, stops: int, gap: tuple[float, float],
-             hold: tuple[float, float]) -> list[Fault]:
-    """``kills + stops`` faults: each task killed at least once, the rest drawn at random."""
+             hold: tuple[float, float], kill_tasks: list[str] | None = None) -> list[Fault]:
+    """``kills + stops`` faults: each task of ``kill_tasks`` (default: every task) killed at
+    least once, the rest drawn at random (the kills from ``kill_tasks``)."""
     rng = random.Random(seed)
-    assert kills >= len(tasks), "every task gets at least one kill"
-    kinds = [(t, KILL) for t in tasks] + [(rng.choice(tasks), KILL) for _ in range(kills - len(tasks))] \
+    killed = kill_tasks or tasks
+    assert kills >= len(killed), "every task gets at least one kill"
+    kinds = [(t, KILL) for t in killed] + [(rng.choice(killed), KILL) for _ in range(kills - len(killed))] \
         + [(rng.choice(tasks), STOP) for _ in range(stops)]
     rng.shuffle(kinds)
     return [Fault(task, kind, round(rng.uniform(*gap), 2), round(rng.uniform(*hold), 2) if kind == STOP else 0.0)

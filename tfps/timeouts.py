@@ -148,9 +148,6 @@ LOCAL_STOP_WAIT_SECS = 10.0
 #: it waits for tasks to exit.
 LOCAL_WATCH_POLL_SECS = 0.2
 LOCAL_EXIT_POLL_SECS = 0.1
-#: ``tfps local``: pause between the two SIGTERMs that end a ps (the second means "exit now"):
-#: past the stop window, or the ps would take the second for the same stop.
-LOCAL_SECOND_SIGNAL_SECS = STOP_WINDOW_SECS + 0.5
 #: ``tfps local``: how long a task's output is still copied after it exited, and how long the
 #: launcher waits for tasks after SIGKILL.
 LOCAL_OUTPUT_DRAIN_SECS = 5.0

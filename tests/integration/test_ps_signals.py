@@ -3,11 +3,23 @@ a ps started again under ``tfps run --restarts`` remembers the workers that alre
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
 import pytest
-from integration_helpers import assert_nothing_left, kill_task
+from integration_helpers import (
+    _stat,
+    assert_nothing_left,
+    base_env,
+    kill_task,
+    poll,
+    read_results,
+    run_flags,
+    task_child,
+)
+
+from tfps.timeouts import STOP_WINDOW_SECS
 
 pytestmark = pytest.mark.integration
 
@@ -78,4 +90,66 @@ def test_a_stop_after_the_chiefs_final_save_ends_the_ps_with_0(procs):
     proc.signal(signal.SIGTERM)
     assert proc.wait(30) == 0, proc.tail()
     assert "stop requested after the chief's final save" in proc.output()
+    assert_nothing_left(ports, proc)
+
+
+def test_a_worker_waiting_for_the_chief_through_a_ps_restart_joins_and_exits(procs, tmp_path):
+    """Issue 51's chaos job: worker1, started again mid-job, waited for the chief in a session
+    whose ps was then started again too. Every run of that session failed from then on
+    (AbortedError: the ps "was probably restarted"), the wait took that for "not ready yet" and
+    never ended: the worker trained no step again, its restart never reached results.json, and
+    ``tfps local`` had to end it after the job. Here worker1 waits (no chief yet), ps0's task
+    process is SIGKILLed and started again by its supervisor, then the chief starts: worker1
+    must wait in a new session, join, and every task exit 0 by itself."""
+    from tfps.cluster import local_plan
+    plan = local_plan(1, 2)
+    # Paced steps (0.05 s): the job lasts long enough for a worker that joins to train in it.
+    flags = run_flags(tmp_path / "model", "--model", "tests.fixtures.paced_model:model_fn", steps=100)
+    env = base_env(TFPS_TEST_STEP_SECS="0.05")
+    task = {t.name: t for t in plan.tasks}
+    ps = procs.tfps("ps0", "run", *plan.task_ref(task["ps0"]).to_flags(), *flags, "--restarts", 1)
+    ps.wait_for(r"ps0 serving on port", 120)
+    worker1 = procs.tfps("worker1", "run", "-v", *plan.task_ref(task["worker1"]).to_flags(), *flags, env=env)
+    worker1.wait_for(r"the ps answered; waiting for the chief to initialise the model", 180)
+    kill_task(ps)
+    poll(lambda: len(ps.lines(r"ps0 serving on port")) >= 2, 120, "ps0 serving again", ps)
+    chief = procs.tfps("worker0", "run", *plan.task_ref(task["worker0"]).to_flags(), *flags, env=env)
+    assert chief.wait(300) == 0, chief.tail()
+    assert worker1.wait(120) == 0, worker1.tail()
+    assert ps.wait(60) == 0, ps.tail()
+    out = worker1.output()
+    assert "a ps was started again while this worker waited for the chief" in out, worker1.tail()
+    assert "worker1: first training step done" in out, worker1.tail()   # it joined the job, not only left it
+    assert "ps0: worker 1 is done" in ps.output(), ps.tail()
+    assert [r["task"] for r in read_results(tmp_path / "model")["restarts"]] == ["ps0"]
+    assert_nothing_left([t.port for t in plan.tasks], ps, worker1, chief)
+
+
+def test_a_stop_to_a_supervised_tasks_group_reaches_the_task_once(procs):
+    """``tfps local`` (and ``timeout``, a terminal) signal a ``tfps run --restarts`` supervisor's
+    whole process group. The task process shared that group and took each stop twice, directly
+    and through its supervisor's forward; a supervisor slow to forward on a loaded machine made
+    the copy read as a deliberate second stop (exit 137, no final save). The task now has a
+    group of its own: a stop to the supervisor's group reaches it once, and only a real second
+    stop after the window ends it at once."""
+    proc, _, ports = start_ps(procs, "--restarts", 1, "--final_save_timeout", 60)
+    child = poll(lambda: task_child(proc), 30, "the ps's task process", proc)
+    assert os.getpgid(child) != os.getpgid(proc.pid)
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait_for(r"received SIGTERM: finishing", 30)
+    time.sleep(STOP_WINDOW_SECS + 0.5)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(30) == 137, proc.tail()
+    received = proc.lines(r"received SIGTERM")
+    assert len(received) == 2 and "past the 2 s window" in received[1].string, proc.tail()
+    assert_nothing_left(ports, proc)
+
+
+def test_a_supervised_task_dies_with_its_supervisor(procs):
+    """Out of its supervisor's group, a SIGKILL of the group no longer reaches the task process:
+    it must die with its supervisor all the same (PR_SET_PDEATHSIG)."""
+    proc, _, ports = start_ps(procs, "--restarts", 1)
+    child = poll(lambda: task_child(proc), 30, "the ps's task process", proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    poll(lambda: (lambda st: st is None or st[0] == "Z")(_stat(child)), 30, "the task process's end")
     assert_nothing_left(ports, proc)

@@ -214,3 +214,40 @@ def test_a_second_signal_ends_a_task_blocked_in_tensorflow(tmp_path):
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_the_launcher_ends_a_task_left_after_the_job_with_one_stop_not_a_second(tmp_path):
+    """``tfps local`` ends a task that did not exit by itself after the chief's end. It sent two
+    SIGTERMs 2.5 s apart, and a task still winding down from the first took the second for a
+    person's deliberate second stop ("exiting now, without the final save", exit 137: issue 51's
+    chaos job). Here a real process with tfps's StopSignal takes longer than the stop window to
+    end after its stop: it must end by that one stop (143), with no word of a second."""
+    from tfps.launch.processes import _end_stragglers
+    from tfps.launch.tasks import TaskProcess
+    code = textwrap.dedent(f"""
+        import sys, time
+        from tfps import logs
+        from tfps.task.lifecycle import StopSignal
+        logs.setup()
+        stop = StopSignal()
+        print("ready", flush=True)
+        end = time.monotonic() + 60
+        while not stop.requested and time.monotonic() < end:
+            time.sleep(0.01)
+        time.sleep({STOP_WINDOW_SECS} + 2)   # its stop takes longer than the stop window
+        sys.exit(int(stop.exit_code()))
+    """)
+    out = tmp_path / "worker1.out"
+    with open(out, "w") as fh:
+        task = TaskProcess("worker1", [sys.executable, "-c", code], base_env(), fh)
+        task.spawn()
+        task.pump()
+        try:
+            poll(lambda: "ready" in out.read_text(), 60, "the task's start")
+            _end_stragglers([task], 0, 120)
+            assert task.poll() == ExitCode.STOPPED_TERM, out.read_text()
+        finally:
+            task.signal(signal.SIGKILL)
+    text = out.read_text()
+    assert "received SIGTERM: finishing" in text, text
+    assert "exiting now, without the final save" not in text, text

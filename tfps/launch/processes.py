@@ -354,14 +354,7 @@ def _run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: st
             if code == 0 and not chief_reported(cfg, launched):
                 settle = 0   # a chief that exited 0 without its results (user code ended it): release the ps now
             if not _wait(others, settle):
-                log.warning("ending tasks that did not exit by themselves: %s",
-                            ", ".join(t.name for t in others if t.poll() is None))
-                for t in others:      # a ps takes a second signal as "exit now"
-                    t.signal(signal.SIGTERM)
-                time.sleep(timeouts.LOCAL_SECOND_SIGNAL_SECS)
-                for t in others:
-                    t.signal(signal.SIGTERM)
-                _wait(others, timeouts.LOCAL_STOP_WAIT_SECS)
+                _end_stragglers(others, code, settle)
     finally:
         view.stop()
         for t in tasks:
@@ -390,6 +383,24 @@ def _keep_logs(tasks: list[TaskProcess], model_dir: str) -> None:
         return
     for t in tasks:
         t.log_path = os.path.join(kept, f"{t.name}.log")
+
+
+def _end_stragglers(others: list[TaskProcess], code: int | None, settle: float) -> None:
+    """The job has ended (the chief exited) and these tasks did not exit by themselves: one
+    SIGTERM (a worker stops, a ps past the chief's final save exits 0), then, after
+    ``LOCAL_STOP_WAIT_SECS``, SIGKILL for what still runs (the ``finally`` of the caller).
+
+    Never a second SIGTERM: a task takes a second stop signal past the stop window as a
+    person's deliberate "now" and says it exits without its final save (exit 137), which is
+    not what happened here: the launcher ended a task after the job."""
+    left = [t for t in others if t.poll() is None]
+    log.warning("ending tasks that did not exit by themselves: %s", ", ".join(t.name for t in left))
+    chief_end = "the chief finished" if code == 0 else f"the chief exited with {describe_code(code)}"
+    for t in left:
+        t.ended_why = f"it still ran {settle:.0f} s after {chief_end}, and {timeouts.LOCAL_STOP_WAIT_SECS:.0f} s " \
+                      "after a SIGTERM"
+        t.signal(signal.SIGTERM)
+    _wait(left, timeouts.LOCAL_STOP_WAIT_SECS)
 
 
 #: Flags of classic scripts that name the directory they write (checkpoints, summaries).

@@ -173,10 +173,13 @@ def _end_after_chief(directory: str, name: str) -> None:
     time.sleep(settle)
     why = "the chief finished" if code == 0 else f"the chief exited with {code}"
     log.warning("%s still runs %.0f s after %s: stopping it", name, settle, why)
+    # One SIGTERM, never a second: past the stop window the task would take it for a person's
+    # deliberate "now" and say it exits without its final save. A ps waiting for a save that
+    # never comes is ended below.
     os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(timeouts.LOCAL_SECOND_SIGNAL_SECS)
-    os.kill(os.getpid(), signal.SIGTERM)   # past the stop window: a ps waiting for a save that never comes exits
     time.sleep(timeouts.LOCAL_STOP_WAIT_SECS)
+    log.warning("%s did not exit within %.0f s of its SIGTERM after the job: ending it", name,
+                timeouts.LOCAL_STOP_WAIT_SECS)
     exit_now(ExitCode.KILLED)
 
 

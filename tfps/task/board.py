@@ -23,10 +23,11 @@ watch sums into the job's window.
 
 And one string per task, its ledger: the deaths of its earlier processes that its
 ``tfps run --restarts`` supervisor saw (``tfps.outcome.journal.RESTART_DEATHS_ENV``, JSON). A
-worker writes its ledger on ps 0 with its board (so it is there again after ps 0 came back);
-a ps writes its own on itself as it starts (``write_ps_ledger``). The chief's watch reads them
-all and adds every death to the job's story: a process killed again before it trained, or
-while the chief was away, is a failure the job recovered from all the same.
+worker writes its ledger on ps 0 as soon as ps 0 answers while it waits for the chief, and
+again with its board (so it is there again after ps 0 came back); a ps writes its own on
+itself as it starts (``write_ps_ledger``). The chief's watch reads them all and adds every
+death to the job's story: a process killed again before it trained, or while the chief was
+away, is a failure the job recovered from all the same.
 """
 
 from __future__ import annotations
@@ -61,7 +62,11 @@ class Board:
             value = tf.concat([self.value[:1], tf.maximum(self.value[1:2], tf.reshape(step, [1])), self.value[2:]], 0)
             board_write = self.vars[index].assign(value).op
             ledgers = [ledger_variable(f"worker{i}") for i in range(num_workers)]
-            self.publish = tf.group(board_write, ledgers[index].assign(own_ledger()))
+            # The ledger also alone: a restarted worker writes it as soon as ps 0 answers, before
+            # the chief's model is ready (tfps.task.hooks.wait_for_chief), and it may train no
+            # step before the job ends.
+            self.publish_ledger = ledgers[index].assign(own_ledger()).op
+            self.publish = tf.group(board_write, self.publish_ledger)
             self.progressive_vars = [] if progressive is None else [
                 v1.get_variable(f"tfps_progressive_worker{i}", shape=progressive.shape, dtype=tf.float64,
                                 initializer=v1.zeros_initializer(), trainable=False, collections=[])

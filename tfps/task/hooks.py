@@ -285,6 +285,77 @@ class _JobAwareSessionManager(v1.train.SessionManager):
                     raise
 
 
+class PeerRestarted(Exception):
+    """A ps that the waiting session used was started again: that session fails every run
+    from now on (TensorFlow's ``AbortedError``, "was probably restarted"); a new one works."""
+
+
+class ChiefWaitEnded(Exception):
+    """A non-chief's wait for the chief ended without a ready model: ``why`` is ``"gave up"``
+    (the chief raised the stop flag before the model was ever ready) or ``"stopped"`` (this
+    worker was asked to stop while it waited)."""
+
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
+
+
+def wait_for_chief(session, ready, then=None, *, flag, stopped, job_over, answered=lambda: None,
+                   publish=None) -> None:
+    """Poll ``ready`` every JOIN_POLL_SECS in ``session`` until the chief has initialised the model.
+
+    The wait of a non-chief worker (``tfps.task.worker``), which may last as long as the
+    chief's start or restore. It ends with:
+
+    * ``ChiefWaitEnded("gave up")`` when ``flag`` (the chief's stop flag, read every
+      GIVE_UP_POLL_SECS) is raised, ``ChiefWaitEnded("stopped")`` when ``stopped()``;
+    * ``JobOver`` when ``job_over()`` says the job has reached its last step (a worker
+      restarted near the end: the chief that would initialise is done and gone);
+    * ``PeerRestarted`` when a ps was started again under the session (every later run of
+      it fails with ``AbortedError``): the caller opens a new session and waits again. A
+      worker restarted mid-job waited here for good after a ps restart while the job
+      trained on (issue 51's chaos job).
+
+    ``answered()`` is called whenever the ps answered (the startup watchdog's extension);
+    ``publish`` (this worker's ledger, tfps.task.board) is run once the ps answers, so that
+    the chief learns of this worker's restart before it ever trains. ``then``, the check
+    that follows the wait, is run once while waiting, so that it is set up too. Returns on
+    ready, or after CHIEF_WAIT_SECS (the caller then waits as TensorFlow does).
+    """
+    deadline = time.monotonic() + timeouts.CHIEF_WAIT_SECS
+    flag_due = 0.0
+    while time.monotonic() < deadline:
+        if stopped():
+            raise ChiefWaitEnded("stopped")
+        if job_over():
+            raise JobOver()
+        try:
+            if len(session.run(ready)) == 0:
+                return
+            answered()   # the ps answered; the chief is still initialising
+            if publish is not None:
+                session.run(publish)
+                publish = None
+                log.debug("the ps answered; waiting for the chief to initialise the model")
+            if then is not None:
+                then, warm = None, then
+                session.run(warm)
+        except tf.errors.AbortedError as e:
+            raise PeerRestarted(e.message.splitlines()[0] if e.message else "aborted") from None
+        except tf.errors.OpError:
+            pass
+        if time.monotonic() >= flag_due:   # the give-up is rare: read less often
+            flag_due = time.monotonic() + timeouts.GIVE_UP_POLL_SECS
+            try:
+                if session.run(flag):
+                    raise ChiefWaitEnded("gave up")
+            except tf.errors.AbortedError as e:
+                raise PeerRestarted(e.message.splitlines()[0] if e.message else "aborted") from None
+            except tf.errors.OpError:
+                pass   # not set: the flag is uninitialised until someone writes it
+        time.sleep(timeouts.JOIN_POLL_SECS)
+
+
 class FastWorkerSessionCreator(v1.train.WorkerSessionCreator):
     """A non-chief's session creator that polls for the chief's initialisation every
     ``timeouts.JOIN_POLL_SECS`` instead of the 30 s TensorFlow hard-codes.
@@ -318,21 +389,28 @@ class FastWorkerSessionCreator(v1.train.WorkerSessionCreator):
         if wait is None:
             return self._create_waiting_as_tensorflow()
         s = compat.session_creator_scaffold(self).finalize()
-        session = v1.Session(compat.session_creator_master(self), graph=v1.get_default_graph(),
-                             config=compat.session_creator_config(self))
-        try:
-            wait(session, s.ready_for_local_init_op, s.ready_op)
-            if s.local_init_op is not None:
-                session.run(s.local_init_op, feed_dict=s.local_init_feed_dict)
-            if s.ready_op is None or np.asarray(session.run(s.ready_op)).size == 0:
-                return session
-        except tf.errors.OpError as e:
-            log.debug("joining in the waiting session failed: %s", e.message.splitlines()[0])
-        except BaseException:
-            session.close()
-            raise
-        session.close()   # not ready after all (the chief restarted meanwhile): wait as TensorFlow does
-        return self._create_waiting_as_tensorflow()
+        while True:
+            session = v1.Session(compat.session_creator_master(self), graph=v1.get_default_graph(),
+                                 config=compat.session_creator_config(self))
+            try:
+                wait(session, s.ready_for_local_init_op, s.ready_op)
+                if s.local_init_op is not None:
+                    session.run(s.local_init_op, feed_dict=s.local_init_feed_dict)
+                if s.ready_op is None or np.asarray(session.run(s.ready_op)).size == 0:
+                    return session
+            except PeerRestarted as e:   # this session is dead for good: wait in a new one
+                session.close()
+                log.info("a ps was started again while this worker waited for the chief (%s); waiting in a "
+                         "new session", e)
+                time.sleep(timeouts.JOIN_POLL_SECS)
+                continue
+            except tf.errors.OpError as e:
+                log.debug("joining in the waiting session failed: %s", e.message.splitlines()[0])
+            except BaseException:
+                session.close()
+                raise
+            session.close()   # not ready after all (the chief restarted meanwhile): wait as TensorFlow does
+            return self._create_waiting_as_tensorflow()
 
 
 class RestoreLoggingChiefSessionCreator(v1.train.ChiefSessionCreator):

@@ -510,39 +510,21 @@ class Worker:
         return code
 
     def _wait_for_chief(self, session, ready, then=None) -> None:
-        """Non-chief: poll every JOIN_POLL_SECS until the chief has initialised the model.
-
-        Runs in the session this worker then trains in (``FastWorkerSessionCreator``), on the
-        scaffold's own readiness check: once the chief is done, that check costs nothing new
-        to set up. Raises ``ChiefGaveUp`` when the chief gave up instead (it raised the stop
-        flag before the model was ever ready, e.g. on bad input), so that this worker does
-        not wait for hours, or when this worker is asked to stop while it waits. ``then``, the
-        check that follows the wait, is run once while waiting, so that it is set up too.
-        """
-        import tensorflow as tf
-        deadline = time.monotonic() + timeouts.CHIEF_WAIT_SECS
-        flag_due = 0.0
-        while time.monotonic() < deadline and not self.stop.requested:
-            try:
-                if len(session.run(ready)) == 0:
-                    return
-                self.watchdog.extend()   # the ps answered; the chief is still initialising
-                if then is not None:
-                    then, warm = None, then
-                    session.run(warm)
-            except tf.errors.OpError:
-                pass
-            if time.monotonic() >= flag_due:   # the give-up is rare: read less often
-                flag_due = time.monotonic() + timeouts.GIVE_UP_POLL_SECS
-                try:
-                    if session.run(self.ops.flag):
-                        log.error("%s: the chief gave up before training started", self.task.name)
-                        raise ChiefGaveUp()
-                except tf.errors.OpError:
-                    pass   # not set: the flag is uninitialised until someone writes it
-            time.sleep(timeouts.JOIN_POLL_SECS)
-        if self.stop.requested:
-            raise ChiefGaveUp()
+        """Non-chief: wait until the chief has initialised the model (tfps.task.hooks.wait_for_chief),
+        in the session this worker then trains in (``FastWorkerSessionCreator``): once the chief
+        is done, that check costs nothing new to set up. Raises ``ChiefGaveUp`` when the chief gave
+        up instead (it raised the stop flag before the model was ever ready, e.g. on bad input),
+        so that this worker does not wait for hours, or when this worker is asked to stop while
+        it waits; ``JobOver`` when the job reached its last step meanwhile."""
+        from tfps.task.hooks import ChiefWaitEnded, wait_for_chief  # lazy: imports TensorFlow
+        try:
+            wait_for_chief(session, ready, then, flag=self.ops.flag, stopped=lambda: self.stop.requested,
+                           job_over=lambda: self.job_over, answered=self.watchdog.extend,
+                           publish=self.ops.board.publish_ledger if self.ops.board is not None else None)
+        except ChiefWaitEnded as e:
+            if e.why == "gave up":
+                log.error("%s: the chief gave up before training started", self.task.name)
+            raise ChiefGaveUp() from None
 
     def _run_worker(self, server, graph, ops: TrainGraph) -> ExitCode:
         self.ops = ops
