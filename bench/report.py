@@ -21,7 +21,8 @@ MARKERS = {"general": (BEGIN, END),
            "other": ("<!-- bench:other:begin (written by bench/run.py) -->", "<!-- bench:other:end -->"),
            "ctr": ("<!-- bench:ctr:begin (written by bench/run.py) -->", "<!-- bench:ctr:end -->"),
            "dynamic": ("<!-- bench:dynamic:begin (written by bench/run.py) -->", "<!-- bench:dynamic:end -->"),
-           "dlrm": ("<!-- bench:dlrm:begin (written by bench/run.py) -->", "<!-- bench:dlrm:end -->")}
+           "dlrm": ("<!-- bench:dlrm:begin (written by bench/run.py) -->", "<!-- bench:dlrm:end -->"),
+           "export": ("<!-- bench:export:begin (written by bench/run.py) -->", "<!-- bench:export:end -->")}
 
 
 def _cell(f: Figure | None, fmt: str) -> str:
@@ -158,9 +159,14 @@ def dlrm_table(records: list[dict]) -> list[tuple]:
     return dlrm_rows(info(records, "dlrm"), {name: f.data() for (name, _), f in figures(records, "dlrm").items()})
 
 
+def export_table(records: list[dict]) -> list[tuple]:
+    from sec_export import export_rows
+    return export_rows(records)
+
+
 PARTS = {"general": (GENERAL, general_rows), "other": (OTHER, more_rows), "ctr": (("ctr",), ctr_table),
          "dynamic": (("dynamic",), dynamic_table),
-         "dlrm": (("dlrm",), dlrm_table)}
+         "dlrm": (("dlrm",), dlrm_table), "export": (("export",), export_table)}
 
 
 def measured(records: list[dict], sections) -> bool:

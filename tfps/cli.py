@@ -249,7 +249,6 @@ def _plan_memory(data: dict, view) -> str:
     of ``tfps_user_model_dir``, as the play uses them (``tfps.launch.estimate.plan_estimate``).
     """
     from tfps.launch.estimate import plan_estimate  # lazy: only tfps plan needs it
-    from tfps.task import placement  # lazy: only tfps plan needs it
     _, host_vars, defaults, template = view
     chief = next(t["host"] for t in data["tasks"] if t["chief"])
     merged = {**defaults, **host_vars[chief]}
@@ -262,11 +261,22 @@ def _plan_memory(data: dict, view) -> str:
         return str(value) if value not in (None, "") else None
 
     est = plan_estimate(data, var("tfps_data_src"), var("tfps_train_data"), var("tfps_user_model_dir"))
+    return plan_memory_line(est, data["job"]["run_args"])
+
+
+def plan_memory_line(est, run_args) -> str:
+    """``tfps plan``'s memory line of an estimate (or of why there is none), with the disk the
+    versions of ``--export_every`` take, from the job's run options (``run_args``)."""
+    from tfps.launch.estimate import config_of  # lazy: only tfps plan needs it
+    from tfps.task import placement  # lazy: only tfps plan needs it
     if not isinstance(est, placement.MemoryEstimate):
         return f"memory: not estimated: {est}"
+    cfg = config_of(run_args)
+    versions = placement.versions_on_disk(est.export_mb, cfg.export_every, cfg.keep_exports)
     return (f"memory: {est.line()} (estimated from the model's shapes); the chief's export restores the model's "
             f"variables once more ({placement.fmt_mb(est.export_mb)} MB). The play refuses a ps host whose tasks' "
-            f"shares exceed {placement.USABLE_MEMORY:.0%} of its memory (ansible_memtotal_mb).")
+            f"shares exceed {placement.USABLE_MEMORY:.0%} of its memory (ansible_memtotal_mb)."
+            + (f"\ndisk: {versions}." if versions else ""))
 
 
 def cmd_notify_test(ns) -> ExitCode:

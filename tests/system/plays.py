@@ -86,6 +86,10 @@ def no_containers_anywhere(bare_metal, job: str) -> None:
 #: The notification password of the finished job (and of test_security.py's compose job):
 #: every character that trips URLs up; its pieces are distinctive enough to be searched
 #: for alone, so a URL that was cut apart and half-masked is found too.
+#: The finished job's length and its versions (--export_every in global steps, --keep_exports):
+#: long enough for a few versions while it trains, even on a loaded machine (300 steps of
+#: its model train in 2 s here, as long as one export).
+FINISHED_STEPS, FINISHED_EXPORT_EVERY, FINISHED_KEEP = 2000, 100, 3
 SMTP_USER = "ops"
 PASSWORD = "hunter7Qx@ploverK%Zw9rk;mirth4T/oxbow2U"
 ENCODED = quote(PASSWORD, safe="")  # hunter7Qx%40ploverK%25Zw9rk%3Bmirth4T%2Foxbow2U
@@ -126,6 +130,7 @@ def deploy_finished_job(bare_metal, archive: Path, run_playbook, workdir: Path, 
     * hardening options: tfps_pids_limit, per-role limits, log rotation; containers kept;
     * the notification URL (with PASSWORD, needing SMTP AUTH at ``smtp``) in a
       Vault-encrypted group_vars/all/vault.yml;
+    * versions while it trains (tfps_export_every, tfps_keep_exports: FINISHED_*);
     * the memory estimate on.
     """
     job = "airgap"
@@ -151,7 +156,9 @@ def deploy_finished_job(bare_metal, archive: Path, run_playbook, workdir: Path, 
     (user_models / "tf_keras_models.py").write_text((REPO / "tests/fixtures/tf_keras_models.py").read_text())
     hardening = {"tfps_remove_containers": False, "tfps_pids_limit": 2048, "tfps_worker_memory": "3g",
                  "tfps_worker_cpus": 1.5, "tfps_log_max_size": "20m", "tfps_log_max_file": 3}
-    model = {"tfps_model": "tf_keras_models:sequential", "tfps_user_model_dir": str(user_models)}
+    model = {"tfps_model": "tf_keras_models:sequential", "tfps_user_model_dir": str(user_models),
+             "tfps_train_steps": FINISHED_STEPS, "tfps_export_every": FINISHED_EXPORT_EVERY,
+             "tfps_keep_exports": FINISHED_KEEP}
 
     inventory = bare_metal.inventory(workdir / "inventory", LAYOUT)
     group_vars = inventory / "group_vars" / "all"

@@ -23,6 +23,8 @@ import pytest
 from hardening import assert_hardened
 from plays import (
     ANSIBLE_DIR,
+    FINISHED_KEEP,
+    FINISHED_STEPS,
     IMAGE,
     LAYOUT,
     PLAYBOOKS,
@@ -34,6 +36,7 @@ from plays import (
     play_vars,
     section,
 )
+from versions_seen import check_versions
 
 
 @pytest.mark.system
@@ -64,9 +67,12 @@ def test_deploy_trains_a_job_from_the_image_archive(bare_metal, finished_job):
     held a stale one under the tag; host1 and host2 already had it), job trained to the end in hardened
     containers (CapDrop ALL, no-new-privileges, read-only rootfs, pids and per-role limits,
     rotating logs), results and email delivered, checkpoint and export on the chief's host.
-    The model is a user's tf.keras model as TensorFlow's tutorials write it (no line names
-    tfps or tf_keras), copied to the hosts from tfps_user_model_dir. (The job is conftest's
-    finished_job, whose vaulted notification URL test_security.py follows.)"""
+    The job exports versions while it trains (tfps_export_every, tfps_keep_exports): the
+    chief's host holds the newest of them, at least two written while it trained, and
+    results.json's export_dir names the last. The model is a user's tf.keras model as
+    TensorFlow's tutorials write it (no line names tfps or tf_keras), copied to the hosts
+    from tfps_user_model_dir. (The job is conftest's finished_job, whose vaulted
+    notification URL test_security.py follows.)"""
     job, result, runs = finished_job.job, finished_job.result, finished_job.results_dir
     assert "SUCCEEDED at global step" in result.output
     # The controller estimated what the ps will hold from the user's model before anything started.
@@ -86,7 +92,7 @@ def test_deploy_trains_a_job_from_the_image_archive(bare_metal, finished_job):
     results = json.loads((runs / "latest" / "results.json").read_text())
     assert results["status"] == "succeeded"
     assert results["model"] == "tf_keras_models:sequential"
-    assert results["global_step"] >= 300
+    assert results["global_step"] >= FINISHED_STEPS
     assert results["export_complete"] is True
     assert (runs / "latest" / "logs" / "worker0.log").read_text().strip()
     assert {p.name for p in (runs / "latest" / "logs").iterdir()} == {"ps0.log", "worker0.log", "worker1.log"}
@@ -94,8 +100,15 @@ def test_deploy_trains_a_job_from_the_image_archive(bare_metal, finished_job):
     # Checkpoint and SavedModel are on the chief's host (host2), and only there.
     model_dir = f"/srv/tfps/{job}"
     chief_host = bare_metal["host2"]
-    for path in ("checkpoint", "results.json", "export/saved_model.pb", "export/tfps_export.json"):
+    for path in ("checkpoint", "results.json"):
         assert chief_host.exists(f"{model_dir}/{path}"), f"host2 has no {model_dir}/{path}"
+    # The export base path: versions written while the job trained, the newest kept.
+    assert results["export_dir"].rstrip("/").split("/")[-2] == "export", results["export_dir"]
+    listing = chief_host.sh(f"cd {model_dir}/export && find . -mindepth 1 -printf '%y %s %P\\n'")[1].splitlines()
+    files = {name: (None if kind == "d" else chief_host.sh(f"cat {model_dir}/export/{name}")[1].encode()
+                    if name.endswith("tfps_export.json") else b"x" * min(int(size), 1))
+             for kind, size, name in (line.split(" ", 2) for line in listing)}
+    check_versions(files, (runs / "latest" / "logs" / "worker0.log").read_text(), results, FINISHED_KEEP)
     assert chief_host.sh(f"ls {model_dir}/model.ckpt-*.index")[1].strip()
     for other in ("host1", "host3"):
         assert not bare_metal[other].exists(model_dir)

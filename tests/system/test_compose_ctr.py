@@ -9,6 +9,10 @@ well above the price alone, as the job's own evaluation says. The collision-free
 (model.fit over the full vocabulary) and a 512 MiB hashed table split over two ps are the
 integration tests' (tests/integration/test_dynamic_tables.py, test_ctr.py): this one shows
 the same model in containers.
+
+It also exports versions while it trains (``--export_every``, ``--keep_exports``): the chief's
+volume holds the newest of them, each a complete SavedModel, at least two written before
+the job's end, and results.json's export_dir names the last, which is what is scored.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import tempfile
 import pytest
 from composejob import CHIEF, MODEL_DIR, ComposeJob
 from test_compose import exit_codes, generate
+from versions_seen import check_versions
 
 from tests.fixtures.ctr_fit import read_columns
 from tests.fixtures.dynamic_reference import export_auc
@@ -30,6 +35,8 @@ from tests.fixtures.dynamic_reference import export_auc
 pytestmark = pytest.mark.system
 
 STEPS, BATCH = 480, 250     # two epochs of the demo's 60000 training rows
+#: A version every EVERY global steps (as soon as the one before it is written), the newest KEEP kept.
+EVERY, KEEP = 40, 3
 TABLE_LINE = re.compile(r"table embeddings: live (\d+) \(ps0 (\d+), ps1 (\d+)\)")
 
 
@@ -57,7 +64,8 @@ def ctr_job(docker_client, compose_cli, tfps_image, tmp_path, ctr_data):
     generate(directory, "--ps", "2", "--workers", "2", "--data_dir", ctr_data, "--model", "wide_deep",
              "--embedding", "dynamic", "--expected_ids", "20000", "--optimizer", "adagrad", "--learning_rate", "0.5",
              "--train_data", "/input/train-*.csv", "--eval_data", "/input/eval.csv",
-             "--batch_size", str(BATCH), "--train_steps", str(STEPS), "--log_steps", "100", image=tfps_image)
+             "--batch_size", str(BATCH), "--train_steps", str(STEPS), "--log_steps", "100",
+             "--export_every", str(EVERY), "--keep_exports", str(KEEP), image=tfps_image)
     job = ComposeJob(docker_client, directory, "docker-compose.yml")
     yield job
     job.down()
@@ -80,7 +88,12 @@ def test_dynamic_tables_over_two_ps_train_checkpoint_their_live_ids_and_serve(ct
     live, ps0, ps1 = (int(v) for v in lines[-1])
     assert live == ps0 + ps1 and ps0 > 0.3 * live and ps1 > 0.3 * live, lines[-1]
     saved = tmp_path / "saved"
-    for name, data in ctr_job.files(MODEL_DIR, CHIEF).items():
+    files = ctr_job.files(MODEL_DIR, CHIEF)
+    # Versions while it trained: the base path MODEL_DIR/export holds the newest KEEP.
+    assert os.path.dirname(res["export_dir"]) == f"{MODEL_DIR}/export", res["export_dir"]
+    check_versions({name[len("export/"):]: data for name, data in files.items() if name.startswith("export/")},
+                   ctr_job.tail(100000), res, KEEP)
+    for name, data in files.items():
         if data is not None and (name.startswith("model.ckpt") or name == "checkpoint" or name.startswith("export/")):
             os.makedirs(saved / os.path.dirname(name), exist_ok=True)
             (saved / name).write_bytes(data)
@@ -93,7 +106,7 @@ def test_dynamic_tables_over_two_ps_train_checkpoint_their_live_ids_and_serve(ct
     assert live <= keys <= len(distinct), (live, keys, len(distinct))
 
     eval_csv = os.path.join(ctr_data, "eval.csv")
-    tfps_auc = export_auc(str(saved / "export"), eval_csv)
+    tfps_auc = export_auc(str(saved / "export" / os.path.basename(res["export_dir"])), eval_csv)
     x, y = read_columns(eval_csv)
     price_auc = auc(-x["price"].reshape(-1), y)
     assert tfps_auc > price_auc + 0.04, (tfps_auc, price_auc)    # the ids' rows carry the signal

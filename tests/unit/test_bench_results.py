@@ -209,3 +209,30 @@ def test_a_failed_run_keeps_what_failed_before_the_outputs_tail(tmp_path, capsys
     (rec,) = results.load(str(tmp_path / "r.jsonl"))
     assert rec["outcome"] == "failed" and rec["why"].startswith("tfps local (ctr, 2 ps): its steady window held 0")
     assert "steady window held 0 steps" in capsys.readouterr().out
+
+
+def test_the_export_section_is_a_part_of_the_bench_and_of_its_docs(tmp_path):
+    """bench/run.py --only export (bench/sec_export.py): each job's examples/s with versions and
+    without, their ratio, the versions per job; a failed run counted beside its figure; the
+    part written between its markers in docs/benchmarks.md."""
+    a = bench_run.arguments(["--only", "export", "--quick"])
+    assert a.only == "export" and a.budgets["export"] == bench_run.BUDGET_MIN_QUICK["export"]
+    out = results.ResultsFile(str(tmp_path / "r.jsonl"))
+    out.add({"type": "start", "command": "bench/run.py --only export", "machine": "box: 2 cores", "date": "2026-12-07"})
+    out.add({"type": "info", "section": "export",
+             "data": {"jobs": {"mlp-every-3s": {"model": "--model mlp", "steps": 6000, "every": "3s"}}}})
+    for side, v, n in (("none", 20000.0, 0), ("versions", 19000.0, 5), ("versions", 18000.0, 6), ("none", 21000.0, 0)):
+        out.run("export", "mlp-every-3s", side, "ok", v, {"examples_s": v, "versions": n})
+    out.run("export", "mlp-every-3s", "versions", "failed", why="tfps local failed (1)")
+    out.add({"type": "section", "section": "export", "status": "done", "elapsed_s": 100.0, "budget_min": 10})
+    records = results.load(str(tmp_path / "r.jsonl"))
+    (row,) = report.export_table(records)
+    assert row[0] == "chief examples/s, --model mlp, 6000 steps, a version every 3s (5-6 per job)"
+    assert row[1] == "18500 (18000-19000, 2 runs); 1 failed in 3 starts" and row[2] == "20500 (20000-21000, 2 runs)"
+    assert row[3].startswith("0.90x (medians of 2 with and 2 without runs)") and row[4] == ">= 0.9x"
+    md = tmp_path / "benchmarks.md"
+    begin, end = report.MARKERS["export"]
+    md.write_text(f"# Benchmarks\n\n## Versions while it trains\n\n{begin}\n{end}\n\nthe hand-made table\n")
+    assert report.write_docs(records, str(md)) == ["export"]
+    text = md.read_text()
+    assert text.index(begin) < text.index("18500 (18000-19000") < text.index(end) < text.index("the hand-made table")

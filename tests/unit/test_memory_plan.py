@@ -116,6 +116,32 @@ def test_tfps_local_refuses_variables_this_host_cannot_hold_in_one_line():
     assert "slots (" not in e.value.message
 
 
+def test_the_plan_and_tfps_local_count_the_versions_kept_on_disk():
+    """``tfps plan`` and ``tfps local``'s start line count the versions of --export_every on the
+    export's disk: --keep_exports x the export's size (one more while the next is written),
+    "unbounded" without --keep_exports, nothing for a job without versions."""
+    from tfps import cli
+    from tfps.launch.processes import start_memory_line
+    est = _estimate(export_mb=1500.0)
+
+    def plan_line(**variables) -> str:
+        _, launch = launch_from_vars({"tfps_job_name": "t", **variables})
+        return cli.plan_memory_line(est, launch.run_args)
+
+    assert plan_line(tfps_export_every="10m", tfps_keep_exports=3).endswith(
+        "\ndisk: the versions of --export_every 10m take about 1500 MB each on the export's disk: --keep_exports 3 x "
+        "1500 MB = 4.4 GiB (5.9 GiB while the next one is written).")
+    assert plan_line(tfps_export_every=500).endswith(
+        "\ndisk: the versions of --export_every 500 take about 1500 MB each on the export's disk: unbounded (every "
+        "version stays; set --keep_exports K to keep the newest K).")
+    assert "disk:" not in plan_line() and "versions" not in plan_line()
+    assert plan_line().startswith("memory: variables per ps task")
+    line = start_memory_line(est, 32 * 2**30, "90s", 2)
+    assert line.endswith("of this host's 32.0 GiB; the versions of --export_every 90s take about 1500 MB each on the "
+                         "export's disk: --keep_exports 2 x 1500 MB = 2.9 GiB (4.4 GiB while the next one is written)")
+    assert start_memory_line(est, 32 * 2**30).endswith("of this host's 32.0 GiB")
+
+
 def test_mem_total_is_read_from_proc_meminfo():
     with open("/proc/meminfo") as fh:
         kb = int(next(line for line in fh if line.startswith("MemTotal:")).split()[1])

@@ -130,6 +130,17 @@ def _said_when_slow(message: str, after: float | None = None):
         timer.join()   # no thread of ours left behind: the tasks may be forked from this process
 
 
+def start_memory_line(memory: placement.MemoryEstimate, total: int, export_every: str | None = None,
+                      keep_exports: int | None = None) -> str:
+    """``tfps local``'s start line of the variables' memory (``total``: this host's bytes), with
+    the disk the versions of ``--export_every`` take (placement.versions_on_disk)."""
+    versions = placement.versions_on_disk(memory.export_mb, export_every, keep_exports)
+    return (f"{memory.line()} (estimated from the model's shapes); with the chief's export "
+            f"({placement.fmt_mb(memory.export_mb)} MB) they need "
+            f"{placement.fmt_size(sum(memory.shares_mb.values()) + memory.export_mb)} of this host's "
+            f"{total / 2**30:.1f} GiB" + (f"; {versions}" if versions else ""))
+
+
 def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps: int = 1,
                may_fork: bool = False, verbose: bool = False, replace: bool = False) -> bool:
     """Refuse bad input before any process starts: data, model, model_dir, URLs, and variables
@@ -172,9 +183,7 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
     # Held until this launcher exits (its chief goes on under it): one job per model_dir.
     lock.acquire(cfg.model_dir, cfg.name, "tfps local")
     if isinstance(memory, placement.MemoryEstimate):
-        log.info("tfps local: %s (estimated from the model's shapes); with the chief's export (%s MB) they need "
-                 "%s of this host's %.1f GiB", memory.line(), placement.fmt_mb(memory.export_mb),
-                 placement.fmt_size(sum(memory.shares_mb.values()) + memory.export_mb), total / 2**30)
+        log.info("tfps local: %s", start_memory_line(memory, total, cfg.export_every, cfg.keep_exports))
     else:
         log.info("tfps local: the variables' memory was not estimated: %s", memory)
     return forkable and not eager and single_threaded()

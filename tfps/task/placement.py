@@ -192,6 +192,20 @@ def fmt_size(mb: float) -> str:
     return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{fmt_mb(round(mb, 2))} MB"
 
 
+def versions_on_disk(export_mb: float, export_every: str | None, keep: int | None) -> str:
+    """What the versions of ``--export_every`` take on the export's disk, each about the size
+    of the export (``MemoryEstimate.export_mb``: the model's variables once): ``--keep_exports``
+    x that size, one more while the next version is written; "unbounded" without
+    ``--keep_exports``. '' for a job without versions (``tfps plan``, ``tfps local``)."""
+    if export_every is None:
+        return ""
+    head = f"the versions of --export_every {export_every} take about {fmt_mb(export_mb)} MB each on the export's disk"
+    if keep is None:
+        return f"{head}: unbounded (every version stays; set --keep_exports K to keep the newest K)"
+    return (f"{head}: --keep_exports {keep} x {fmt_mb(export_mb)} MB = {fmt_size(keep * export_mb)} "
+            f"({fmt_size((keep + 1) * export_mb)} while the next one is written)")
+
+
 #: Bytes a ``MutableHashTable`` int64 -> int64 takes per entry on a ps (TensorFlow 2.21, the
 #: RSS of one process before and after inserting random keys): 40-48 once built (0.6-3 M
 #: entries), 53-55 at its peak while it grows its buckets; the plan takes the peak.
