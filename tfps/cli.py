@@ -248,8 +248,8 @@ def _plan_memory(data: dict, view) -> str:
     The controller's own copies count: the data of ``tfps_data_src`` and the model module
     of ``tfps_user_model_dir``, as the play uses them (``tfps.launch.estimate.plan_estimate``).
     """
+    from tfps.cluster import memory  # lazy: only tfps plan needs it
     from tfps.launch.estimate import plan_estimate  # lazy: only tfps plan needs it
-    from tfps.task import placement  # lazy: only tfps plan needs it
     _, host_vars, defaults, template = view
     chief = next(t["host"] for t in data["tasks"] if t["chief"])
     merged = {**defaults, **host_vars[chief]}
@@ -262,11 +262,11 @@ def _plan_memory(data: dict, view) -> str:
         return str(value) if value not in (None, "") else None
 
     est = plan_estimate(data, var("tfps_data_src"), var("tfps_train_data"), var("tfps_user_model_dir"))
-    if not isinstance(est, placement.MemoryEstimate):
+    if not isinstance(est, memory.MemoryEstimate):
         return f"memory: not estimated: {est}"
     return (f"memory: {est.line()} (estimated from the model's shapes); the chief's export restores the model's "
-            f"variables once more ({placement.fmt_mb(est.export_mb)} MB). The play refuses a ps host whose tasks' "
-            f"shares exceed {placement.USABLE_MEMORY:.0%} of its memory (ansible_memtotal_mb).")
+            f"variables once more ({memory.fmt_mb(est.export_mb)} MB). The play refuses a ps host whose tasks' "
+            f"shares exceed {memory.USABLE_MEMORY:.0%} of its memory (ansible_memtotal_mb).")
 
 
 def cmd_notify_test(ns) -> ExitCode:

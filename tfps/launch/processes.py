@@ -26,6 +26,7 @@ import time
 
 from tfps import keras_model, models, timeouts
 from tfps.cluster import gpu, local_plan
+from tfps.cluster.memory import MemoryEstimate, check_fits_host, fmt_mb, fmt_size, host_total_memory
 from tfps.config import RunConfig, check_replicas
 from tfps.errors import ConfigError
 from tfps.exitcodes import STOPPED_CODES, ExitCode, stopped_code
@@ -44,7 +45,6 @@ from tfps.launch.tasks import (
 from tfps.notify import notifier_for
 from tfps.notify.urls import ENV_URLS, ENV_URLS_FILE, collect_urls
 from tfps.outcome import lock, results
-from tfps.task import placement
 from tfps.task.lifecycle import StopWindow
 
 log = logging.getLogger("tfps")
@@ -146,7 +146,7 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
     lock.check_free(cfg.model_dir)   # another job runs there: refused at once (taken below, after the checks)
     settings.check(cfg.model_dir, settings.job_settings(cfg, num_ps, num_workers), replace)
     # lazy: imports NumPy, which cmd_local loads only after single_threaded_blas()
-    from tfps.task.setup import JobSetup, host_total_memory
+    from tfps.task.setup import JobSetup
     setup = JobSetup(cfg, bind=False)   # the data and the model's name; no weight exists yet
     forkable = may_fork and import_tensorflow_once(verbose, keras=models.may_use_keras(cfg.model))
     with _said_when_slow(f"tfps local: building the model {cfg.model} to check it before start…"):
@@ -154,14 +154,14 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
     if isinstance(memory, ModelRefused):   # the model failed to build: every task would fail the same way
         raise ConfigError(str(memory))
     total = host_total_memory()
-    if isinstance(memory, placement.MemoryEstimate):
-        placement.check_fits_host(memory, total)
+    if isinstance(memory, MemoryEstimate):
+        check_fits_host(memory, total)
     # A Keras model was checked against the data by the estimate, which built the whole training
     # graph in its forked child. Only when that child could not give an estimate is the model
     # built here, eagerly: TensorFlow's runtime then runs in this process, and the tasks are
     # spawned, not forked.
     eager = isinstance(setup.model_fn, keras_model.KerasBuilder) and not (
-        forkable and isinstance(memory, placement.MemoryEstimate))
+        forkable and isinstance(memory, MemoryEstimate))
     if eager or not isinstance(setup.model_fn, keras_model.KerasBuilder):
         with _said_when_slow(f"tfps local: building the model {cfg.model} once more, to check it against the "
                              "data…"):
@@ -171,10 +171,10 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
     results.check_export_dir(cfg.export_path, cfg.model_dir)
     # Held until this launcher exits (its chief goes on under it): one job per model_dir.
     lock.acquire(cfg.model_dir, cfg.name, "tfps local")
-    if isinstance(memory, placement.MemoryEstimate):
+    if isinstance(memory, MemoryEstimate):
         log.info("tfps local: %s (estimated from the model's shapes); with the chief's export (%s MB) they need "
-                 "%s of this host's %.1f GiB", memory.line(), placement.fmt_mb(memory.export_mb),
-                 placement.fmt_size(sum(memory.shares_mb.values()) + memory.export_mb), total / 2**30)
+                 "%s of this host's %.1f GiB", memory.line(), fmt_mb(memory.export_mb),
+                 fmt_size(sum(memory.shares_mb.values()) + memory.export_mb), total / 2**30)
     else:
         log.info("tfps local: the variables' memory was not estimated: %s", memory)
     return forkable and not eager and single_threaded()

@@ -12,6 +12,7 @@ import dataclasses
 
 from tfps import data as data_mod
 from tfps import demo, keras_model, models
+from tfps.cluster.memory import meminfo
 from tfps.config import DEFAULT_LEARNING_RATE, DEFAULT_OPTIMIZER, RunConfig
 from tfps.errors import ConfigError
 from tfps.keras_optimizers import describe_options
@@ -141,23 +142,7 @@ class JobSetup:
 
 def host_available_memory() -> int:
     """Bytes of memory this host can still give (MemAvailable), or 0 when unknown."""
-    return _meminfo("MemAvailable")
-
-
-def host_total_memory() -> int:
-    """Bytes of memory this host has (MemTotal, what ``ansible_memtotal_mb`` reports), or 0 when unknown."""
-    return _meminfo("MemTotal")
-
-
-def _meminfo(key: str) -> int:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith(f"{key}:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    return meminfo("MemAvailable")
 
 
 def _pick(flag_value, flag: str, model_value, default):
