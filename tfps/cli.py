@@ -300,7 +300,7 @@ def cmd_completion(ns) -> ExitCode:
 
 
 def cmd_demo_data(ns) -> ExitCode:
-    from tfps.demo import ensure_demo_data, foreign_entries  # lazy: imports NumPy
+    from tfps.models.demo import ensure_demo_data, foreign_entries  # lazy: imports NumPy
     path = ns.directory
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"{path} is a file, not a directory; give a new or existing directory for the demo data",

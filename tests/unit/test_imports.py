@@ -19,8 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "tfps"
 LAYERS = [
     "tfps tfps.errors tfps.names tfps.timeouts tfps.exitcodes tfps.logs tfps.compat tfps.jsonfile tfps.playbooks",
     "tfps.config",
-    "tfps.data tfps.csvcheck tfps.tfrecordcheck tfps.demo tfps.models tfps.modelspec tfps.keras_model "
-    "tfps.keras_optimizers tfps.layers",
+    "tfps.data tfps.csvcheck tfps.tfrecordcheck tfps.models tfps.layers",
     "tfps.cluster",
     "tfps.outcome",
     "tfps.notify",

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from tfps import keras_model, models, timeouts
+from tfps import models, timeouts
 from tfps.cluster import gpu, local_plan
 from tfps.cluster.memory import MemoryEstimate, check_fits_host, fmt_mb, fmt_size, host_total_memory
 from tfps.config import RunConfig, check_replicas
@@ -42,6 +42,7 @@ from tfps.launch.tasks import (
     say,
     single_threaded,
 )
+from tfps.models import keras_model
 from tfps.notify import notifier_for
 from tfps.notify.urls import ENV_URLS, ENV_URLS_FILE, collect_urls
 from tfps.outcome import lock, results

@@ -3,7 +3,7 @@
 ``tfps local`` builds a JobSetup before it starts a process (so bad data or a bad model
 stops the launch with one line), and every worker builds one before its graph. Pure
 Python and NumPy, except for a Keras model: it is built once, eagerly, to check it against
-the data (tfps.keras_model).
+the data (tfps.models.keras_model).
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 
 from tfps import data as data_mod
-from tfps import demo, keras_model, models
+from tfps import models
 from tfps.cluster.memory import meminfo
 from tfps.config import DEFAULT_LEARNING_RATE, DEFAULT_OPTIMIZER, RunConfig
 from tfps.errors import ConfigError
-from tfps.keras_optimizers import describe_options
+from tfps.models import demo, keras_model
+from tfps.models.keras_optimizers import describe_options
 
 
 class JobSetup:

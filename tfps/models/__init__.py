@@ -28,9 +28,9 @@ import functools
 import importlib
 import inspect
 
-from tfps import keras_model
 from tfps.errors import ConfigError, UserCodeExit, user_code
-from tfps.modelspec import ModelFn, ModelParams, ModelSpec, local_state  # noqa: F401 - the interface, imported from here by users
+from tfps.models import keras_model
+from tfps.models.modelspec import ModelFn, ModelParams, ModelSpec, local_state  # noqa: F401 - the interface, imported from here by users
 
 
 def _dense(x, units: int, name: str, seed: int, activation=None):
