@@ -19,7 +19,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tfps import data, demo, models
+from tfps import data, models
+from tfps.models import demo
 
 v1 = tf.compat.v1
 v1.disable_eager_execution()

@@ -22,7 +22,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def examples_per_sec(checked: bool, batches: int, batch_size: int) -> float:
-    from tfps import data, demo
+    from tfps import data
+    from tfps.models import demo
     original = data._finite
     if not checked:
         data._finite = lambda t, files: t

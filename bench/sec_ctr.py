@@ -174,7 +174,7 @@ def verdict(ratio: float, target: float, at_most: bool = False) -> str:
 def bench_ctr(ctx) -> None:
     """Every arm once, alternating, so that each ratio compares runs made under about the
     same load; each recorded as it ends (a failed arm is recorded and the others still run)."""
-    from tfps.demo import ensure_demo_data
+    from tfps.models.demo import ensure_demo_data
     steps = 2000 if ctx.quick else 4000
     ctx.info({"steps": steps, "batch_size": CTR_BATCH, "buckets": CTR_BUCKETS, "optimizer": CTR_OPTIMIZER})
     d = tempfile.mkdtemp(prefix="tfps-bench-ctr-data-")

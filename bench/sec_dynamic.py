@@ -67,8 +67,8 @@ def stream_flags(kind: str, stream: dict) -> tuple[list[str], dict]:
     budget per ps, and the hashed table of the same budget (same bytes per ps task)."""
     import math
 
+    from tfps.cluster.memory import OPTIMIZER_SLOTS, DynamicBudget
     from tfps.layers.dynamic_embedding import SHARD_SLACK, SKETCH_DEPTH, SKETCH_WIDTH
-    from tfps.task.placement import OPTIMIZER_SLOTS, DynamicBudget
     # A global step is one worker's batch (asynchronous training): STREAM_BATCH examples.
     arrivals = stream["active_users"] / STREAM_BATCH                # steps between two rows of a live user
     ttl = max(10, math.ceil(STREAM_TTL_ARRIVALS * arrivals))

@@ -11,7 +11,8 @@ import time
 
 import tensorflow as tf
 
-from tfps import data, demo, models
+from tfps import data, models
+from tfps.models import demo
 
 v1 = tf.compat.v1
 

@@ -21,7 +21,7 @@ __version__ = "0.2.0"
 
 #: When this is 1 before TensorFlow is imported, ``tf.keras`` is tf_keras (Keras 2), whose
 #: models build tf.compat.v1 graphs; otherwise it is Keras 3, which cannot train on
-#: parameter servers (tfps.keras_model refuses such a model).
+#: parameter servers (tfps.models.keras_model refuses such a model).
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
 
 

@@ -267,15 +267,15 @@ def _plan_memory(data: dict, view) -> str:
 def plan_memory_line(est, run_args) -> str:
     """``tfps plan``'s memory line of an estimate (or of why there is none), with the disk the
     versions of ``--export_every`` take, from the job's run options (``run_args``)."""
+    from tfps.cluster import memory  # lazy: only tfps plan needs it
     from tfps.launch.estimate import config_of  # lazy: only tfps plan needs it
-    from tfps.task import placement  # lazy: only tfps plan needs it
-    if not isinstance(est, placement.MemoryEstimate):
+    if not isinstance(est, memory.MemoryEstimate):
         return f"memory: not estimated: {est}"
     cfg = config_of(run_args)
-    versions = placement.versions_on_disk(est.export_mb, cfg.export_every, cfg.keep_exports)
+    versions = memory.versions_on_disk(est.export_mb, cfg.export_every, cfg.keep_exports)
     return (f"memory: {est.line()} (estimated from the model's shapes); the chief's export restores the model's "
-            f"variables once more ({placement.fmt_mb(est.export_mb)} MB). The play refuses a ps host whose tasks' "
-            f"shares exceed {placement.USABLE_MEMORY:.0%} of its memory (ansible_memtotal_mb)."
+            f"variables once more ({memory.fmt_mb(est.export_mb)} MB). The play refuses a ps host whose tasks' "
+            f"shares exceed {memory.USABLE_MEMORY:.0%} of its memory (ansible_memtotal_mb)."
             + (f"\ndisk: {versions}." if versions else ""))
 
 
@@ -310,7 +310,7 @@ def cmd_completion(ns) -> ExitCode:
 
 
 def cmd_demo_data(ns) -> ExitCode:
-    from tfps.demo import ensure_demo_data, foreign_entries  # lazy: imports NumPy
+    from tfps.models.demo import ensure_demo_data, foreign_entries  # lazy: imports NumPy
     path = ns.directory
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"{path} is a file, not a directory; give a new or existing directory for the demo data",

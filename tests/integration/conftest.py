@@ -12,7 +12,7 @@ from integration_helpers import Processes
 @pytest.fixture(scope="session")
 def demo_dir(tmp_path_factory) -> Path:
     """The demo datasets, generated once per session; every task finds them through TFPS_DEMO_DIR."""
-    from tfps import demo
+    from tfps.models import demo
     d = tmp_path_factory.mktemp("demo-data")
     demo.ensure_demo_data(str(d))
     return d

@@ -115,7 +115,7 @@ def test_progressive_validation_of_three_classes_is_log_loss_and_accuracy(job):
 
 
 def test_saved_model_serves_the_eval_data(job, demo_dir):
-    from tfps import demo
+    from tfps.models import demo
     _, eval_glob = demo.demo_globs("mlp", str(demo_dir))
     x, y = load_csv(eval_glob)
     out = load_and_predict(job.results["export_dir"], x)

@@ -88,7 +88,7 @@ def training_process(ports: list[int], task: str) -> int | None:
 
 
 def accuracy(res: dict, demo_dir) -> float:
-    from tfps import demo
+    from tfps.models import demo
     x, y = load_csv(demo.demo_globs("mlp", str(demo_dir))[1])
     out = load_and_predict(res["export_dir"], x)
     return float((out["classes"] == y).mean())

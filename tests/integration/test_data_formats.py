@@ -66,7 +66,7 @@ def write_idx(directory: Path):
 
 
 def demo_npz(directory: Path):
-    from tfps import demo
+    from tfps.models import demo
     _, eval_glob = demo.demo_globs("cnn")
     with np.load(eval_glob) as z:
         x, y = z["x"][:200], z["y"][:200]

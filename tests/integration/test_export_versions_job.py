@@ -92,7 +92,7 @@ def test_versions_appear_whole_while_the_job_trains(procs, tmp_path, demo_dir):
     assert not [n for n in os.listdir(base) if not n.isdigit()]   # no temporary left behind
 
     # Each version left holds its metadata, and loads and scores in TensorFlow alone.
-    from tfps import demo
+    from tfps.models import demo
     x, y = load_csv(demo.demo_globs("mlp", str(demo_dir))[1])
     steps, progressive = [], []
     for v in left:

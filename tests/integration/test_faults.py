@@ -98,8 +98,8 @@ def exits(proc: Proc, timeout: float) -> int:
 @pytest.mark.parametrize("victim,mode", CASES, ids=CASE_IDS)
 def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, tmp_path, smtp_server, demo_dir,
                                                 fault_table):
-    from tfps import demo
     from tfps.cluster import local_plan
+    from tfps.models import demo
 
     row = Row(VICTIMS[victim], mode)
     fault_table.append(row)

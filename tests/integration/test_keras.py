@@ -427,7 +427,7 @@ def test_clipnorm_and_builder_arguments_are_honoured_as_model_fit_honours_them(p
     import tf_keras as keras
 
     from tests.fixtures.keras_models import sgd_clip
-    from tfps.modelspec import ModelParams
+    from tfps.models.modelspec import ModelParams
     x, y = blobs(2000, 1)
     hx, hy = blobs(600, 2)
     x, hx = (x - 5.0) / 2.0, (hx - 5.0) / 2.0          # standardised: a learning rate of 40 is the only hazard

@@ -80,7 +80,7 @@ def test_sync_job_succeeds(job):
 
 
 def test_sync_export_loads_and_predicts(job, demo_dir):
-    from tfps import demo
+    from tfps.models import demo
     if job.model == "wide_deep":
         _wide_deep_export_ranks_the_clicks(job, demo.demo_globs("wide_deep", str(demo_dir))[1])
         return

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from plays import assert_ok, job_vars, no_containers_anywhere, play_vars, section
 
-from tfps import demo
+from tfps.models import demo
 
 #: ps0 on host1; worker0 (the chief) on host2; worker1 and worker2 on host3.
 LAYOUT = {"ps": ["host1"], "worker": {"host2": {}, "host3": {"tfps_workers": 2}}}

@@ -43,7 +43,7 @@ TABLE_LINE = re.compile(r"table embeddings: live (\d+) \(ps0 (\d+), ps1 (\d+)\)"
 @pytest.fixture
 def ctr_data():
     """The demo CTR files in a directory the image's user (uid 10001) can read."""
-    from tfps import demo
+    from tfps.models import demo
     d = tempfile.mkdtemp(prefix="tfps-ctr-")
     try:
         demo.ensure_demo_data(os.path.join(d, "demo"))

@@ -40,7 +40,7 @@ def keras_job(docker_client, compose_cli, tfps_image, tmp_path):
 def test_keras_model_from_a_host_directory_trains_and_serves(keras_job, tmp_path):
     import tensorflow as tf
 
-    from tfps import demo
+    from tfps.models import demo
     rc = keras_job.run(timeout=600)
     assert rc == 0, keras_job.tail()
     assert exit_codes(keras_job) == {"ps0": 0, "worker0": 0, "worker1": 0}

@@ -65,7 +65,7 @@ def test_a_text_label_is_refused(tmp_path):
 
 
 def test_the_ctr_demo_data_is_long_tailed_and_deterministic(tmp_path):
-    from tfps import demo
+    from tfps.models import demo
     a = demo.ensure_demo_data(str(tmp_path / "a"))
     b = demo.ensure_demo_data(str(tmp_path / "b"))
     first = open(a["ctr_eval"]).read()

@@ -1,27 +1,27 @@
 """Memory you can plan for a dynamic table (issue 37): its budget per ps task, from the
 expected live ids (``--expected_ids``), the row width, the optimizer's slots and the hash
-table's measured bytes per entry (``placement.DynamicBudget``)."""
+table's measured bytes per entry (``tfps.cluster.memory.DynamicBudget``)."""
 
 from __future__ import annotations
 
 import pytest
 
+from tfps.cluster import memory
+from tfps.cluster.memory import DynamicBudget, MemoryEstimate
 from tfps.config import RunConfig
-from tfps.task import placement
-from tfps.task.placement import DynamicBudget, MemoryEstimate
 
 
 def test_the_budget_is_ids_per_ps_times_row_slots_and_hash_overhead():
     b = DynamicBudget("embeddings", 1_000_000, width=17, slots=1, num_ps=2)
     assert b.ids_per_ps == 500_000
     # 17 floats, once for the row and once for Adagrad's accumulator, and 80 B of hash table and bookkeeping
-    assert b.bytes_per_id == 17 * 4 * 2 + placement.HASH_TABLE_BYTES_PER_ID + placement.ROW_BOOKKEEPING_BYTES == 216
+    assert b.bytes_per_id == 17 * 4 * 2 + memory.HASH_TABLE_BYTES_PER_ID + memory.ROW_BOOKKEEPING_BYTES == 216
     assert b.per_ps_mb == round(500_000 * 216 / 2**20, 2) == 103.0
     assert ("dynamic table embeddings: 103 MB per ps task for 1000000 live ids (--expected_ids): 500000 ids per ps "
             "x (17 floats x (1 + 1 slots) x 4 B + 80 B of hash table and bookkeeping)") == b.line()
     # A third ps takes a third of the ids; Adam keeps two slots.
-    assert DynamicBudget("t", 999_999, 16, placement.OPTIMIZER_SLOTS["adam"], 3).ids_per_ps == 333_333
-    assert DynamicBudget("t", 10, 16, placement.OPTIMIZER_SLOTS["sgd"], 1).bytes_per_id == 64 + 80
+    assert DynamicBudget("t", 999_999, 16, memory.OPTIMIZER_SLOTS["adam"], 3).ids_per_ps == 333_333
+    assert DynamicBudget("t", 10, 16, memory.OPTIMIZER_SLOTS["sgd"], 1).bytes_per_id == 64 + 80
 
 
 def test_the_plans_line_shows_each_tables_budget_and_survives_json():
@@ -54,7 +54,7 @@ def test_a_mutable_hash_table_takes_at_most_the_planned_bytes_per_entry():
         table.insert(keys[i:i + chunk], tf.range(i, i + chunk, dtype=tf.int64))
     grown = rss() - before
     assert int(table.size()) == n
-    assert grown / n <= placement.HASH_TABLE_BYTES_PER_ID, grown / n
+    assert grown / n <= memory.HASH_TABLE_BYTES_PER_ID, grown / n
 
 
 def test_the_estimate_of_wide_deep_with_dynamic_tables_prints_their_budget():

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tfps.layers import dynamic_embedding as de
-from tfps.modelspec import ModelSpec
+from tfps.models.modelspec import ModelSpec
 from tfps.task import export
 
 v1 = tf.compat.v1

@@ -19,8 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "tfps"
 LAYERS = [
     "tfps tfps.errors tfps.names tfps.timeouts tfps.exitcodes tfps.logs tfps.compat tfps.jsonfile tfps.playbooks",
     "tfps.config",
-    "tfps.data tfps.csvcheck tfps.tfrecordcheck tfps.demo tfps.models tfps.modelspec tfps.keras_model "
-    "tfps.keras_optimizers tfps.layers",
+    "tfps.data tfps.csvcheck tfps.tfrecordcheck tfps.models tfps.layers",
     "tfps.cluster",
     "tfps.outcome",
     "tfps.notify",
@@ -40,6 +39,19 @@ HOST_MODULES = ("library", "module_utils")
 
 #: Imports against the order, each with the reason it still stands: (importer, imported) -> why.
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
+
+#: Downward imports the contract forbids all the same: (importer, imported), each a module or a
+#: whole subpackage. The launchers and the role's plugins plan memory with tfps.cluster.memory
+#: (pure Python), never with a task's modules.
+FORBIDDEN = [("tfps.launch", "tfps.task"), ("tfps.ansible", "tfps.task")]
+#: The launchers' modules that still import ``tfps.task``, each with why: they run a task or
+#: build its graph. Adding one to this list is a design decision, not a fix.
+ALLOWED_FORBIDDEN: dict[str, str] = {
+    "tfps.launch.tasks": "tfps local's forked task runs the task's entry (tfps.task.entry.main)",
+    "tfps.launch.slurm_step": "one task of tfps slurm's srun step runs the task's entry",
+    "tfps.launch.estimate": "the memory estimate builds the training graph with the worker's own code",
+    "tfps.launch.processes": "tfps local checks the model and data (JobSetup) and shares the stop window",
+}
 
 
 def _ancestors(name: str) -> list[str]:
@@ -169,6 +181,25 @@ def test_every_module_imports_only_its_own_layer_and_those_below():
         assert b in graph[a], f"{a} no longer imports {b}: remove its entry from ALLOWED_UPWARD ({why})"
     assert _upward({"tfps.cluster.settings": {"tfps.outcome.results"}}) == [
         "tfps.cluster.settings (layer tfps.cluster) imports tfps.outcome.results (layer tfps.outcome)"]
+
+
+def _forbidden(graph: dict[str, set[str]]) -> list[str]:
+    def under(module: str, name: str) -> bool:
+        return module == name or module.startswith(name + ".")
+    return [f"{a} imports {b}" for a in sorted(graph) for b in sorted(graph[a])
+            for x, y in FORBIDDEN if under(a, x) and under(b, y) and a not in ALLOWED_FORBIDDEN]
+
+
+def test_neither_the_launchers_nor_the_roles_plugins_import_a_tasks_modules():
+    graph = _graph()
+    assert _forbidden(graph) == [], "plan memory with tfps.cluster.memory, not tfps.task"
+    for module, why in ALLOWED_FORBIDDEN.items():   # an allowance goes when its import does
+        assert any(b.startswith("tfps.task") for b in graph[module]), \
+            f"{module} no longer imports tfps.task: remove it from ALLOWED_FORBIDDEN ({why})"
+    assert _forbidden({"tfps.ansible.roles.tfps.filter_plugins.tfps_filters": {"tfps.task.placement"},
+                       "tfps.launch.console": {"tfps.task", "tfps.cluster.memory"}}) == [
+        "tfps.ansible.roles.tfps.filter_plugins.tfps_filters imports tfps.task.placement",
+        "tfps.launch.console imports tfps.task"]
 
 
 def test_the_roles_plugins_are_the_top_layer_and_host_modules_import_no_tfps():

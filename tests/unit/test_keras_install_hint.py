@@ -8,8 +8,9 @@ from importlib import metadata
 
 import pytest
 
-from tfps import keras_model, models
+from tfps import models
 from tfps.errors import ConfigError
+from tfps.models import keras_model
 
 
 @pytest.mark.parametrize("have_tensorflow, command", [

@@ -1,4 +1,4 @@
-"""Keras models (tfps.keras_model) without a cluster: which functions are Keras
+"""Keras models (tfps.models.keras_model) without a cluster: which functions are Keras
 builders, what is refused before anything starts (with both shapes named), which
 optimizer is used, and that the adapter's graph trains, updates BatchNormalization's
 moving statistics and exports under the model's input names.
@@ -15,9 +15,10 @@ import pytest
 
 pytest.importorskip("tf_keras")
 
-from tfps import keras_model, models  # noqa: E402
+from tfps import models  # noqa: E402
 from tfps.config import RunConfig  # noqa: E402
 from tfps.errors import ConfigError  # noqa: E402
+from tfps.models import keras_model
 from tfps.task.setup import JobSetup  # noqa: E402
 
 FIX = "tests.fixtures.keras_models"

@@ -1,4 +1,4 @@
-"""A Keras model's compiled optimizer, honoured or refused by name (tfps.keras_optimizers,
+"""A Keras model's compiled optimizer, honoured or refused by name (tfps.models.keras_optimizers,
 tfps.task.optimizers): every check is an outcome. The v1 optimizer tfps builds from a
 compiled one takes the same steps as the tf_keras optimizer itself on the same gradients
 (hyperparameters, clipping, weight decay, schedules); a setting tfps cannot honour stops
@@ -17,9 +17,9 @@ pytest.importorskip("tf_keras")
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
-from tfps import keras_optimizers  # noqa: E402
 from tfps.config import RunConfig  # noqa: E402
 from tfps.errors import ConfigError  # noqa: E402
+from tfps.models import keras_optimizers  # noqa: E402
 from tfps.task import optimizers  # noqa: E402
 from tfps.task.setup import JobSetup, optimizer_options  # noqa: E402
 

@@ -1,8 +1,8 @@
 """Memory you can plan: each ps task's share of the variables, known before any task starts.
 
 ``tfps.launch.estimate.estimate_memory`` builds the training graph as a worker does,
-without a session; ``placement.check_fits_host`` is ``tfps local``'s refusal,
-``placement.host_problems`` (through the role's ``tfps_memory_problems`` filter) the play's.
+without a session; ``tfps.cluster.memory.check_fits_host`` is ``tfps local``'s refusal,
+``memory.host_problems`` (through the role's ``tfps_memory_problems`` filter) the play's.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from tfps.cluster import memory
+from tfps.cluster.memory import MemoryEstimate, host_total_memory
 from tfps.cluster.single_host import local_plan
 from tfps.cluster.variables import launch_from_vars
 from tfps.config import RunConfig
 from tfps.errors import ConfigError
 from tfps.launch import estimate
-from tfps.task import placement
-from tfps.task.placement import MemoryEstimate
-from tfps.task.setup import JobSetup, host_total_memory
+from tfps.task.setup import JobSetup
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "tests.unit.test_memory_plan:table_model"
@@ -98,10 +98,10 @@ def _estimate(**kwargs) -> MemoryEstimate:
 
 def test_tfps_local_refuses_variables_this_host_cannot_hold_in_one_line():
     est = _estimate()
-    placement.check_fits_host(est, 32 * 2**30)      # 16000 MB of 32 GiB: fits
-    placement.check_fits_host(est, 0)               # unknown memory: not checked
+    memory.check_fits_host(est, 32 * 2**30)      # 16000 MB of 32 GiB: fits
+    memory.check_fits_host(est, 0)               # unknown memory: not checked
     with pytest.raises(ConfigError) as e:
-        placement.check_fits_host(est, 16 * 2**30)  # 15.6 GiB needed, 90 % of 16 GiB usable
+        memory.check_fits_host(est, 16 * 2**30)  # 15.6 GiB needed, 90 % of 16 GiB usable
     assert e.value.field == "memory"
     text = e.value.message
     assert "\n" not in text
@@ -112,7 +112,7 @@ def test_tfps_local_refuses_variables_this_host_cannot_hold_in_one_line():
     assert "adam's are 8000 MB; sgd keeps none" in text
     # Without slots worth naming, no advice about the optimizer.
     with pytest.raises(ConfigError) as e:
-        placement.check_fits_host(_estimate(optimizer="sgd", slots_mb=0.0), 8 * 2**30)
+        memory.check_fits_host(_estimate(optimizer="sgd", slots_mb=0.0), 8 * 2**30)
     assert "slots (" not in e.value.message
 
 
@@ -210,7 +210,7 @@ def test_the_play_checks_the_chiefs_export_and_the_container_limits():
 @pytest.mark.parametrize("text,mb", [("8g", 8192), ("512m", 512), ("512MB", 512), ("1073741824", 1024),
                                      ("1.5G", 1536), ("", None), (None, None), ("lots", None)])
 def test_container_memory_limits_read_as_docker_reads_them(text, mb):
-    assert placement.memory_limit_mb(text) == mb
+    assert memory.memory_limit_mb(text) == mb
 
 
 # ---------------------------------------------------------------------------- tfps plan, the action

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tfps.config import RunConfig
-from tfps.modelspec import ModelSpec
+from tfps.models.modelspec import ModelSpec
 from tfps.task import progressive
 
 tf = pytest.importorskip("tensorflow")

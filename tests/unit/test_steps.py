@@ -317,7 +317,8 @@ def test_running_auc_is_updated_by_every_step_of_the_loop_and_read_after_it():
     """wide_deep's running ``auc`` (binary labels) inside the loop of K steps: each step adds
     its batch to the worker's own histograms (local variables, not global), and the value
     the run reports is the AUC of the histograms after its last step."""
-    from tfps import models, modelspec
+    from tfps import models
+    from tfps.models import modelspec
     from tfps.task.steps import step_loop
     rng = np.random.default_rng(4)
     x = rng.normal(size=(96, 3)).astype(np.float32)

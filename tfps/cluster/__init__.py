@@ -6,6 +6,8 @@
     variables.py  the tfps_* variables (the role's argument_specs) and the job settings
     settings.py   what defines a job, its record in model_dir, and what a new start would change
     inventory.py  the plan from Ansible's own view of an inventory (needs ansible-core)
+    memory.py     memory you can plan: the estimate's figures, tfps local's and the role's checks of a
+                  host's memory, the dynamic tables' budgets (the estimate itself: tfps.launch.estimate)
     datasrc.py    data on the controller: which files each worker's host gets (tfps_data_src)
     gpu.py        judging a host's GPU smoke run (nvidia-smi) against the image's CUDA; the GPU ids
                   of --gpus, checked against this machine's nvidia-smi, and each local task's GPU env

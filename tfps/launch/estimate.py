@@ -2,10 +2,10 @@
 
 ``tfps local`` prints it and refuses variables this host cannot hold (``estimate_isolated``);
 ``tfps plan -i`` and the role's ``tfps_memory`` action ask for it on the controller
-(``plan_estimate``: ``python -m tfps.launch.estimate``). It lives here, not in
-tfps.task.placement, because it builds the graph with the worker's own code
-(tfps.task.worker), which imports placement: a launcher may import a task's modules, a
-task's modules never import back.
+(``plan_estimate``: ``python -m tfps.launch.estimate``). It builds the graph with the
+worker's own code (tfps.task.worker), which is why it lives in a launcher and not below
+``task``; what the estimate is, and the checks and lines made of it, are pure Python in
+tfps.cluster.memory.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 
+from tfps.cluster.memory import DynamicBudget, MemoryEstimate
 from tfps.cluster.plan import DATA_MOUNT
 from tfps.cluster.spec import ClusterSpec, TaskRef
 from tfps.config import RunConfig, add_run_options, from_args, normalize_argv
@@ -25,7 +26,6 @@ from tfps.errors import ConfigError, real_os_exit
 from tfps.launch.tasks import die_with_parent
 from tfps.task import import_tensorflow
 from tfps.task.lifecycle import StopSignal
-from tfps.task.placement import DynamicBudget, MemoryEstimate
 
 log = logging.getLogger("tfps")
 
@@ -34,10 +34,10 @@ ESTIMATE_TIMEOUT_SECS = 300
 
 
 def estimate_memory(job, num_ps: int, num_workers: int = 1):
-    """Each ps task's share of the variables, the optimizer's slots included (``placement.MemoryEstimate``).
+    """Each ps task's share of the variables, the optimizer's slots included (``tfps.cluster.memory.MemoryEstimate``).
 
     Builds the training graph exactly as a worker does (``tfps.task.worker.Worker.build``:
-    the same ``placement.partitioned(num_ps, partition_mb)``, optimizer and ``ByteBalancer``,
+    the same ``tfps.task.placement.partitioned(num_ps, partition_mb)``, optimizer and ``ByteBalancer``,
     whose shares the chief logs and results.json records as ``ps_shares_mb``) in a
     throwaway graph, and never creates a session, so nothing is allocated. ``job`` is a
     ``JobSetup`` or a ``RunConfig``. A JobSetup made with ``bind=False`` (or from a

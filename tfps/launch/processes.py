@@ -24,8 +24,16 @@ import sys
 import threading
 import time
 
-from tfps import keras_model, models, timeouts
+from tfps import models, timeouts
 from tfps.cluster import gpu, local_plan
+from tfps.cluster.memory import (
+    MemoryEstimate,
+    check_fits_host,
+    fmt_mb,
+    fmt_size,
+    host_total_memory,
+    versions_on_disk,
+)
 from tfps.config import RunConfig, check_replicas
 from tfps.errors import ConfigError
 from tfps.exitcodes import STOPPED_CODES, ExitCode, stopped_code
@@ -41,10 +49,10 @@ from tfps.launch.tasks import (
     say,
     single_threaded,
 )
+from tfps.models import keras_model
 from tfps.notify import notifier_for
 from tfps.notify.urls import ENV_URLS, ENV_URLS_FILE, collect_urls
 from tfps.outcome import lock, results
-from tfps.task import placement
 from tfps.task.lifecycle import StopWindow
 
 log = logging.getLogger("tfps")
@@ -130,14 +138,14 @@ def _said_when_slow(message: str, after: float | None = None):
         timer.join()   # no thread of ours left behind: the tasks may be forked from this process
 
 
-def start_memory_line(memory: placement.MemoryEstimate, total: int, export_every: str | None = None,
+def start_memory_line(memory: MemoryEstimate, total: int, export_every: str | None = None,
                       keep_exports: int | None = None) -> str:
     """``tfps local``'s start line of the variables' memory (``total``: this host's bytes), with
-    the disk the versions of ``--export_every`` take (placement.versions_on_disk)."""
-    versions = placement.versions_on_disk(memory.export_mb, export_every, keep_exports)
+    the disk the versions of ``--export_every`` take (versions_on_disk)."""
+    versions = versions_on_disk(memory.export_mb, export_every, keep_exports)
     return (f"{memory.line()} (estimated from the model's shapes); with the chief's export "
-            f"({placement.fmt_mb(memory.export_mb)} MB) they need "
-            f"{placement.fmt_size(sum(memory.shares_mb.values()) + memory.export_mb)} of this host's "
+            f"({fmt_mb(memory.export_mb)} MB) they need "
+            f"{fmt_size(sum(memory.shares_mb.values()) + memory.export_mb)} of this host's "
             f"{total / 2**30:.1f} GiB" + (f"; {versions}" if versions else ""))
 
 
@@ -157,7 +165,7 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
     lock.check_free(cfg.model_dir)   # another job runs there: refused at once (taken below, after the checks)
     settings.check(cfg.model_dir, settings.job_settings(cfg, num_ps, num_workers), replace)
     # lazy: imports NumPy, which cmd_local loads only after single_threaded_blas()
-    from tfps.task.setup import JobSetup, host_total_memory
+    from tfps.task.setup import JobSetup
     setup = JobSetup(cfg, bind=False)   # the data and the model's name; no weight exists yet
     forkable = may_fork and import_tensorflow_once(verbose, keras=models.may_use_keras(cfg.model))
     with _said_when_slow(f"tfps local: building the model {cfg.model} to check it before start…"):
@@ -165,14 +173,14 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
     if isinstance(memory, ModelRefused):   # the model failed to build: every task would fail the same way
         raise ConfigError(str(memory))
     total = host_total_memory()
-    if isinstance(memory, placement.MemoryEstimate):
-        placement.check_fits_host(memory, total)
+    if isinstance(memory, MemoryEstimate):
+        check_fits_host(memory, total)
     # A Keras model was checked against the data by the estimate, which built the whole training
     # graph in its forked child. Only when that child could not give an estimate is the model
     # built here, eagerly: TensorFlow's runtime then runs in this process, and the tasks are
     # spawned, not forked.
     eager = isinstance(setup.model_fn, keras_model.KerasBuilder) and not (
-        forkable and isinstance(memory, placement.MemoryEstimate))
+        forkable and isinstance(memory, MemoryEstimate))
     if eager or not isinstance(setup.model_fn, keras_model.KerasBuilder):
         with _said_when_slow(f"tfps local: building the model {cfg.model} once more, to check it against the "
                              "data…"):
@@ -182,7 +190,7 @@ def _preflight(cfg: RunConfig, script: str | None, num_workers: int = 1, num_ps:
     results.check_export_dir(cfg.export_path, cfg.model_dir)
     # Held until this launcher exits (its chief goes on under it): one job per model_dir.
     lock.acquire(cfg.model_dir, cfg.name, "tfps local")
-    if isinstance(memory, placement.MemoryEstimate):
+    if isinstance(memory, MemoryEstimate):
         log.info("tfps local: %s", start_memory_line(memory, total, cfg.export_every, cfg.keep_exports))
     else:
         log.info("tfps local: the variables' memory was not estimated: %s", memory)

@@ -10,7 +10,7 @@ it. Dense gradients get Adam exactly as before.
 
 The names (``--optimizer``) are ``tfps.config.OPTIMIZERS``, below every task module; a Keras
 model's compiled optimizer may also train as ``adamw`` or ``rmsprop``, with the options
-``tfps.keras_model`` reads from its compile() (hyperparameters, a learning-rate schedule,
+``tfps.models.keras_model`` reads from its compile() (hyperparameters, a learning-rate schedule,
 gradient clipping, weight decay: ``make``). It imports TensorFlow only when ``make`` runs.
 """
 
@@ -30,7 +30,7 @@ CLASSES = {name: _CLASS_OF[name] for name in NAMES}   # a name without a class f
 def make(name: str, learning_rate: float, options: dict | None = None):
     """The ``tf.compat.v1.train`` optimizer ``name`` at ``learning_rate``.
 
-    ``options`` (from a Keras model's compile(), ``tfps.keras_optimizers.compiled_optimizer``; in
+    ``options`` (from a Keras model's compile(), ``tfps.models.keras_optimizers.compiled_optimizer``; in
     Keras's own names) adds what that optimizer was compiled with: its hyperparameters, a
     learning-rate ``schedule`` (evaluated on the global step), gradient clipping (applied
     to each worker's gradients before they travel, as ``compute_gradients`` returns them)

@@ -43,7 +43,7 @@ import os
 
 import numpy as np
 
-from tfps import modelspec
+from tfps.models import modelspec
 from tfps.outcome.contract import progressive_line
 
 #: Buckets of the binary scores' histograms, over logits in [-LOGIT_RANGE, LOGIT_RANGE]

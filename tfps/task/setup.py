@@ -3,7 +3,7 @@
 ``tfps local`` builds a JobSetup before it starts a process (so bad data or a bad model
 stops the launch with one line), and every worker builds one before its graph. Pure
 Python and NumPy, except for a Keras model: it is built once, eagerly, to check it against
-the data (tfps.keras_model).
+the data (tfps.models.keras_model).
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 
 from tfps import data as data_mod
-from tfps import demo, keras_model, models
+from tfps import models
+from tfps.cluster.memory import meminfo
 from tfps.config import DEFAULT_LEARNING_RATE, DEFAULT_OPTIMIZER, RunConfig
 from tfps.errors import ConfigError
-from tfps.keras_optimizers import describe_options
+from tfps.models import demo, keras_model
+from tfps.models.keras_optimizers import describe_options
 
 
 class JobSetup:
@@ -141,23 +143,7 @@ class JobSetup:
 
 def host_available_memory() -> int:
     """Bytes of memory this host can still give (MemAvailable), or 0 when unknown."""
-    return _meminfo("MemAvailable")
-
-
-def host_total_memory() -> int:
-    """Bytes of memory this host has (MemTotal, what ``ansible_memtotal_mb`` reports), or 0 when unknown."""
-    return _meminfo("MemTotal")
-
-
-def _meminfo(key: str) -> int:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith(f"{key}:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    return meminfo("MemAvailable")
 
 
 def _pick(flag_value, flag: str, model_value, default):

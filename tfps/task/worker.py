@@ -23,11 +23,12 @@ import sys
 import threading
 import time
 
-from tfps import compat, keras_model, models, modelspec, timeouts
+from tfps import compat, models, timeouts
 from tfps import data as data_mod
 from tfps.config import RunConfig, replicas_per_step
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
+from tfps.models import keras_model, modelspec
 from tfps.outcome import results
 from tfps.outcome.report import error_line
 from tfps.task import datafault, optimizers, placement, progressive

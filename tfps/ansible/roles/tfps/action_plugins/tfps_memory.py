@@ -26,9 +26,9 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = self._task.args
+        from tfps.cluster import memory
         from tfps.errors import ConfigError
         from tfps.launch.estimate import plan_estimate
-        from tfps.task import placement
 
         try:
             est = plan_estimate(dict(args["plan"]), str(args.get("data_src") or "") or None,
@@ -36,10 +36,10 @@ class ActionModule(ActionBase):
                                           str(args.get("user_model_dir") or "") or None)
         except ConfigError as exc:   # a bad tfps_data_src: the tfps_data check reports it
             est = str(exc)
-        if isinstance(est, placement.MemoryEstimate):
+        if isinstance(est, memory.MemoryEstimate):
             result.update(changed=False, estimate=est.to_json(),
                           msg=f"{est.line()} (estimated on the controller from the model's shapes); the chief's "
-                              f"export restores the model's variables once more ({placement.fmt_mb(est.export_mb)} "
+                              f"export restores the model's variables once more ({memory.fmt_mb(est.export_mb)} "
                               "MB)")
         else:
             result.update(changed=False, estimate=None, msg=f"memory: not estimated: {est}")

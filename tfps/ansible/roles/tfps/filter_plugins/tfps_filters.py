@@ -106,12 +106,12 @@ def tfps_memory_problems(estimate, plan, host, meminfo="", ps_memory="", worker_
     action's ``estimate``) or the chief's export beyond what it has.
 
     ``meminfo``: the host's /proc/meminfo, base64 (a slurp's ``content``); its MemTotal is
-    ``ansible_memtotal_mb`` (MemTotal // 1024). The rule is ``tfps.task.placement.host_problems``.
+    ``ansible_memtotal_mb`` (MemTotal // 1024). The rule is ``tfps.cluster.memory.host_problems``.
     """
     import base64
     import re
 
-    from tfps.task.placement import host_problems
+    from tfps.cluster.memory import host_problems
 
     if not estimate:
         return []

@@ -18,9 +18,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from tfps import LEGACY_KERAS_ENV, compat, keras_optimizers, legacy_keras_refused
+from tfps import LEGACY_KERAS_ENV, compat, legacy_keras_refused
 from tfps.errors import ConfigError, user_code
-from tfps.modelspec import ModelSpec, local_state
+from tfps.models import keras_optimizers
+from tfps.models.modelspec import ModelSpec, local_state
 
 log = logging.getLogger("tfps")
 

@@ -2,7 +2,7 @@
 
 A model is a function ``(features, labels, mode, params) -> ModelSpec``: the built-in
 models (tfps.models), a user's ``tf.compat.v1`` model_fn, and a tf_keras model
-wrapped by tfps.keras_model all have this shape, so one training lifecycle serves all.
+wrapped by tfps.models.keras_model all have this shape, so one training lifecycle serves all.
 
 A model's own per-worker state (the running metrics of its progress lines) is created
 inside ``local_state()``: on the worker that builds the step, never on a ps, in a
@@ -125,7 +125,7 @@ def running_metrics(spec, graph, task_index: int, model: str) -> dict:
             if id(v) not in local or id(v) in shared or (where.job, where.task) != ("worker", task_index):
                 raise ConfigError(f"{model} returned the running metric {name!r} with the variable {v.name} on "
                                   f"{v.device or 'no device'}{'' if id(v) in local else ', not a local variable'}; "
-                                  "create a metric's variables inside tfps.modelspec.local_state() (this "
+                                  "create a metric's variables inside tfps.models.modelspec.local_state() (this "
                                   "worker's own, never on a ps or in the checkpoint)", "model")
         out[name] = (update, result)
     return out

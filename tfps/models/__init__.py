@@ -20,6 +20,13 @@ use plain ops. A user's model plugs in as ``--model package.module:function``::
 Variables must be created with ``tf.compat.v1.get_variable`` (or ``tf.Variable``) under
 the same names in every mode: the export graph restores them from the checkpoint.
 See ``examples/custom_model.py``.
+
+The package holds the models' other parts:
+
+    modelspec.py         ModelSpec, ModelParams: the interface a model_fn returns and gets
+    keras_model.py       a user's tf_keras model as a model_fn (--model pkg.module:build_model)
+    keras_optimizers.py  a compiled tf_keras optimizer mapped to tfps's tf.compat.v1 one
+    demo.py              the demo datasets (generated, deterministic)
 """
 
 from __future__ import annotations
@@ -28,9 +35,9 @@ import functools
 import importlib
 import inspect
 
-from tfps import keras_model
 from tfps.errors import ConfigError, UserCodeExit, user_code
-from tfps.modelspec import ModelFn, ModelParams, ModelSpec, local_state  # noqa: F401 - the interface, imported from here by users
+from tfps.models import keras_model
+from tfps.models.modelspec import ModelFn, ModelParams, ModelSpec, local_state  # noqa: F401 - the interface, imported from here by users
 
 
 def _dense(x, units: int, name: str, seed: int, activation=None):

@@ -1,7 +1,7 @@
 """The optimizer a tf_keras model was compiled with, mapped to tfps's ``tf.compat.v1`` one.
 
 ``compiled_optimizer`` reads the compiled optimizer's class and config when the model is
-inspected (``tfps.keras_model.inspect_model``) and maps it to a tfps optimizer, its learning
+inspected (``tfps.models.keras_model.inspect_model``) and maps it to a tfps optimizer, its learning
 rate (or schedule) and the options ``tfps.task.optimizers.make`` applies; an option tfps
 cannot honour is a refusal, raised unless ``--optimizer`` replaces the model's optimizer.
 ``describe_options`` words the options for the optimizer log line.
