@@ -170,7 +170,9 @@ class JobResult:
     checkpoint: str | None = None
     export_dir: str | None = None
     export_complete: bool = False
-    ended_by: str | None = _optional()            # "epochs": every worker read its data --epochs times first
+    ended_by: str | None = _optional()            # "epochs": every worker read its data --epochs times first;
+    #                                               "until", "follow_idle": a followed job's end (--follow)
+    stream: dict[str, Any] | None = _optional()   # the slice queue: position, examples, partitions skipped
     # The job's story.
     attempts: int | None = _optional()            # chief processes that ran this job (1: no restart)
     restarts: list[Restart] = field(default_factory=list)

@@ -30,7 +30,7 @@ from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.outcome import results
 from tfps.outcome.report import error_line
-from tfps.task import datafault, optimizers, placement
+from tfps.task import datafault, optimizers, placement, slicequeue
 from tfps.task.board import Board, publish_hook
 from tfps.task.checkpoint import glob_free_checkpoint as glob_free
 from tfps.task.lifecycle import (
@@ -100,6 +100,7 @@ class Worker:
         self.local_steps = 0                  # steps this process trained (ProgressHook counts them)
         self.epoch_steps: int | None = None   # --epochs: the steps of this worker's passes over its data
         self.data_done = False                # --epochs: it read its data that many times (tfps.task.board)
+        self.slices_taken = 0                 # slices this process took from the slice queue (tfps.task.board)
         self.setup: JobSetup | None = None
         self.ops: TrainGraph | None = None    # the training graph's parts, once built
         self.claimed = False   # this chief owns model_dir (results.json may be written there)
@@ -171,7 +172,8 @@ class Worker:
         from tfps.task import syncagg  # lazy: imports TensorFlow
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
-        if cfg.epochs:
+        queued = setup.input_split == "queue"
+        if cfg.epochs and not queued:
             examples = data_mod.count_examples(setup.schema, cfg.label_column, num_shards=task.num_workers,
                                                shard_index=task.index)
             per_pass = -(-examples // cfg.batch_size)
@@ -183,6 +185,7 @@ class Worker:
         with g.as_default():
             v1.set_random_seed(cfg.seed)
             worker_device = f"/job:worker/task:{task.index}"
+            slices = slicequeue.SliceOps(task.index) if queued else None   # on ps 0, outside the byte balance
             self.balancer = placement.ByteBalancer(task.num_ps)
             with v1.device(placement.device_setter(task, cluster_spec(task), self.balancer)):
                 global_step = v1.train.get_or_create_global_step()
@@ -199,9 +202,17 @@ class Worker:
                         own = data_mod.shard_files(setup.schema.files, task.num_workers, task.index)
                         log.info("%s: reads %d of the %d listed training files: %s", task.name, len(own),
                                  len(setup.schema.files), " ".join(os.path.basename(f) for f in own))
-                    ds = data_mod.make_dataset(setup.schema, cfg.label_column, cfg.batch_size,
-                                               num_shards=task.num_workers, shard_index=task.index,
-                                               train=True, seed=cfg.seed, epochs=cfg.epochs)
+                    if queued:
+                        ds = slicequeue.slice_dataset(
+                            setup.schema, cfg.label_column, cfg.batch_size,
+                            slicequeue.slice_specs(lambda: v1.Session(self.server.target, graph=g,
+                                                                      config=session_config(task, cfg)),
+                                                   slices, lambda: self.stop.requested, task.name, self),
+                            None if cfg.follow else cfg.seed)
+                    else:
+                        ds = data_mod.make_dataset(setup.schema, cfg.label_column, cfg.batch_size,
+                                                   num_shards=task.num_workers, shard_index=task.index,
+                                                   train=True, seed=cfg.seed, epochs=cfg.epochs)
                     batches = v1.data.make_one_shot_iterator(ds)
                 log.info("%s: %s", task.name, setup.optimizer_note)
                 opt = _optimizer(setup)
@@ -220,7 +231,7 @@ class Worker:
                     """One step; sync in a loop: ``local_step`` (the token before) and ``now``
                     (the global step read on its ps before the step's variables)."""
                     with v1.device(worker_device + "/cpu:0"):
-                        features, labels = batches.get_next()
+                        features, labels, *slice_of = batches.get_next()
                     # The variables of each ps as one tensor (tfps.task.steps.PackedReads). Sync:
                     # with the global step's read (the dropped count's comparison); backup workers:
                     # the variables are read after it, and it travels alone.
@@ -265,6 +276,9 @@ class Worker:
                             train = steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0")
                     if running:
                         train = tf.group(train, *[update for update, _ in running.values()])
+                    if slices is not None:   # after the update: count the examples, mark a slice done
+                        with v1.control_dependencies([train]):
+                            train = slices.step_updates(*slice_of, tf.shape(labels)[0])
                     return (train, spec.loss, metrics, *extra)
 
                 def sync_step(local_step):
@@ -311,14 +325,15 @@ class Worker:
                              raise_flag=raise_flag, board=board, done=done, running_state=list(running_state),
                              reset_running=reset_running, sync_hook=sync_hook,
                              token_queue=agg.token_queue if agg is not None else None, close_tokens=close_tokens,
-                             release_tokens=release_tokens, backup_workers=backup, sync_fetch=sync_fetch or None)
+                             release_tokens=release_tokens, backup_workers=backup, sync_fetch=sync_fetch or None,
+                             slices=slices)
         return g, ops
 
     # -------------------------------------------------------------- run
     def run(self) -> ExitCode:
         task, cfg = self.task, self.cfg
         _quiet_cancelled_queue_runners()
-        server = start_server(task, cfg)
+        server = self.server = start_server(task, cfg)
         write_health(task)
         self.watchdog.start()
         try:
@@ -386,12 +401,16 @@ class Worker:
                                               name="tfps-job-end", daemon=True)
             self.end_watch.start()
         progress = None
+        # The slice queue: a run may wait for the next slice (the other workers' last ones, a
+        # followed job's next partition) longer than --sync_timeout, the session's bound of an
+        # operation; a lost task is found by the watchdog (tfps.task.watchdog) instead.
+        options = None if self.ops.slices is None else self._queue_run_options()
         try:
             with graph.as_default():
                 sess, progress = self._session(server, graph, [])
                 with sess:
                     while not sess.should_stop():
-                        sess.run(self.ops.train_op)
+                        sess.run(self.ops.train_op, options=options)
                     if self.data_done:
                         self._after_its_data(server, graph)
                     # Training ends with the last step; closing the session (the final
@@ -407,6 +426,11 @@ class Worker:
             ended.set()
             # A job restored at its last step trains none; its final save is not start-up.
             self.watchdog.disarm()
+
+    @staticmethod
+    def _queue_run_options():
+        import tensorflow as tf
+        return tf.compat.v1.RunOptions(timeout_in_ms=timeouts.QUEUE_RUN_TIMEOUT_MS)
 
     def _read_its_data(self, steps: int) -> None:
         """--epochs: this worker read its share of the data that many times (StepsPerRunHook)."""
