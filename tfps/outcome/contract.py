@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfps import __version__
+from tfps.config.schema import MAX_FOLLOW_STEPS
 
 #: The version of the record below. Raise it when a key changes its meaning or goes away
 #: (adding keys does not need it: readers keep keys they do not know).
@@ -306,6 +307,8 @@ def step_of(step: int, total: int) -> str:
     """``640/1000``; past the total (asynchronous workers that each finish a step they began
     just before it) ``1000/1000 +1``, never ``1001/1000``."""
     step, total = int(step), int(total)
+    if total >= MAX_FOLLOW_STEPS:   # a followed job (--follow) has no total
+        return str(step)
     return f"{step}/{total}" if step <= total or total <= 0 else f"{total}/{total} +{step - total}"
 
 

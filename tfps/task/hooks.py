@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from tfps import compat, timeouts
 from tfps.outcome import results
+from tfps.config.schema import MAX_FOLLOW_STEPS
 from tfps.outcome.contract import step_of
 from tfps.task.checkpoint import checkpoint_step, glob_free_dir
 from tfps.task.lifecycle import StopSignal
@@ -108,8 +109,9 @@ class ProgressHook(v1.train.SessionRunHook):
             eta = (self.last_step - rec["step"]) / gs_s if gs_s > 0 else float("nan")
             metrics = " ".join(f"{k} {v:.4f}" for k, v in rec.items() if k not in ("step",))
             dropped = f" | {self.dropped} stale gradient(s) dropped" if self.dropped else ""
-            log.info("%s: step %s %s | %.0f examples/s | %.1f steps/s | ETA %.0f s%s", self.name,
-                     step_of(rec["step"], self.last_step), metrics, ex_s, gs_s, max(eta, 0), dropped)
+            log.info("%s: step %s %s | %.0f examples/s | %.1f steps/s%s%s", self.name,
+                     step_of(rec["step"], self.last_step), metrics, ex_s, gs_s,
+                     f" | ETA {max(eta, 0):.0f} s" if self.last_step < MAX_FOLLOW_STEPS else "", dropped)
             self.t_last, self.step_last, self.local_last = now, rec["step"], self.local_steps
             self.examples_s = ex_s
             if self.reset is not None:   # the next line's running metrics start afresh

@@ -23,6 +23,7 @@ of a followed job. What the position guarantees: docs/explanation/continuous-tra
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import numpy as np
@@ -115,35 +116,58 @@ def slice_specs(session_factory, ops: SliceOps, stopping, name: str, job=None):
     import tensorflow as tf
     v1 = tf.compat.v1
 
+    held: list = []   # the session that takes slices: closed by ``close()`` after training, never by the
+    #                   generator (its end runs as the training session closes, and two closes wait on each other)
+
+    def session():
+        if not held:
+            held.append(session_factory())
+        return held[0]
+
+    def drop() -> None:
+        if held:
+            held.pop().close()
+
     def gen():
-        sess = None
         options = v1.RunOptions(timeout_in_ms=DEQUEUE_WAIT_MS)
+        active.set()
         try:
             while not stopping():
                 try:
-                    if sess is None:
-                        sess = session_factory()
-                    sid, path, start, end = sess.run(ops.take, options=options)
+                    sid, path, start, end = session().run(ops.take, options=options)
                 except tf.errors.DeadlineExceededError:
                     if job is not None:   # waiting for the next slice (a followed job's next partition)
                         job.watchdog.extend()
                     continue
                 except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
                     log.info("%s: the slice queue is closed: no more input", name)
+                    if job is not None:   # the final save follows, however long this worker waited
+                        job.watchdog.extend()
                     return
                 except tf.errors.OpError as e:
                     log.debug("%s: taking a slice: %s", name, e.message.splitlines()[0] if e.message else e)
-                    if sess is not None:
-                        sess.close()
-                    sess = None
+                    drop()
                     time.sleep(1.0)
                     continue
                 if job is not None:
                     job.slices_taken += 1
+                active.clear()
                 yield int(sid), path, int(start), int(end)
+                active.set()
         finally:
-            if sess is not None:
-                sess.close()
+            active.clear()
+
+    def idle(timeout: float) -> bool:
+        """Wait until the generator runs no code (it is never called again once ``stopping()``):
+        the session must not close while it runs (a close that waits for the input's thread,
+        which waits for the interpreter's lock, never ends)."""
+        end = time.monotonic() + timeout
+        while active.is_set() and time.monotonic() < end:
+            time.sleep(0.05)
+        return not active.is_set()
+
+    active = threading.Event()
+    gen.idle, gen.close = idle, drop
     return gen
 
 

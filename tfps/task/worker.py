@@ -101,6 +101,8 @@ class Worker:
         self.epoch_steps: int | None = None   # --epochs: the steps of this worker's passes over its data
         self.data_done = False                # --epochs: it read its data that many times (tfps.task.board)
         self.slices_taken = 0                 # slices this process took from the slice queue (tfps.task.board)
+        self.input_over = False               # the training loop ended: the slice queue's input ends too
+        self.slice_input = None               # the slice queue's input generator (tfps.task.slicequeue)
         self.setup: JobSetup | None = None
         self.ops: TrainGraph | None = None    # the training graph's parts, once built
         self.claimed = False   # this chief owns model_dir (results.json may be written there)
@@ -203,12 +205,11 @@ class Worker:
                         log.info("%s: reads %d of the %d listed training files: %s", task.name, len(own),
                                  len(setup.schema.files), " ".join(os.path.basename(f) for f in own))
                     if queued:
-                        ds = slicequeue.slice_dataset(
-                            setup.schema, cfg.label_column, cfg.batch_size,
-                            slicequeue.slice_specs(lambda: v1.Session(self.server.target, graph=g,
-                                                                      config=session_config(task, cfg)),
-                                                   slices, lambda: self.stop.requested, task.name, self),
-                            None if cfg.follow else cfg.seed)
+                        self.slice_input = slicequeue.slice_specs(
+                            lambda: v1.Session(self.server.target, graph=g, config=session_config(task, cfg)),
+                            slices, lambda: self.stop.requested or self.input_over, task.name, self)
+                        ds = slicequeue.slice_dataset(setup.schema, cfg.label_column, cfg.batch_size,
+                                                      self.slice_input, None if cfg.follow else cfg.seed)
                     else:
                         ds = data_mod.make_dataset(setup.schema, cfg.label_column, cfg.batch_size,
                                                    num_shards=task.num_workers, shard_index=task.index,
@@ -409,8 +410,16 @@ class Worker:
             with graph.as_default():
                 sess, progress = self._session(server, graph, [])
                 with sess:
-                    while not sess.should_stop():
-                        sess.run(self.ops.train_op, options=options)
+                    try:
+                        while not sess.should_stop():
+                            sess.run(self.ops.train_op, options=options)
+                    finally:
+                        # The slice queue's input ends before the session closes: closing waits
+                        # for the input's generator, which would wait for the next slice.
+                        self.input_over = True
+                        if self.slice_input is not None and not self.slice_input.idle(
+                                slicequeue.DEQUEUE_WAIT_MS / 1000 + 5):
+                            log.warning("%s: the slice queue's input did not end", self.task.name)
                     if self.data_done:
                         self._after_its_data(server, graph)
                     # Training ends with the last step; closing the session (the final
@@ -424,6 +433,8 @@ class Worker:
             return progress
         finally:
             ended.set()
+            if self.slice_input is not None:   # after the training session closed
+                self.slice_input.close()
             # A job restored at its last step trains none; its final save is not start-up.
             self.watchdog.disarm()
 
