@@ -31,8 +31,7 @@ import numpy as np
 from tfps import csvcheck, tfrecordcheck
 from tfps.errors import ConfigError
 
-#: Rows scanned per CSV file to validate it and to infer the label type.
-CSV_SCAN_ROWS = 200_000
+CSV_SCAN_ROWS = 200_000   # rows scanned per CSV file to validate it and to infer the label type
 #: Training data whose files (this worker's shard of them) take at most this much space is
 #: decoded once and kept in memory; larger data is read and parsed again every epoch.
 CACHE_MAX_BYTES = 1 << 30

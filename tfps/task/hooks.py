@@ -21,8 +21,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfps import compat, timeouts
-from tfps.outcome import results
 from tfps.config.schema import MAX_FOLLOW_STEPS
+from tfps.outcome import results
 from tfps.outcome.contract import step_of
 from tfps.task.checkpoint import checkpoint_step, glob_free_dir
 from tfps.task.lifecycle import StopSignal

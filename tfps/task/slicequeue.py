@@ -29,7 +29,9 @@ import time
 import numpy as np
 
 from tfps import data as data_mod
+from tfps import timeouts
 from tfps.errors import ConfigError
+from tfps.task.lifecycle import session_config
 
 log = logging.getLogger("tfps")
 
@@ -230,3 +232,20 @@ def slice_reader(schema, label_column: str, batch_size: int):
         raise ConfigError(f"the slice queue reads CSV, TFRecord and npz files, not {schema.fmt}; use "
                           "--input_split static", "input_split")
     return read
+
+
+def worker_input(worker, setup, graph, ops: SliceOps):
+    """A worker's input through the slice queue: (its dataset, the generator of its slices)."""
+    import tensorflow as tf
+    cfg, task = worker.cfg, worker.task
+    specs = slice_specs(lambda: tf.compat.v1.Session(worker.server.target, graph=graph,
+                                                     config=session_config(task, cfg)),
+                        ops, lambda: worker.stop.requested or worker.input_over, task.name, worker)
+    return slice_dataset(setup.schema, cfg.label_column, cfg.batch_size, specs,
+                         None if cfg.follow else cfg.seed), specs
+
+
+def run_options():
+    """The RunOptions of a training run that reads the slice queue (timeouts.QUEUE_RUN_TIMEOUT_MS)."""
+    import tensorflow as tf
+    return tf.compat.v1.RunOptions(timeout_in_ms=timeouts.QUEUE_RUN_TIMEOUT_MS)

@@ -205,11 +205,7 @@ class Worker:
                         log.info("%s: reads %d of the %d listed training files: %s", task.name, len(own),
                                  len(setup.schema.files), " ".join(os.path.basename(f) for f in own))
                     if queued:
-                        self.slice_input = slicequeue.slice_specs(
-                            lambda: v1.Session(self.server.target, graph=g, config=session_config(task, cfg)),
-                            slices, lambda: self.stop.requested or self.input_over, task.name, self)
-                        ds = slicequeue.slice_dataset(setup.schema, cfg.label_column, cfg.batch_size,
-                                                      self.slice_input, None if cfg.follow else cfg.seed)
+                        ds, self.slice_input = slicequeue.worker_input(self, setup, g, slices)
                     else:
                         ds = data_mod.make_dataset(setup.schema, cfg.label_column, cfg.batch_size,
                                                    num_shards=task.num_workers, shard_index=task.index,
@@ -405,7 +401,7 @@ class Worker:
         # The slice queue: a run may wait for the next slice (the other workers' last ones, a
         # followed job's next partition) longer than --sync_timeout, the session's bound of an
         # operation; a lost task is found by the watchdog (tfps.task.watchdog) instead.
-        options = None if self.ops.slices is None else self._queue_run_options()
+        options = None if self.ops.slices is None else slicequeue.run_options()
         try:
             with graph.as_default():
                 sess, progress = self._session(server, graph, [])
@@ -437,11 +433,6 @@ class Worker:
                 self.slice_input.close()
             # A job restored at its last step trains none; its final save is not start-up.
             self.watchdog.disarm()
-
-    @staticmethod
-    def _queue_run_options():
-        import tensorflow as tf
-        return tf.compat.v1.RunOptions(timeout_in_ms=timeouts.QUEUE_RUN_TIMEOUT_MS)
 
     def _read_its_data(self, steps: int) -> None:
         """--epochs: this worker read its share of the data that many times (StepsPerRunHook)."""
