@@ -145,7 +145,7 @@ def test_kill_the_chief_then_stop_then_rerun_resume_after_the_checkpoint(procs, 
 
     # 1. kill -9 the chief mid-stream
     first = procs.tfps("follow-1", "local", *argv)
-    first.wait_for(r"worker0: first training step", 240)
+    poll(lambda: manifest(model), 240, "the first partition listed", first)
     add(1)
     add(2)
     poll(lambda: len(manifest(model)) >= 3 and os.path.exists(model / "checkpoint"), 60, "3 partitions", first)
@@ -191,7 +191,7 @@ def test_a_malformed_partition_stops_the_job_with_its_path_and_line(procs, tmp_p
     write_partition(stream, "dt=00", 0)
     launcher = procs.tfps("follow-bad", "local", "--ps", "1", "--workers", "1",
                           *run_flags(model, "--train_data", f"{stream}/dt=*", "--follow", "--batch_size", BATCH))
-    launcher.wait_for(r"worker0: first training step", 240)
+    poll(lambda: manifest(model), 240, "the first partition listed", launcher)
     write_partition(stream, "dt=01", 1, bad_line=9)
     write_partition(stream, "dt=02", 2)
     rc = launcher.wait(120)
