@@ -31,8 +31,7 @@ import numpy as np
 from tfps import csvcheck, tfrecordcheck
 from tfps.errors import ConfigError
 
-#: Rows scanned per CSV file to validate it and to infer the label type.
-CSV_SCAN_ROWS = 200_000
+CSV_SCAN_ROWS = 200_000   # rows scanned per CSV file to validate it and to infer the label type
 #: Training data whose files (this worker's shard of them) take at most this much space is
 #: decoded once and kept in memory; larger data is read and parsed again every epoch.
 CACHE_MAX_BYTES = 1 << 30
@@ -434,28 +433,7 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
         # The file's own order of columns (an evaluation file may order them otherwise):
         # each column is decoded as the schema's decision says (text or number), and the
         # features are given in the schema's order (the training data's), by name.
-        header = csvcheck.csv_header(files[0])
-        keys = list(schema.feature_keys)
-        strings = set(schema.string_columns)
-        # A number column's empty cell is an error, never a silent 0.0 (the scan refuses it
-        # with its line in the rows it reads; this catches the rest).
-        defaults = [[""] if h in strings else tf.constant([], tf.float32) for h in header]
-
-        @plain_function
-        def parse(lines):
-            # A whole batch of lines at once: one decode_csv per batch, not per example.
-            by = dict(zip(header, tf.io.decode_csv(lines, record_defaults=defaults)))
-            label = tf.cast(_finite(by[label_column], files), label_dtype)
-            if strings:   # named columns, each in its own dtype
-                return {k: by[k] if k in strings else _finite(by[k], files) for k in keys}, label
-            x = tf.stack([by[k] for k in keys], axis=-1)
-            return _finite(x, files), label
-
-        @plain_function
-        def nonblank(lines):
-            # Blank lines are dropped a batch of lines at a time: one op per 1024 lines, where
-            # a filter would call a function per line (half of a task's wait for its first batch).
-            return tf.boolean_mask(lines, tf.strings.length(tf.strings.strip(lines)) > 0)
+        parse, nonblank = csv_parser(schema, label_column, files)
 
         lines = tf.data.Dataset.from_tensor_slices(files).interleave(
             plain_function(lambda f: tf.data.TextLineDataset(f).skip(1)), cycle_length=max(1, min(4, len(files))))
@@ -470,30 +448,7 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
         ds = _shuffle_batch(lines.map(nonblank).unbatch(), batch_size, train, seed + shard_index, epochs)
         return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
     elif schema.fmt == "tfrecord":
-        # Parse every key with the type it was written with (bytes, int64 or float list).
-        kinds = schema.tfrecord_kinds or ("float",) * (len(schema.feature_keys) + 1)
-        dtype = {"bytes": tf.string, "int64": tf.int64}
-        label_spec = {label_column: tf.io.VarLenFeature(dtype.get(kinds[-1], tf.float32))}
-        if schema.by_name:   # one value per key: a dict of columns, each in its own dtype
-            spec = {k: tf.io.FixedLenFeature([], dtype.get(kind, tf.float32))
-                    for k, kind in zip(schema.feature_keys, kinds)}
-
-            @plain_function
-            def parse(record):
-                ex = tf.io.parse_single_example(record, {**spec, **label_spec})
-                label = tf.cast(_finite(tf.sparse.to_dense(ex.pop(label_column))[0], files), label_dtype)
-                return {k: _finite(v, files) for k, v in ex.items()}, label
-        else:
-            spec = {k: tf.io.VarLenFeature(dtype.get(kind, tf.float32))
-                    for k, kind in zip(schema.feature_keys, kinds)}
-
-            @plain_function
-            def parse(record):
-                ex = tf.io.parse_single_example(record, {**spec, **label_spec})
-                x = tf.concat([tf.cast(tf.sparse.to_dense(ex[k]), tf.float32) for k in schema.feature_keys], axis=0)
-                x.set_shape(schema.feature_shape)
-                return _finite(x, files), tf.cast(_finite(tf.sparse.to_dense(ex[label_column])[0], files),
-                                                  label_dtype)
+        parse = tfrecord_parser(schema, label_column, files)
         ds = tf.data.TFRecordDataset(files)
         if not by_file:
             ds = ds.shard(num_shards, shard_index)
@@ -511,6 +466,69 @@ def make_dataset(schema: Schema, label_column: str, batch_size: int, *, num_shar
             x, y = x[shard_index::num_shards], y[shard_index::num_shards]
         ds = tf.data.Dataset.from_tensor_slices((x.astype(np.float32), y.astype(label_dtype.as_numpy_dtype)))
     return _shuffle_batch(ds, batch_size, train, seed + shard_index, epochs).prefetch(tf.data.AUTOTUNE)
+
+
+
+def csv_parser(schema: Schema, label_column: str, files: list[str]):
+    """(parse, nonblank) of a CSV pipeline: a batch of lines -> (features, labels); the
+    lines of a batch that are not blank."""
+    import tensorflow as tf
+    label_dtype = tf.int64 if schema.num_classes else tf.float32
+    header = csvcheck.csv_header(files[0])
+    keys = list(schema.feature_keys)
+    strings = set(schema.string_columns)
+    # A number column's empty cell is an error, never a silent 0.0 (the scan refuses it
+    # with its line in the rows it reads; this catches the rest).
+    defaults = [[""] if h in strings else tf.constant([], tf.float32) for h in header]
+
+    @plain_function
+    def parse(lines):
+        # A whole batch of lines at once: one decode_csv per batch, not per example.
+        by = dict(zip(header, tf.io.decode_csv(lines, record_defaults=defaults)))
+        label = tf.cast(_finite(by[label_column], files), label_dtype)
+        if strings:   # named columns, each in its own dtype
+            return {k: by[k] if k in strings else _finite(by[k], files) for k in keys}, label
+        x = tf.stack([by[k] for k in keys], axis=-1)
+        return _finite(x, files), label
+
+    @plain_function
+    def nonblank(lines):
+        # Blank lines are dropped a batch of lines at a time: one op per 1024 lines, where
+        # a filter would call a function per line (half of a task's wait for its first batch).
+        return tf.boolean_mask(lines, tf.strings.length(tf.strings.strip(lines)) > 0)
+
+    return parse, nonblank
+
+
+def tfrecord_parser(schema: Schema, label_column: str, files: list[str]):
+    """One serialized tf.train.Example -> (features, label)."""
+    import tensorflow as tf
+    label_dtype = tf.int64 if schema.num_classes else tf.float32
+    # Parse every key with the type it was written with (bytes, int64 or float list).
+    kinds = schema.tfrecord_kinds or ("float",) * (len(schema.feature_keys) + 1)
+    dtype = {"bytes": tf.string, "int64": tf.int64}
+    label_spec = {label_column: tf.io.VarLenFeature(dtype.get(kinds[-1], tf.float32))}
+    if schema.by_name:   # one value per key: a dict of columns, each in its own dtype
+        spec = {k: tf.io.FixedLenFeature([], dtype.get(kind, tf.float32))
+                for k, kind in zip(schema.feature_keys, kinds)}
+
+        @plain_function
+        def parse(record):
+            ex = tf.io.parse_single_example(record, {**spec, **label_spec})
+            label = tf.cast(_finite(tf.sparse.to_dense(ex.pop(label_column))[0], files), label_dtype)
+            return {k: _finite(v, files) for k, v in ex.items()}, label
+    else:
+        spec = {k: tf.io.VarLenFeature(dtype.get(kind, tf.float32))
+                for k, kind in zip(schema.feature_keys, kinds)}
+
+        @plain_function
+        def parse(record):
+            ex = tf.io.parse_single_example(record, {**spec, **label_spec})
+            x = tf.concat([tf.cast(tf.sparse.to_dense(ex[k]), tf.float32) for k in schema.feature_keys], axis=0)
+            x.set_shape(schema.feature_shape)
+            return _finite(x, files), tf.cast(_finite(tf.sparse.to_dense(ex[label_column])[0], files),
+                                              label_dtype)
+    return parse
 
 
 def count_examples(schema: Schema, label_column: str, *, num_shards: int = 1, shard_index: int = 0) -> int:

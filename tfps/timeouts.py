@@ -51,6 +51,12 @@ def step_timeout_ms(cfg) -> int:
     return int(cfg.sync_timeout * 1000)
 
 
+#: The bound of a training run that reads from the slice queue (tfps.task.slicequeue): it may
+#: wait for the next slice as long as a followed stream is quiet; a lost task is found by the
+#: watchdog within --sync_timeout (tfps.task.watchdog), and a stop ends the wait within seconds.
+QUEUE_RUN_TIMEOUT_MS = 7 * 24 * 3600 * 1000
+
+
 def ps_wait_after_chief(cfg) -> float:
     """Seconds a ps waits for the other workers' "done" tokens once the chief's has come.
 

@@ -17,7 +17,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "tfps"
 #: layers below it. ``tfps`` is the package's own ``__init__``; a name stands for a module
 #: or a whole subpackage. docs/design/layers.md says why the order is this one.
 LAYERS = [
-    "tfps tfps.errors tfps.names tfps.timeouts tfps.exitcodes tfps.logs tfps.compat tfps.jsonfile tfps.playbooks",
+    "tfps tfps.errors tfps.names tfps.timeouts tfps.exitcodes tfps.logs tfps.compat tfps.jsonfile tfps.playbooks "
+    "tfps.stream",
     "tfps.config",
     "tfps.data tfps.csvcheck tfps.tfrecordcheck tfps.models tfps.layers",
     "tfps.cluster",

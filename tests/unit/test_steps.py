@@ -172,10 +172,10 @@ def test_a_board_write_carries_the_global_step_read_with_it():
         with v1.Session(server.target) as s:
             s.run(step.initializer)      # then the assignment: one run would not order them
             s.run(step.assign(42))
-            s.run(board.publish, {board.value: [7, 10, 1700000000.5, 9, 3, 0]})
-            assert s.run(board.read[1]).tolist() == [7, 42, 1700000000.5, 9, 3, 0]
-            s.run(board.publish, {board.value: [8, 50, 1700000000.5, 9, 3, 0]})   # it saw a later step
-            assert s.run(board.read[1]).tolist() == [8, 50, 1700000000.5, 9, 3, 0]
+            s.run(board.publish, {board.value: [7, 10, 1700000000.5, 9, 3, 0, 2]})
+            assert s.run(board.read[1]).tolist() == [7, 42, 1700000000.5, 9, 3, 0, 2]
+            s.run(board.publish, {board.value: [8, 50, 1700000000.5, 9, 3, 0, 2]})   # it saw a later step
+            assert s.run(board.read[1]).tolist() == [8, 50, 1700000000.5, 9, 3, 0, 2]
 
 
 def _cluster_loop(pack: bool, k: int = 3) -> tuple[dict, dict]:

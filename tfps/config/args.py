@@ -127,6 +127,22 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                    help="asynchronous: each worker reads its own share of the training data N times, then is "
                         "done (the chief saves once the other workers are done too); --train_steps stays an "
                         "upper bound, whichever comes first (default: no bound, the data repeats)")
+    g.add_argument("--input_split", choices=("queue", "static"),
+                   help="queue: slices of the training data go from one queue on ps 0 to whichever worker "
+                        "asks next, in order (default, asynchronous training); static: each worker reads its "
+                        "own fixed share (the default with --sync_replicas, @FILE lists and MNIST idx files)")
+    g.add_argument("--follow", action="store_true",
+                   help="--train_data names partitions that keep arriving (files, or directories complete "
+                        "once they hold _SUCCESS); train each once, in sorted path order, until --until, "
+                        "--follow_idle or a stop; --train_steps is ignored")
+    g.add_argument("--until", metavar="PARTITION",
+                   help="follow: the job succeeds once this partition is trained")
+    g.add_argument("--follow_idle", metavar="DURATION",
+                   help="follow: the job succeeds once every partition is trained and none arrived for "
+                        "DURATION (90s, 10m, 2h)")
+    g.add_argument("--skip_bad_partitions", action="store_true",
+                   help="follow: skip a malformed partition whole (recorded in results.json, one message) "
+                        "instead of ending the job with its path and line")
     g.add_argument("--batch_size", type=int, default=d.batch_size,
                    help="examples per step per worker (default %(default)s)")
     g.add_argument("--learning_rate", type=float,
@@ -188,7 +204,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--notify_every", type=float, default=d.notify_every, metavar="SECONDS",
                    help="send a progress message (step, loss, metrics, examples/s, ETA; tag progress) at most "
                         "every SECONDS; 0 sends none (default %(default)g)")
-    g.add_argument("--stall_timeout", type=float, default=d.stall_timeout, metavar="SECONDS",
+    g.add_argument("--stall_timeout", default=d.stall_timeout, metavar="DURATION",
                    help="send one \"stalled\" message (tag stalled) when a worker, or the whole job, makes no "
                         "progress for SECONDS; it never fails the job; 0 turns it off (default %(default)g)")
 

@@ -11,6 +11,7 @@ import dataclasses
 import math
 import os
 
+from tfps import stream
 from tfps.config.durations import parse_every
 from tfps.config.jobfile import yaml_scalar
 from tfps.errors import ConfigError
@@ -62,6 +63,9 @@ MAX_MIN_COUNT = 2**31 - 1
 #: oldest rows (top_k) in 32-bit integers.
 MAX_TABLE_IDS = 2**31 - 1
 
+#: A followed job ignores --train_steps: it ends by --until, --follow_idle or a stop.
+MAX_FOLLOW_STEPS = 2**53
+
 #: Upper bounds of the numeric options, (largest value, why): checked before anything starts,
 #: since a value past them fails every task only after the start (an OverflowError).
 #: --progressive_window: the job's last N examples (tfps.task.progressive), and the most a
@@ -79,7 +83,8 @@ NUMERIC_LIMITS = {
     "expected_ids": (MAX_TABLE_IDS, "a dynamic table's rows are sized in 32-bit integers by TensorFlow"),
     **{f: (MAX_INT64_FLAG, "TensorFlow counts in 64-bit integers") for f in ("steps_to_live", "epochs")},
     **{f: (MAX_SECONDS, "a longer wait is never (about 31 years)")
-       for f in ("sync_timeout", "startup_timeout", "final_save_timeout", "notify_every", "stall_timeout")},
+       for f in ("sync_timeout", "startup_timeout", "final_save_timeout", "notify_every", "stall_timeout",
+                 "follow_idle")},
 }
 
 
@@ -153,6 +158,42 @@ class RunConfig:
     min_count: int = 1              # dynamic: times an id is seen before it gets its own row
     steps_to_live: int = 0          # dynamic: free the rows of ids not seen for N global steps; 0 never
     expected_ids: int = 0           # dynamic: live ids expected per table (the memory plan); 0 unknown
+    input_split: str | None = None  # "queue" (slices from one queue on ps 0) or "static" halves; None: auto
+    follow: bool = False            # --train_data names partitions that keep arriving (tfps.stream)
+    until: str | None = None        # follow: the job succeeds once this partition is trained
+    follow_idle: float | None = None   # follow: the job succeeds when no partition arrived for this long
+    skip_bad_partitions: bool = False  # follow: a malformed partition is skipped whole, not the job's end
+
+    def _check_stream(self) -> None:
+        """The slice queue and a followed input (tfps.stream): what goes with what."""
+        if self.input_split not in (None, "queue", "static"):
+            raise ConfigError(f"must be queue (slices from one queue on ps 0, the default) or static (each "
+                              f"worker reads its own fixed share), got {self.input_split!r}", "input_split")
+        if self.input_split == "queue" and self.sync_replicas:
+            raise ConfigError("queue hands slices to whichever worker asks next, which synchronous training "
+                              "cannot wait on; drop --input_split queue or --sync_replicas", "input_split")
+        for name in ("until", "follow_idle", "skip_bad_partitions"):
+            if getattr(self, name) not in (None, False) and not self.follow:
+                raise ConfigError(f"is used only with --follow; add --follow, or drop --{name}", name)
+        if self.follow_idle is not None:
+            self.follow_idle = stream.parse_duration(self.follow_idle, "follow_idle")
+            if not math.isfinite(self.follow_idle) or self.follow_idle <= 0:
+                raise ConfigError(f"must be a positive duration (90s, 10m, 2h), got {self.follow_idle!r}",
+                                  "follow_idle")
+        self.stall_timeout = stream.parse_duration(self.stall_timeout, "stall_timeout")
+        if not self.follow:
+            return
+        if not self.train_data or self.train_data.startswith("@"):
+            raise ConfigError("needs --train_data GLOB: the files or partition directories that keep arriving, "
+                              "such as 'stream/dt=*/hour=*'", "follow")
+        for name, why in (("input_split", self.input_split == "static"), ("sync_replicas", self.sync_replicas),
+                          ("epochs", self.epochs is not None)):
+            if why:
+                raise ConfigError(f"a followed job trains asynchronously from the slice queue until it is told to "
+                                  f"end; drop --{name}", "follow")
+        if self.until:
+            stream.check_until(self.until, self.train_data)
+        self.train_steps = MAX_FOLLOW_STEPS
 
     # ------------------------------------------------------------------ derived
     @property
@@ -215,6 +256,7 @@ class RunConfig:
             raise ConfigError("bounds the versions that --export_every writes; add --export_every (e.g. 10m), "
                               "or drop --keep_exports", "keep_exports")
         self._check_embedding()
+        self._check_stream()
         if self.epochs is not None and self.sync_replicas:
             raise ConfigError("counts each worker's own passes over its data, which synchronous training cannot "
                               "end on: a sync step waits for the gradients of workers that ran out; drop "

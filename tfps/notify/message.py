@@ -174,7 +174,7 @@ def format_message(event: str, results: JobResult | Mapping[str, Any]) -> tuple[
     cluster, task, host, error {type, message, traceback_tail}; during the job loss,
     examples_per_sec, eta_s, progressive {window, examples, auc, log_loss, ...} (also at the
     end), workers {name: {steps, examples_per_sec}}, stalled [{task,
-    last_step, since}], stall_timeout, resumed [lines]; restarts [{task, time, cause,
+    last_step, since}], stall_timeout, resumed [lines], note (a line of the stream's); restarts [{task, time, cause,
     resumed_from, how, steps_redone}].
     """
     if isinstance(results, JobResult):
@@ -231,6 +231,7 @@ def format_message(event: str, results: JobResult | Mapping[str, Any]) -> tuple[
         row("train steps", total)
     row("final loss", _num(r["final_loss"]) if r.get("final_loss") is not None else None)
     row("loss", _num(r["loss"]) if r.get("loss") is not None else None)
+    row("note", r.get("note"))
     row("examples/s", _num(r["examples_per_sec"]) if r.get("examples_per_sec") is not None else None)
     row("ETA", _seconds(r["eta_s"]) if r.get("eta_s") is not None else None)
     row("metrics", _pairs(r.get("metrics")))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfps import __version__
+from tfps.config.schema import MAX_FOLLOW_STEPS
 
 #: The version of the record below. Raise it when a key changes its meaning or goes away
 #: (adding keys does not need it: readers keep keys they do not know).
@@ -188,7 +189,9 @@ class JobResult:
     checkpoint: str | None = None
     export_dir: str | None = None
     export_complete: bool = False
-    ended_by: str | None = _optional()            # "epochs": every worker read its data --epochs times first
+    ended_by: str | None = _optional()            # "epochs": every worker read its data --epochs times first;
+    #                                               "until", "follow_idle": a followed job's end (--follow)
+    stream: dict[str, Any] | None = _optional()   # the slice queue: position, examples, partitions skipped
     progressive: Progressive | None = _optional()   # each batch scored before it trained: the last window's figures
     # The job's story.
     attempts: int | None = _optional()            # chief processes that ran this job (1: no restart)
@@ -340,6 +343,8 @@ def step_of(step: int, total: int) -> str:
     """``640/1000``; past the total (asynchronous workers that each finish a step they began
     just before it) ``1000/1000 +1``, never ``1001/1000``."""
     step, total = int(step), int(total)
+    if total >= MAX_FOLLOW_STEPS:   # a followed job (--follow) has no total
+        return str(step)
     return f"{step}/{total}" if step <= total or total <= 0 else f"{total}/{total} +{step - total}"
 
 

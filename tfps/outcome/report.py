@@ -230,7 +230,7 @@ class Reporter:
 
     def finished(self, *, status, exit_code, step, checkpoint, export_dir, train_summary, eval_metrics,
                  error, times, workers=None, stalls=(), resumed=(), ps_shares_mb=None,
-                 lost_tasks=(), defer_plots=False, ended_by=None, progressive=None) -> JobResult:
+                 lost_tasks=(), defer_plots=False, ended_by=None, progressive=None, stream=None) -> JobResult:
         """Write results.json (the one writer of the chief's record), draw the plots and send the
         end message. ``defer_plots``: when no message needs them, the caller draws the plots
         later (``draw_plots``: matplotlib takes seconds, which the ps need not wait for)."""
@@ -244,7 +244,7 @@ class Reporter:
             export_complete=bool(export_dir and results.export_complete(export_dir)),
             workers=dict(workers or {}), stalls=list(stalls), resumed=list(resumed),
             ps_shares_mb=dict(ps_shares_mb or {}), lost_tasks=list(lost_tasks), error=format_error(error),
-            ended_by=ended_by, progressive=progressive)
+            ended_by=ended_by, progressive=progressive, stream=stream)
         if self.story is not None:
             res.restarts = [parse(Restart, r, "restarts") for r in self.story.restarts()]
             res.attempt_started_at = journal.iso(self.story.started_wall)

@@ -7,7 +7,8 @@ flag) about once a second, as part of a training step it runs anyway:
 
     [steps this process trained, the global step, when this process started, the signal
      that ended its predecessor (0: unknown or none), stale gradients dropped, 1 once it
-     read its data --epochs times (0 before, and without --epochs)]
+     read its data --epochs times (0 before, and without --epochs), slices this process took
+     from the slice queue (tfps.task.slicequeue)]
 
 The chief reads every board from a thread of its own (tfps.task.watch): stalls, restarts
 of workers, per-worker figures. The variables are in no collection: never checkpointed,
@@ -38,7 +39,7 @@ import time
 from tfps import timeouts
 from tfps.outcome.journal import RESTART_DEATHS_ENV, RESTART_SIGNAL_ENV
 
-FIELDS = ("local_steps", "global_step", "started", "restart_signal", "dropped_gradients", "data_done")
+FIELDS = ("local_steps", "global_step", "started", "restart_signal", "dropped_gradients", "data_done", "slices")
 
 
 class Board:
@@ -169,7 +170,8 @@ def publish_hook(board: Board, job, extra_fetches: dict | None = None):
 
         def value(self) -> list:
             return [job.local_steps, job.last_seen_step, job.started_wall, self.signal,
-                    getattr(job, "dropped_gradients", 0), 1.0 if getattr(job, "data_done", False) else 0.0]
+                    getattr(job, "dropped_gradients", 0), 1.0 if getattr(job, "data_done", False) else 0.0,
+                    getattr(job, "slices_taken", 0)]
 
         def write(self, session) -> None:
             """Write the board outside a training step (bounded; the ps may be gone)."""

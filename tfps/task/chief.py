@@ -61,6 +61,7 @@ class Chief(Worker):
     replace = False                       # --replace: go on with settings other than model_dir records
 
     ended_by_epochs = False               # --epochs: every worker read its data before --train_steps
+    feeder = None                         # the slice queue's feeder (tfps.task.feeder), where it is used
     watch: JobWatch | None = None         # the watch of the workers' progress, while the job trains
     evaluations = None                    # evaluations of checkpoints while it trains (tfps.task.evaluations)
     versions = None                       # --export_every: the versions written while it trains (tfps.task.versions)
@@ -343,15 +344,22 @@ class Chief(Worker):
         progress = None
         t_train = time.time()
         watch = self.watch = JobWatch(self, server, graph, ops.board, ops.global_step, reporter)
+        feeder = self._start_feeder(setup, server, graph)
         try:
             watch.start()
             progress = self._train(server, graph)
             status = "stopped" if self.stop.requested else "succeeded"
+            if feeder is not None and feeder.join_end() is not None:
+                error, status = feeder.error, "failed"
+                log.error("chief: %s", report.error_line(error))
         except Exception as e:  # noqa: BLE001 - every failure must be reported
             error = self.failure(e)
             status = "failed"
             log.error("chief: training failed: %s: %s", type(error).__name__, report.error_line(error))
             self._end_rpc(server, graph, ops.raise_flag, "ask the other workers to stop")
+        if feeder is not None:
+            feeder.join_end()
+            self.ended_by_epochs = feeder.ended_by == "epochs"
         # No progress or stall message may follow the final one.
         watch.stop(reporter.send_budget())
         if watch.failures and error is None:
@@ -404,13 +412,36 @@ class Chief(Worker):
                 times={"startup_s": round((self.first_step_at or t_train) - self.started_wall, 3),
                        "training_s": round(t_trained - (self.first_step_at or t_train), 3),
                        "final_save_s": round(t_end - t_trained, 3)}, defer_plots=True,
-                ended_by="epochs" if self.ended_by_epochs and status == "succeeded" else None)
+                ended_by=(self.feeder.ended_by if self.feeder is not None else
+                          "epochs" if self.ended_by_epochs else None) if status == "succeeded" else None,
+                stream=self.feeder.summary() if self.feeder is not None else None)
         watch.write_status(time.monotonic(), time.time(), phase=status, step=step)   # the status line's last state
         self._send_done(server, graph)
         if result is not None:   # while the ps exit: the plots hold no task back
             reporter.draw_plots(result, self.evaluations.finish() if self.evaluations is not None else [])
         self._wait_for_ps_exit()
         return code
+
+    def _start_feeder(self, setup: JobSetup, server, graph):
+        """The slice queue's feeder (tfps.task.feeder), when the job reads through the queue."""
+        if self.ops.slices is None:
+            return None
+        from tfps.task.feeder import Feeder, make_source  # lazy: imports TensorFlow
+        self.feeder = Feeder(self, server, graph, self.ops.slices,
+                             make_source(self.cfg, setup.schema, self.task.num_workers))
+        self.feeder.start()
+        return self.feeder
+
+    def skipped_partition(self, partition: str, why: str) -> None:
+        """--skip_bad_partitions: one message per partition skipped (results.json lists them)."""
+        if self.watch is not None:
+            self.watch.send_note("progress", f"skipped the malformed partition {partition}: {why}")
+
+    def stream_stalled(self, quiet: float, newest: str | None) -> None:
+        """--follow: no new partition for --stall_timeout: one "stalled" message."""
+        log.warning("chief: no new partition for %.0f s (--stall_timeout); the newest is %s", quiet, newest)
+        if self.watch is not None:
+            self.watch.send_note("stalled", f"no new partition for {quiet:.0f} s; the newest is {newest}")
 
     def _export_and_evaluate(self, setup: JobSetup, ckpt: str, ckpt_step: int, t_save: float):
         """The final SavedModel, then (with eval data) its evaluation: (export_dir, metrics, error).

@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfps import compat, timeouts
+from tfps.config.schema import MAX_FOLLOW_STEPS
 from tfps.outcome import results
 from tfps.outcome.contract import step_of
 from tfps.task import progressive
@@ -116,8 +117,9 @@ class ProgressHook(v1.train.SessionRunHook):
             metrics = " ".join(f"{k} {v:.4f}" for k, v in rec.items() if k not in ("step",))
             dropped = f" | {self.dropped} stale gradient(s) dropped" if self.dropped else ""
             scored = self._progressive(run_context.session)
-            log.info("%s: step %s %s | %.0f examples/s | %.1f steps/s | ETA %.0f s%s%s", self.name,
-                     step_of(rec["step"], self.last_step), metrics, ex_s, gs_s, max(eta, 0), dropped,
+            log.info("%s: step %s %s | %.0f examples/s | %.1f steps/s%s%s%s", self.name,
+                     step_of(rec["step"], self.last_step), metrics, ex_s, gs_s,
+                     f" | ETA {max(eta, 0):.0f} s" if self.last_step < MAX_FOLLOW_STEPS else "", dropped,
                      f" | {scored}" if scored else "")
             self.t_last, self.step_last, self.local_last = now, rec["step"], self.local_steps
             self.examples_s = ex_s

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from tfps import data as data_mod
-from tfps import models
+from tfps import models, stream
 from tfps.cluster.memory import meminfo
 from tfps.config import DEFAULT_LEARNING_RATE, DEFAULT_OPTIMIZER, RunConfig
 from tfps.errors import ConfigError
@@ -36,7 +36,10 @@ class JobSetup:
             train, evalg = demo.demo_globs(cfg.model)
             evalg = cfg.eval_data or evalg
         self.train_glob, self.eval_glob = train, evalg
+        if cfg.follow:   # the columns of the stream are those of its first complete partition
+            train = stream.first_complete(train)[0]
         self.schema = data_mod.infer_schema(train, cfg.label_column, cfg.num_classes, "train_data", shard)
+        self.input_split = self._input_split(train)
         self.eval_schema = None
         if evalg and evaluates:
             # read with the training data's decision of which columns are text, matched by name
@@ -77,6 +80,22 @@ class JobSetup:
         self.bound = False
         if bind:
             self.bind()
+
+    def _input_split(self, train: str) -> str:
+        """``queue`` (the slice queue on ps 0, tfps.task.slicequeue) or ``static`` (each worker its
+        own share): as asked, else the queue where it can serve (asynchronous training of CSV,
+        TFRecord or npz files that every host can read)."""
+        cfg = self.cfg
+        if cfg.follow:
+            return "queue"
+        fits = self.schema.fmt in ("csv", "tfrecord", "npz") and not train.startswith(data_mod.LIST_PREFIX)
+        if cfg.input_split == "queue" and not fits:
+            what = "a list of files (@FILE)" if train.startswith(data_mod.LIST_PREFIX) else f"{self.schema.fmt} files"
+            raise ConfigError(f"the slice queue reads CSV, TFRecord and npz files that every worker host can "
+                              f"read, not {what}; use --input_split static", "input_split")
+        if cfg.input_split:
+            return cfg.input_split
+        return "queue" if fits and not cfg.sync_replicas else "static"
 
     def bind(self) -> JobSetup:
         """Check a Keras model against the data, and choose the optimizer and learning rate.

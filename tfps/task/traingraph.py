@@ -48,6 +48,7 @@ class TrainGraph:
     * ``flag``, ``raise_flag``: the cluster-wide stop flag on ps 0 and the op that raises it.
     * ``board``: this worker's ``Board`` (its step, its failure, the chief's progress).
     * ``done``: the enqueue ops that tell every ps this worker is done.
+    * ``slices``: the slice queue's ops (``tfps.task.slicequeue.SliceOps``), or None (static shares).
     """
 
     train_op: Any
@@ -70,3 +71,4 @@ class TrainGraph:
     backup_workers: bool = False
     sync_fetch: dict[str, Any] | None = None
     progressive: Any = None
+    slices: Any = None

@@ -303,6 +303,14 @@ class JobWatch:
             # Before the first board the job is starting (--startup_timeout bounds that), not stalled.
             self.job_step, self.job_changed_at, self.job_changed_wall = step, now, wall
         self.samples = [x for x in self.samples if now - x[0] <= RATE_WINDOW_SECS][-100:] + [(now, step)]
+        feeder = getattr(self.chief, "feeder", None)
+        if feeder is not None and feeder.caught_up:
+            # A followed job that trained every partition waits for the next: not a stall of its
+            # tasks (the feeder tells when no partition came for --stall_timeout).
+            self.job_changed_at, self.job_changed_wall = now, wall
+            for w in self.workers:
+                if w.stalled_since is None:
+                    w.changed_at, w.changed_wall = now, wall
         self._check_stalls(now, wall)
         self.write_status(now, wall)
         if self.notify_every and now - self.last_progress >= self.notify_every:
@@ -444,6 +452,12 @@ class JobWatch:
     def take_pending(self) -> list[str]:
         out, self.pending = self.pending, []
         return out
+
+    def send_note(self, event: str, line: str) -> None:
+        """A message of the job's figures and one line (the stream's: a partition skipped, late)."""
+        res = self.progress(time.monotonic(), time.time())
+        res["note"] = line
+        self._send(event, res)
 
     def _send(self, event: str, res: dict) -> None:
         lines = self.take_pending()

@@ -31,7 +31,7 @@ from tfps.exitcodes import ExitCode
 from tfps.models import keras_model, modelspec
 from tfps.outcome import results
 from tfps.outcome.report import error_line
-from tfps.task import datafault, optimizers, placement, progressive
+from tfps.task import datafault, optimizers, placement, progressive, slicequeue
 from tfps.task.board import Board, publish_hook
 from tfps.task.checkpoint import glob_free_checkpoint as glob_free
 from tfps.task.lifecycle import (
@@ -80,6 +80,9 @@ class Worker:
         self.local_steps = 0                  # steps this process trained (ProgressHook counts them)
         self.epoch_steps: int | None = None   # --epochs: the steps of this worker's passes over its data
         self.data_done = False                # --epochs: it read its data that many times (tfps.task.board)
+        self.slices_taken = 0                 # slices this process took from the slice queue (tfps.task.board)
+        self.input_over = False               # the training loop ended: the slice queue's input ends too
+        self.slice_input = None               # the slice queue's input generator (tfps.task.slicequeue)
         self.setup: JobSetup | None = None
         self.ops: TrainGraph | None = None    # the training graph's parts, once built
         self.claimed = False   # this chief owns model_dir (results.json may be written there)
@@ -151,7 +154,8 @@ class Worker:
         from tfps.task import syncagg  # lazy: imports TensorFlow
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
-        if cfg.epochs:
+        queued = setup.input_split == "queue"
+        if cfg.epochs and not queued:
             examples = data_mod.count_examples(setup.schema, cfg.label_column, num_shards=task.num_workers,
                                                shard_index=task.index)
             per_pass = -(-examples // cfg.batch_size)
@@ -163,6 +167,7 @@ class Worker:
         with g.as_default():
             v1.set_random_seed(cfg.seed)
             worker_device = f"/job:worker/task:{task.index}"
+            slices = slicequeue.SliceOps(task.index) if queued else None   # on ps 0, outside the byte balance
             self.balancer = placement.ByteBalancer(task.num_ps)
             with v1.device(placement.device_setter(task, cluster_spec(task), self.balancer)):
                 global_step = v1.train.get_or_create_global_step()
@@ -179,9 +184,12 @@ class Worker:
                         own = data_mod.shard_files(setup.schema.files, task.num_workers, task.index)
                         log.info("%s: reads %d of the %d listed training files: %s", task.name, len(own),
                                  len(setup.schema.files), " ".join(os.path.basename(f) for f in own))
-                    ds = data_mod.make_dataset(setup.schema, cfg.label_column, cfg.batch_size,
-                                               num_shards=task.num_workers, shard_index=task.index,
-                                               train=True, seed=cfg.seed, epochs=cfg.epochs)
+                    if queued:
+                        ds, self.slice_input = slicequeue.worker_input(self, setup, g, slices)
+                    else:
+                        ds = data_mod.make_dataset(setup.schema, cfg.label_column, cfg.batch_size,
+                                                   num_shards=task.num_workers, shard_index=task.index,
+                                                   train=True, seed=cfg.seed, epochs=cfg.epochs)
                     batches = v1.data.make_one_shot_iterator(ds)
                 log.info("%s: %s", task.name, setup.optimizer_note)
                 opt = _optimizer(setup)
@@ -202,7 +210,7 @@ class Worker:
                     """One step; sync in a loop: ``local_step`` (the token before) and ``now``
                     (the global step read on its ps before the step's variables)."""
                     with v1.device(worker_device + "/cpu:0"):
-                        features, labels = batches.get_next()
+                        features, labels, *slice_of = batches.get_next()
                     # The variables of each ps as one tensor (tfps.task.steps.PackedReads). Sync:
                     # with the global step's read (the dropped count's comparison); backup workers:
                     # the variables are read after it, and it travels alone.
@@ -248,6 +256,9 @@ class Worker:
                     if running:
                         train = tf.group(train, *[update for update, _ in running.values()])
                     train = window.attach(train, spec, labels, cfg.batch_size)   # scored before its update
+                    if slices is not None:   # after the update: count the examples, mark a slice done
+                        with v1.control_dependencies([train]):
+                            train = slices.step_updates(*slice_of, tf.shape(labels)[0])
                     return (train, spec.loss, metrics, *extra)
 
                 def sync_step(local_step):
@@ -295,14 +306,14 @@ class Worker:
                              reset_running=reset_running, sync_hook=sync_hook,
                              token_queue=agg.token_queue if agg is not None else None, close_tokens=close_tokens,
                              release_tokens=release_tokens, backup_workers=backup, sync_fetch=sync_fetch or None,
-                             progressive=window if window.kind else None)
+                             progressive=window if window.kind else None, slices=slices)
         return g, ops
 
     # -------------------------------------------------------------- run
     def run(self) -> ExitCode:
         task, cfg = self.task, self.cfg
         _quiet_cancelled_queue_runners()
-        server = start_server(task, cfg)
+        server = self.server = start_server(task, cfg)
         write_health(task)
         self.watchdog.start()
         try:
@@ -370,12 +381,24 @@ class Worker:
                                               name="tfps-job-end", daemon=True)
             self.end_watch.start()
         progress = None
+        # The slice queue: a run may wait for the next slice (the other workers' last ones, a
+        # followed job's next partition) longer than --sync_timeout, the session's bound of an
+        # operation; a lost task is found by the watchdog (tfps.task.watchdog) instead.
+        options = None if self.ops.slices is None else slicequeue.run_options()
         try:
             with graph.as_default():
                 sess, progress = self._session(server, graph, [])
                 with sess:
-                    while not sess.should_stop():
-                        sess.run(self.ops.train_op)
+                    try:
+                        while not sess.should_stop():
+                            sess.run(self.ops.train_op, options=options)
+                    finally:
+                        # The slice queue's input ends before the session closes: closing waits
+                        # for the input's generator, which would wait for the next slice.
+                        self.input_over = True
+                        if self.slice_input is not None and not self.slice_input.idle(
+                                slicequeue.DEQUEUE_WAIT_MS / 1000 + 5):
+                            log.warning("%s: the slice queue's input did not end", self.task.name)
                     if self.data_done:
                         self._after_its_data(server, graph)
                     # Training ends with the last step; closing the session (the final
@@ -389,6 +412,8 @@ class Worker:
             return progress
         finally:
             ended.set()
+            if self.slice_input is not None:   # after the training session closed
+                self.slice_input.close()
             # A job restored at its last step trains none; its final save is not start-up.
             self.watchdog.disarm()
 
