@@ -1,7 +1,7 @@
 """One short job per input format: TFRecord, NPZ (demo images, cnn) and MNIST IDX files, side by side.
 
-The TFRecord job also trains by passes over its data (``--epochs``): its 2 workers take the
-slices of its two files (1200 records) from the slice queue on ps 0 until every slice was
+The TFRecord job also trains by passes over its data (``--epochs``, ``--input_split
+queue``): its 2 workers take the slices of its two files (1200 records) from the slice queue on ps 0 until every slice was
 read EPOCHS times, well before ``--train_steps``.
 """
 
@@ -42,7 +42,7 @@ def write_tfrecord(directory: Path):
                     "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
                 }))
                 w.write(ex.SerializeToString())
-    return ["--train_data", directory / "train-*.tfrecord", "--epochs", EPOCHS], x[:200], y[:200]
+    return ["--train_data", directory / "train-*.tfrecord", "--epochs", EPOCHS, "--input_split", "queue"], x[:200], y[:200]
 
 
 def write_idx(directory: Path):
@@ -114,7 +114,7 @@ def test_short_job_on_each_format(name, jobs):
 
 
 def assert_each_worker_read_its_data_epochs_times(launcher, res):
-    """--epochs through the slice queue (the default): the job read every record EPOCHS times,
+    """--epochs through the slice queue (--input_split queue): the job read every record EPOCHS times,
     each once per pass (counted through the model, in the checkpoint), whichever worker took
     which slice, and ended by it; the chief's final save came after the last slice was done.
 

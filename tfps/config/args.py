@@ -129,8 +129,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                         "upper bound, whichever comes first (default: no bound, the data repeats)")
     g.add_argument("--input_split", choices=("queue", "static"),
                    help="queue: slices of the training data go from one queue on ps 0 to whichever worker "
-                        "asks next, in order (default, asynchronous training); static: each worker reads its "
-                        "own fixed share (the default with --sync_replicas, @FILE lists and MNIST idx files)")
+                        "asks next, in order (always with --follow; asynchronous CSV, TFRecord and npz files that "
+                        "every worker host can read); static: each worker reads its own fixed share (default)")
     g.add_argument("--follow", action="store_true",
                    help="--train_data names partitions that keep arriving (files, or directories complete "
                         "once they hold _SUCCESS); train each once, in sorted path order, until --until, "

@@ -167,8 +167,8 @@ class RunConfig:
     def _check_stream(self) -> None:
         """The slice queue and a followed input (tfps.stream): what goes with what."""
         if self.input_split not in (None, "queue", "static"):
-            raise ConfigError(f"must be queue (slices from one queue on ps 0, the default) or static (each "
-                              f"worker reads its own fixed share), got {self.input_split!r}", "input_split")
+            raise ConfigError(f"must be queue (slices from one queue on ps 0) or static (each worker reads its own "
+                              f"fixed share, the default), got {self.input_split!r}", "input_split")
         if self.input_split == "queue" and self.sync_replicas:
             raise ConfigError("queue hands slices to whichever worker asks next, which synchronous training "
                               "cannot wait on; drop --input_split queue or --sync_replicas", "input_split")

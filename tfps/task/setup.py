@@ -83,8 +83,7 @@ class JobSetup:
 
     def _input_split(self, train: str) -> str:
         """``queue`` (the slice queue on ps 0, tfps.task.slicequeue) or ``static`` (each worker its
-        own share): as asked, else the queue where it can serve (asynchronous training of CSV,
-        TFRecord or npz files that every host can read)."""
+        own share): the queue with --follow, else as asked (--input_split), else static."""
         cfg = self.cfg
         if cfg.follow:
             return "queue"
@@ -93,9 +92,9 @@ class JobSetup:
             what = "a list of files (@FILE)" if train.startswith(data_mod.LIST_PREFIX) else f"{self.schema.fmt} files"
             raise ConfigError(f"the slice queue reads CSV, TFRecord and npz files that every worker host can "
                               f"read, not {what}; use --input_split static", "input_split")
-        if cfg.input_split:
-            return cfg.input_split
-        return "queue" if fits and not cfg.sync_replicas else "static"
+        # A finite input keeps the fixed shares unless asked: the queue has not yet run under
+        # every launcher (Ansible copies each worker host only its own share of the files).
+        return cfg.input_split or "static"
 
     def bind(self) -> JobSetup:
         """Check a Keras model against the data, and choose the optimizer and learning rate.
