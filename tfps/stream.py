@@ -8,7 +8,7 @@ whichever worker asks next takes the next one. This module decides what the slic
 * ``--follow``: the partitions that keep arriving under a glob (:class:`PartitionLister`),
   one slice per data file of a partition, each partition once it is complete.
 
-It also reads durations (``90s``, ``10m``, ``2h``) and keeps the slice manifest
+It also keeps the slice manifest
 (:class:`Manifest`) that a restarted followed job numbers its slices by.
 Why and what the position guarantees: docs/explanation/continuous-training.md.
 """
@@ -19,7 +19,6 @@ import dataclasses
 import fnmatch
 import json
 import os
-import re
 import struct
 
 from tfps.errors import ConfigError
@@ -28,24 +27,6 @@ from tfps.errors import ConfigError
 SUCCESS = "_SUCCESS"
 #: What a partition's data files may not start with: Hadoop's hidden and temporary names.
 HIDDEN = ("_", ".")
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)\s*$", re.IGNORECASE)
-_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text, field: str) -> float:
-    """``90s``, ``10m``, ``2h``, ``1d`` or a plain number of seconds -> seconds (a plain
-    number as it is: the option's own check judges its range)."""
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        pass
-    m = _DURATION.match(str(text))
-    if not m:
-        raise ConfigError(f"{text!r} is not a duration; write a number with s, m, h or d, such as 90s, 10m or 2h",
-                          field)
-    return float(m.group(1)) * _UNIT[m.group(2).lower()]
-
 
 @dataclasses.dataclass(frozen=True)
 class Slice:

@@ -10,6 +10,7 @@ import pytest
 
 from tfps import stream
 from tfps.config import RunConfig
+from tfps.config.durations import parse_duration
 from tfps.errors import ConfigError
 from tfps.task import slicequeue
 
@@ -17,7 +18,7 @@ from tfps.task import slicequeue
 @pytest.mark.parametrize("text, seconds", [("90s", 90), ("10m", 600), ("2h", 7200), ("1d", 86400), ("45", 45),
                                            (" 1.5m ", 90), (30, 30)])
 def test_durations_read_as_seconds(text, seconds):
-    assert stream.parse_duration(text, "follow_idle") == seconds
+    assert parse_duration(text, "follow_idle") == seconds
 
 
 @pytest.mark.parametrize("text", ["10 minutes", "m", "1w", "-5m", ""])

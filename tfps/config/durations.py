@@ -1,7 +1,7 @@
 """Durations and cadences given as text: ``90s``, ``10m``, ``2h`` (and ``500`` steps).
 
-One parser for every option that takes a duration (``--export_every``; the lead merges
-``--follow_idle``'s here), so ``10m`` means the same wherever it is written. Pure Python.
+One parser for every option that takes a duration (``--export_every``, ``--follow_idle``,
+``--stall_timeout``), so ``10m`` means the same wherever it is written. Pure Python.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ import re
 from tfps.errors import ConfigError
 
 #: Seconds per unit of a duration.
-UNITS = {"s": 1, "m": 60, "h": 3600}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smh])")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
+#: A duration with an optional unit (a plain number is seconds).
+_SECONDS = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)\s*$", re.IGNORECASE)
 
 
 def parse_every(value, field: str) -> tuple[str, float]:
@@ -33,3 +35,17 @@ def parse_every(value, field: str) -> tuple[str, float]:
             return "secs", seconds
     raise ConfigError(f"{value!r} is not a duration or a step count; write seconds, minutes or hours "
                       "such as 90s, 10m or 2h, or a whole number of global steps such as 500", field)
+
+
+def parse_duration(text, field: str) -> float:
+    """``90s``, ``10m``, ``2h``, ``1d`` or a plain number of seconds -> seconds (a plain
+    number as it is: the option's own check judges its range)."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        pass
+    m = _SECONDS.match(str(text))
+    if not m:
+        raise ConfigError(f"{text!r} is not a duration; write a number with s, m, h or d, such as 90s, 10m or 2h",
+                          field)
+    return float(m.group(1)) * UNITS.get(m.group(2).lower(), 1)

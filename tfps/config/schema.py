@@ -12,7 +12,7 @@ import math
 import os
 
 from tfps import stream
-from tfps.config.durations import parse_every
+from tfps.config.durations import parse_duration, parse_every
 from tfps.config.jobfile import yaml_scalar
 from tfps.errors import ConfigError
 from tfps.names import MAX_RUN_NAME, check_directory_name, check_run_name  # noqa: F401
@@ -176,11 +176,11 @@ class RunConfig:
             if getattr(self, name) not in (None, False) and not self.follow:
                 raise ConfigError(f"is used only with --follow; add --follow, or drop --{name}", name)
         if self.follow_idle is not None:
-            self.follow_idle = stream.parse_duration(self.follow_idle, "follow_idle")
+            self.follow_idle = parse_duration(self.follow_idle, "follow_idle")
             if not math.isfinite(self.follow_idle) or self.follow_idle <= 0:
                 raise ConfigError(f"must be a positive duration (90s, 10m, 2h), got {self.follow_idle!r}",
                                   "follow_idle")
-        self.stall_timeout = stream.parse_duration(self.stall_timeout, "stall_timeout")
+        self.stall_timeout = parse_duration(self.stall_timeout, "stall_timeout")
         if not self.follow:
             return
         if not self.train_data or self.train_data.startswith("@"):
