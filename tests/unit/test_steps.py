@@ -394,37 +394,48 @@ def test_progress_lines_show_running_metrics_and_reset_them_after_each_line(tmp_
 
 def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = False,
                   probe_step: int | None = None, loop: bool = False, sparse: bool = True) -> tuple[dict, dict]:
-    """``steps`` sync steps of 2 workers on 2 in-process ps (Adam).
+    """``steps`` sync steps of 2 workers on 2 in-process ps (Adam, tfps's lazy Adam).
 
     ``workers`` > 2: the job has that many workers and aggregates 2 gradients a step; the
-    others never run (frozen). ``backup``: tfps's step for backup workers (``fresh_from``,
-    ``reads_after``). ``probe_step``: at that step the chief's update does not run; instead
-    ``values["accumulated"]`` is how many gradients of that step the first variable's
-    accumulator holds.
+    others never run (frozen). ``backup``: tfps's mode for backup workers. ``probe_step``: at
+    that step the chief's update does not run; instead ``values["accumulated"]`` is how many
+    gradients of that step the first variable's accumulator holds.
 
     Each worker builds its own graph, as in a job; the chief's update (the queue runner's
     op) runs in the main thread once both workers have sent their gradients and wait for a
     token, so every step aggregates exactly one gradient of each worker: the same training
-    whatever the timing. ``pack``: the step tfps builds (``PackedReads``, tfps's own
-    aggregation ``tfps.task.syncagg``); else the reference, ``SyncReplicasOptimizer.minimize``
-    as it is. Returns
-    (variables, the tensors worker 1 sends to the ps in a step, by name: its partition graphs).
+    whatever the timing. ``pack``: the graph a tfps worker trains on, built by
+    ``tfps.task.graph.build_train_graph`` (mode "sync" or "backup"; its model replaced by
+    the one below, its input by constants); else the reference, ``SyncReplicasOptimizer.minimize``
+    as it is. Returns (the model's and optimizer's variables, the tensors worker 1 sends to
+    the ps in a step, by name: its partition graphs).
 
     ``loop``: tfps's loop of sync steps (``sync_step_loop``), each worker running all
     ``steps`` in one ``session.run`` while the chief's update runs ``steps`` times; each step
     still aggregates one gradient of each worker. ``sparse``: the model has an embedding
     (a sparse gradient, which a loop cannot take)."""
     import collections
+    import shutil
+    import tempfile
     import threading
 
     from tfps.cluster.single_host import free_ports
-    from tfps.task.steps import PackedReads
-    from tfps.task.syncagg import SyncAggregation, apply_sync_packed, sync_loop_step, sync_step_loop
+    from tfps.config import RunConfig
+    from tfps.models.modelspec import ModelSpec
+    from tfps.task import optimizers
+    from tfps.task.graph import Devices, build_train_graph
+    from tfps.task.setup import JobSetup
     ports = free_ports(2 + workers, "127.0.0.1")
-    cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{p}" for p in ports[:2]],
-                                    "worker": [f"127.0.0.1:{p}" for p in ports[2:]]})
+    hosts = ClusterSpec(tuple(f"127.0.0.1:{p}" for p in ports[:2]), tuple(f"127.0.0.1:{p}" for p in ports[2:]))
+    cluster = tf.train.ClusterSpec({"ps": list(hosts.ps), "worker": list(hosts.worker)})
     servers = [tf.distribute.Server(cluster, job_name=job, task_index=i)
                for job, i in [("ps", 0), ("ps", 1)] + [("worker", w) for w in range(workers)]]
+    here = tempfile.mkdtemp()
+    with open(f"{here}/rows.csv", "w") as f:   # the input the graph reads (the model ignores it)
+        f.write("a,b,label\n" + "0.5,-1.0,1\n" * 64)
+    cfg = RunConfig(model="linear", train_data=f"{here}/rows.csv", num_classes=3, batch_size=16, optimizer="adam",
+                    learning_rate=0.05, sync_replicas=True, replicas_to_aggregate=2, train_steps=10**6,
+                    progressive_window=0, model_dir=f"{here}/m").validate()
     built = []
     for index in (0, 1):
         rng = np.random.default_rng(11)                   # the same initial values in both graphs
@@ -435,66 +446,55 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
         device = f"/job:worker/task:{index}"
         initial = [rng.normal(size=(4, 4)).astype(np.float32) for _ in range(4)] + [
             rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=(6, 3)).astype(np.float32)]
-        g = tf.Graph()
-        with g.as_default(), v1.device(v1.train.replica_device_setter(cluster=cluster, worker_device=device)):
-            gs = v1.train.get_or_create_global_step()
-            if pack:
-                opt = SyncAggregation(v1.train.AdamOptimizer(0.05), gs, 2, workers, device)
-            else:
-                opt = v1.train.SyncReplicasOptimizer(v1.train.AdamOptimizer(0.05), replicas_to_aggregate=2,
+
+        def loss_of_step(x=x, y=y, ids=ids, initial=initial):   # the model: creates its variables, as a model_fn does
+            ws = [v1.get_variable(f"w{i}", initializer=initial[i]) for i in range(4)]
+            head = v1.get_variable("head", initializer=initial[4])
+            emb = v1.get_variable("emb", initializer=initial[5])   # sparse gradient
+            big = v1.get_variable("big", initializer=np.ones((512, 513), np.float32))   # > PACK_MAX_ELEMENTS
+            h = tf.constant(x)
+            for w in ws:
+                h = tf.nn.tanh(tf.matmul(h, w)) + tf.matmul(h, w)
+            logits = h @ head + (tf.nn.embedding_lookup(emb, tf.constant(ids)) if sparse else 0.0)
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+            return loss + 1e-3 * tf.reduce_mean(tf.square(big))
+
+        if pack:   # the graph of a tfps worker
+            setup = JobSetup(cfg)
+            setup.model_fn = lambda features, labels, mode, params, loss=loss_of_step: ModelSpec(loss(), {})
+            g, ops = build_train_graph(setup, "backup" if backup else "sync",
+                                       Devices.of(TaskRef(hosts, "worker", index)), loop=loop)
+            opt = ops.sync_hook.agg
+            # The run's stale gradients (loop), else the global step as the run read it (with the reads).
+            train = [ops.train_op, ops.sync_fetch["stale"] if loop else ops.global_step_read]
+            feed = {ops.steps_per_run: steps} if loop else None
+            with g.as_default():
+                init = (v1.global_variables_initializer(), opt.chief_init_op) if index == 0 else ()
+                local_init = v1.local_variables_initializer()
+            sync_op, step_init = opt.queue_runner.enqueue_ops[0], opt.local_step_init_op
+        else:   # the reference
+            g = tf.Graph()
+            with g.as_default(), v1.device(v1.train.replica_device_setter(cluster=cluster, worker_device=device)):
+                gs = v1.train.get_or_create_global_step()
+                opt = v1.train.SyncReplicasOptimizer(optimizers.make("adam", 0.05), replicas_to_aggregate=2,
                                                      total_num_replicas=workers)
-            with v1.device(gs.device):
-                gs_value = gs.read_value()
-            with v1.device(device):
-                gs_read = tf.identity(gs_value)
-
-            def loss_of_step():   # the model: creates its variables, as a model_fn does
-                ws = [v1.get_variable(f"w{i}", initializer=initial[i]) for i in range(4)]
-                head = v1.get_variable("head", initializer=initial[4])
-                emb = v1.get_variable("emb", initializer=initial[5])   # sparse gradient
-                big = v1.get_variable("big", initializer=np.ones((512, 513), np.float32))   # > PACK_MAX_ELEMENTS
-                h = tf.constant(x)
-                for w in ws:
-                    h = tf.nn.tanh(tf.matmul(h, w)) + tf.matmul(h, w)
-                logits = h @ head + (tf.nn.embedding_lookup(emb, tf.constant(ids)) if sparse else 0.0)
-                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
-                return loss + 1e-3 * tf.reduce_mean(tf.square(big))
-
-            def one_step():
-                if not pack:
-                    return opt.minimize(loss_of_step(), global_step=gs), gs_read
-                # As tfps.task.worker builds it: backup workers read the global step before the
-                # variables; else it travels with the packed reads of its ps.
-                reads = PackedReads(device, step_value=gs_value, wait_for_step=backup)
-                loss = reads.build(loss_of_step)
-                read = reads.step_read()
-                return apply_sync_packed(opt, loss, fresh_from=read if backup else None).train, read
-
-            def loop_step(local_step):   # as tfps.task.worker builds it
                 with v1.device(gs.device):
-                    now = gs.read_value()
-                reads = PackedReads(device, step_value=now, wait_for_step=backup)
-                loss = reads.build(loss_of_step)
-                read = reads.step_read()
-                s = sync_loop_step(opt, loss, local_step, read, fresh_from=read if backup else None)
-                return s.train, tf.constant(0.0), {}, s.token, s.stale
-
-            if loop:
-                train_op, _, _, _, bound, stale = sync_step_loop(loop_step, opt, 10**6)
-                train = [train_op, stale]   # stale: the gradients of the run surely dropped
-            else:
-                train = list(one_step())   # and the global step as the run read it (packed: with the reads)
-            sync_op = (opt.queue_runner if pack else opt.get_chief_queue_runner()).enqueue_ops[0]
-            init = (v1.global_variables_initializer(), opt.chief_init_op) if index == 0 else ()
-            feed = {bound: steps} if loop else None
-            names = {v.op.name: v for v in v1.global_variables()}
+                    gs_value = gs.read_value()
+                with v1.device(device):
+                    gs_read = tf.identity(gs_value)
+                train = [opt.minimize(loss_of_step(), global_step=gs), gs_read]
+                init = (v1.global_variables_initializer(), opt.chief_init_op) if index == 0 else ()
+                feed, local_init = None, v1.local_variables_initializer()
+                sync_op, step_init = opt.get_chief_queue_runner().enqueue_ops[0], opt.local_step_init_op
+        with g.as_default():
+            names = {v.op.name: v for v in v1.global_variables()
+                     if v.op.name.split("/")[0] in _MODEL_VARIABLES}   # not the job's coordination
             accumulator = next(op for op in g.get_operations()
                                if op.type in ("ConditionalAccumulator", "ResourceConditionalAccumulator"))
             count = (tf.raw_ops.ResourceAccumulatorNumAccumulated if accumulator.type.startswith("Resource")
                      else tf.raw_ops.AccumulatorNumAccumulated)
             names["accumulated"] = count(handle=accumulator.outputs[0])
-            built.append((g, train, sync_op, init, v1.local_variables_initializer(), opt.local_step_init_op, names,
-                          feed))
+        built.append((g, train, sync_op, init, local_init, step_init, names, feed))
     sessions = [v1.Session(servers[2 + i].target, graph=b[0]) for i, b in enumerate(built)]
     chief, worker = sessions
     for op in built[0][3]:   # the variables, then the accumulators' step (which reads the global step)
@@ -560,6 +560,7 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
         values["accumulated"] = accumulated
     for s in sessions:
         s.close()
+    shutil.rmtree(here)
     sent = collections.Counter()   # the receives of worker 1's tensors in the ps's parts of its step
     received = collections.Counter()   # ... and of the ps's tensors in worker 1's part
     for part in meta.partition_graphs:
@@ -621,6 +622,10 @@ def test_a_loop_of_sync_steps_trains_exactly_as_sync_replicas_optimizer():
         np.testing.assert_array_equal(backup[name], two[name], err_msg=name)
     with pytest.raises(NotLoopable, match="emb"):
         _sync_cluster(pack=True, loop=True, steps=1)
+
+
+#: The model's and its optimizer's variables (Adam's slots are under the variable's name).
+_MODEL_VARIABLES = {"w0", "w1", "w2", "w3", "head", "emb", "big", "beta1_power", "beta2_power", "global_step"}
 
 
 def _sync_cluster_initial(name: str) -> np.ndarray:

@@ -1,6 +1,6 @@
 """What a worker's graph holds for the session, its hooks and the chief: ``TrainGraph``.
 
-``Worker.build`` (tfps.task.worker) returns the graph and one ``TrainGraph``; the worker's
+``build_train_graph`` (tfps.task.graph) returns the graph and one ``TrainGraph``; the worker's
 session and hooks, the chief (tfps.task.chief) and its watch (tfps.task.watch) read its
 fields by name. The values are TensorFlow ops, tensors and variables of that graph (typed
 ``Any`` here, so that this module does not import TensorFlow).

@@ -18,26 +18,23 @@ leaves:
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
 
-from tfps import compat, models, timeouts
 from tfps import data as data_mod
+from tfps import timeouts
 from tfps.config import RunConfig, replicas_per_step
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
-from tfps.models import keras_model, modelspec
 from tfps.outcome import results
 from tfps.outcome.report import error_line
-from tfps.task import datafault, optimizers, placement, progressive, slicequeue
-from tfps.task.board import Board, publish_hook
+from tfps.task import datafault, slicequeue
+from tfps.task.board import publish_hook
 from tfps.task.checkpoint import glob_free_checkpoint as glob_free
 from tfps.task.lifecycle import (
     StopSignal,
     abandon_rpc,
-    cluster_spec,
     done_queue,
     left_in_tensorflow,
     rpc_abandoned,
@@ -46,16 +43,11 @@ from tfps.task.lifecycle import (
     stop_flag,
     write_health,
 )
-from tfps.task.setup import JobSetup, optimizer_options
+from tfps.task.setup import JobSetup
 from tfps.task.traingraph import TrainGraph
 from tfps.task.watchdog import StartupWatchdog
 
 log = logging.getLogger("tfps")
-
-
-def _optimizer(setup: JobSetup):
-    """The optimizer the setup chose (an explicit flag, else a Keras model's compile(), else the default)."""
-    return optimizers.make(setup.optimizer, setup.learning_rate, optimizer_options(setup.cfg, setup.model_fn))
 
 
 class WorkerFailed(RuntimeError):
@@ -135,179 +127,40 @@ class Worker:
 
     # ------------------------------------------------------------------ graph
     def build(self, setup: JobSetup):
-        """The training graph: K steps per run (tfps.task.steps), also in sync training,
-        unless a sync model has sparse gradients (then one sync step per run,
-        tfps.task.syncagg): that is found while the loop is built, and the graph is built again."""
+        """The training graph (tfps.task.graph.build_train_graph): K steps per run
+        (tfps.task.steps), also in sync training, unless a sync model has sparse gradients
+        (then one sync step per run, tfps.task.syncagg): that is found while the loop is
+        built, and the graph is built again."""
         from tfps.task import syncagg  # lazy: imports TensorFlow
         if self.cfg.sync_replicas:
             try:
-                return self._build(setup, sync_loop=True)
+                return self._graph(setup, loop=True)
             except syncagg.NotLoopable as e:
                 log.info("%s: sync: one step per run (%s)", self.task.name, e)
-        return self._build(setup, sync_loop=False)
+        return self._graph(setup, loop=False)
 
-    def _build(self, setup: JobSetup, sync_loop: bool) -> tuple[object, TrainGraph]:
-        import tensorflow as tf
-
-        from tfps.layers import dynamic_embedding  # lazy: imports TensorFlow
-        from tfps.task import steps as steps_mod  # lazy: imports TensorFlow
-        from tfps.task import syncagg  # lazy: imports TensorFlow
-        v1 = tf.compat.v1
+    def _graph(self, setup: JobSetup, loop: bool) -> tuple[object, TrainGraph]:
+        from tfps.task.graph import Devices, build_train_graph  # lazy: imports TensorFlow
         cfg, task = self.cfg, self.task
-        queued = setup.input_split == "queue"
-        if cfg.epochs and not queued:
+        if cfg.epochs and setup.input_split != "queue":
             examples = data_mod.count_examples(setup.schema, cfg.label_column, num_shards=task.num_workers,
                                                shard_index=task.index)
             per_pass = -(-examples // cfg.batch_size)
             self.epoch_steps = per_pass * cfg.epochs
             log.info("%s: --epochs %d: reads its %d training examples %d time(s), %d step(s) a pass, %d in all; "
                      "then it is done", task.name, cfg.epochs, examples, cfg.epochs, per_pass, self.epoch_steps)
-        g = tf.Graph()
-        running_state: list = []   # the running metrics' variables (set as the step is built)
-        with g.as_default():
-            v1.set_random_seed(cfg.seed)
-            worker_device = f"/job:worker/task:{task.index}"
-            slices = slicequeue.SliceOps(task.index) if queued else None   # on ps 0, outside the byte balance
-            self.balancer = placement.ByteBalancer(task.num_ps)
-            with v1.device(placement.device_setter(task, cluster_spec(task), self.balancer)):
-                global_step = v1.train.get_or_create_global_step()
-                # The global step as the hooks (StopAtStepHook, checkpoints, progress lines) fetch
-                # it with every run: one read on its ps and one transfer (see share_global_step_read).
-                with v1.device(global_step.device):
-                    step_value = global_step.read_value()
-                # One sync step per run: this read travels with the step's packed reads (made there).
-                if not cfg.sync_replicas or sync_loop:
-                    with v1.device(worker_device + "/cpu:0"):
-                        step_read = tf.identity(step_value, name="global_step_read")
-                with v1.device(worker_device + "/cpu:0"):
-                    if cfg.train_data and cfg.train_data.startswith(data_mod.LIST_PREFIX):
-                        own = data_mod.shard_files(setup.schema.files, task.num_workers, task.index)
-                        log.info("%s: reads %d of the %d listed training files: %s", task.name, len(own),
-                                 len(setup.schema.files), " ".join(os.path.basename(f) for f in own))
-                    if queued:
-                        ds, self.slice_input = slicequeue.worker_input(self, setup, g, slices)
-                    else:
-                        ds = data_mod.make_dataset(setup.schema, cfg.label_column, cfg.batch_size,
-                                                   num_shards=task.num_workers, shard_index=task.index,
-                                                   train=True, seed=cfg.seed, epochs=cfg.epochs)
-                    batches = v1.data.make_one_shot_iterator(ds)
-                log.info("%s: %s", task.name, setup.optimizer_note)
-                opt = _optimizer(setup)
-                backup, agg = False, None
-                if cfg.sync_replicas:
-                    per_step = replicas_per_step(cfg, task.num_workers)
-                    backup = per_step < task.num_workers
-                    if backup:
-                        log.info("%s: sync: each step aggregates %d of %d gradients; the %d slowest are dropped "
-                                 "(backup workers)", task.name, per_step, task.num_workers,
-                                 task.num_workers - per_step)
-                    agg = syncagg.SyncAggregation(opt, global_step, per_step, task.num_workers,
-                                                  worker_device + "/cpu:0")
+        mode = "async"
+        if cfg.sync_replicas:
+            mode = "backup" if replicas_per_step(cfg, task.num_workers) < task.num_workers else "sync"
+        devices = Devices.of(task)
+        self.balancer = devices.balancer
+        return build_train_graph(setup, mode, devices, loop=loop,
+                                 queue_input=lambda graph, slices: self._queue_input(setup, graph, slices))
 
-                window = progressive.Window(cfg.progressive_window, task.num_workers, worker_device + "/cpu:0")
-
-                def step(local_step=None, now=None):
-                    """One step; sync in a loop: ``local_step`` (the token before) and ``now``
-                    (the global step read on its ps before the step's variables)."""
-                    with v1.device(worker_device + "/cpu:0"):
-                        features, labels, *slice_of = batches.get_next()
-                    # The variables of each ps as one tensor (tfps.task.steps.PackedReads). Sync:
-                    # with the global step's read (the dropped count's comparison); backup workers:
-                    # the variables are read after it, and it travels alone.
-                    sync_value = now if now is not None else step_value if cfg.sync_replicas else None
-                    reads = steps_mod.PackedReads(worker_device + "/cpu:0", step_value=sync_value, wait_for_step=backup,
-                                                  pack=not isinstance(setup.model_fn, keras_model.KerasModelFn))
-                    with placement.partitioned(task.num_ps, cfg.partition_mb, keras=models.may_use_keras(cfg.model)), \
-                            modelspec.on_worker(worker_device + "/cpu:0"), \
-                            dynamic_embedding.shard_devices([f"/job:ps/task:{i}" for i in range(task.num_ps)]):
-                        spec = reads.build(lambda f, lb: setup.model_fn(f, lb, "train", setup.params), features, labels)
-                    read = None if sync_value is None else reads.step_read(
-                        "global_step_at_step" if now is not None else "global_step_read")
-                    if spec.loss is None:
-                        raise ConfigError(f"{cfg.model} returned no loss in train mode", "model")
-                    running = modelspec.running_metrics(spec, g, task.index, cfg.model)
-                    running_state[:] = [v for _, _, variables in spec.streaming.values() for v in variables]
-                    # The progress lines' running metrics: updated with the step, read after it.
-                    metrics = {**{k: result for k, (_, result) in running.items()},
-                               **{k: t for k, t in spec.metrics.items() if k not in running}}
-                    extra = ()
-                    with v1.control_dependencies(spec.update_ops):   # e.g. BatchNormalization's moving statistics
-                        if local_step is not None:
-                            sync = syncagg.sync_loop_step(agg, spec.loss, local_step, read,
-                                                          fresh_from=read if backup else None,
-                                                          last_step=cfg.train_steps)
-                            train, extra = sync.train, (sync.token, sync.stale)
-                        elif cfg.sync_replicas:
-                            # The global step as this run starts (read before its gradients reach an
-                            # accumulator: the hooks' own read, no transfer of its own), and the token
-                            # the run takes at its end: the step of the next gradient. A gradient whose
-                            # step is behind the first is stale: the accumulator drops it.
-                            # With backup workers the gradient carries the later of its token and
-                            # that read (syncagg.SyncAggregation.send: tokens pile up while a
-                            # worker is frozen), and the step is read again as it reaches the ps.
-                            sync = syncagg.apply_sync_packed(
-                                agg, spec.loss, after=read, fresh_from=read if backup else None,
-                                last_step=cfg.train_steps)
-                            train = sync.train
-                            sync_fetch["step_read"] = read
-                            sync_fetch["stale"] = tf.cast(sync.sent_step < sync.arrived_at, tf.int32)
-                        else:
-                            train = steps_mod.apply_packed(opt, spec.loss, global_step, worker_device + "/cpu:0")
-                    if running:
-                        train = tf.group(train, *[update for update, _ in running.values()])
-                    train = window.attach(train, spec, labels, cfg.batch_size)   # scored before its update
-                    if slices is not None:   # after the update: count the examples, mark a slice done
-                        with v1.control_dependencies([train]):
-                            train = slices.step_updates(*slice_of, tf.shape(labels)[0])
-                    return (train, spec.loss, metrics, *extra)
-
-                def sync_step(local_step):
-                    # Each step reads the global step before its variables: the dropped count's
-                    # comparison, and with backup workers the step its gradient is fresh for.
-                    with v1.device(global_step.device):
-                        now = global_step.read_value()
-                    return step(local_step, now)
-
-                sync_fetch: dict = {}
-                if cfg.sync_replicas and sync_loop:   # several sync steps per session.run
-                    train_op, steps, loss, metrics, steps_per_run, stale = syncagg.sync_step_loop(
-                        sync_step, agg, cfg.train_steps)
-                    sync_fetch["stale"] = stale
-                elif cfg.sync_replicas:
-                    # Backup workers: a step's variable reads come after its global step read.
-                    # Plain sync: the global step's read travels with the packed reads (one step
-                    # per run, so the hooks' read and the step's reads are those of the same run).
-                    train_op, loss, metrics = step()
-                    step_read = sync_fetch.pop("step_read")
-                    steps = steps_per_run = None
-                else:   # several steps per session.run (tfps.task.steps)
-                    train_op, steps, loss, metrics, steps_per_run = steps_mod.step_loop(
-                        step, global_step, cfg.train_steps)
-                compat.share_global_step_read(g, step_read)
-                release_tokens = sync_hook = close_tokens = None
-                if cfg.sync_replicas:
-                    release_tokens = syncagg.release_tokens(agg.token_queue, global_step, task.num_workers,
-                                                            ahead=1 if backup else 0, marked=sync_loop)
-                    sync_hook = agg.hook(task.is_chief)
-                    close_tokens = None if task.is_chief else agg.token_queue.close()
-            # Reset by ProgressHook after each progress line: running values since the last line.
-            reset_running = (v1.variables_initializer(running_state, name="reset_running_metrics")
-                             if running_state else None)
-            flag = stop_flag()
-            raise_flag = flag.assign(True)
-            board = Board(task.num_workers, task.index, global_step, task.num_ps, window.summarize())
-            v1.summary.scalar("loss", loss)
-            for k, t in metrics.items():
-                v1.summary.scalar(k, t)
-            done = [done_queue(j, task.num_workers).enqueue(task.index) for j in range(task.num_ps)]
-            ops = TrainGraph(train_op=train_op, global_step=global_step, global_step_read=step_read, loss=loss,
-                             metrics=metrics, steps=steps, steps_per_run=steps_per_run, flag=flag,
-                             raise_flag=raise_flag, board=board, done=done, running_state=list(running_state),
-                             reset_running=reset_running, sync_hook=sync_hook,
-                             token_queue=agg.token_queue if agg is not None else None, close_tokens=close_tokens,
-                             release_tokens=release_tokens, backup_workers=backup, sync_fetch=sync_fetch or None,
-                             progressive=window if window.kind else None, slices=slices)
-        return g, ops
+    def _queue_input(self, setup: JobSetup, graph, slices):
+        """The slice queue's dataset (tfps.task.slicequeue); its generator is ``self.slice_input``."""
+        ds, self.slice_input = slicequeue.worker_input(self, setup, graph, slices)
+        return ds
 
     # -------------------------------------------------------------- run
     def run(self) -> ExitCode:
