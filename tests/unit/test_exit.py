@@ -1,4 +1,4 @@
-"""A task's end with a helper thread still inside TensorFlow (tfps.task.lifecycle.left_in_tensorflow).
+"""A task's end with a helper thread still inside TensorFlow (tfps.task.runtime.lifecycle.left_in_tensorflow).
 
 A non-chief's watch for the job's end calls TensorFlow from a daemon thread. If such a
 call returns while the interpreter shuts down, the interpreter ends the thread from
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tfps.task import lifecycle
+from tfps.task.runtime import lifecycle
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ PACKAGE = Path(__file__).resolve().parents[2] / "tfps"
 #: layers below it. ``tfps`` is the package's own ``__init__``; a name stands for a module
 #: or a whole subpackage. docs/design/layers.md says why the order is this one.
 LAYERS = [
-    "tfps tfps.errors tfps.names tfps.timeouts tfps.exitcodes tfps.logs tfps.compat tfps.jsonfile tfps.playbooks "
-    "tfps.stream",
+    "tfps tfps.errors tfps.names tfps.timeouts tfps.exitcodes tfps.logs tfps.compat tfps.jsonfile tfps.playbooks",
+    "tfps.data",
     "tfps.config",
-    "tfps.data tfps.csvcheck tfps.tfrecordcheck tfps.models tfps.layers",
+    "tfps.models tfps.layers",
     "tfps.cluster",
     "tfps.outcome",
     "tfps.notify",
@@ -197,9 +197,9 @@ def test_neither_the_launchers_nor_the_roles_plugins_import_a_tasks_modules():
     for module, why in ALLOWED_FORBIDDEN.items():   # an allowance goes when its import does
         assert any(b.startswith("tfps.task") for b in graph[module]), \
             f"{module} no longer imports tfps.task: remove it from ALLOWED_FORBIDDEN ({why})"
-    assert _forbidden({"tfps.ansible.roles.tfps.filter_plugins.tfps_filters": {"tfps.task.placement"},
+    assert _forbidden({"tfps.ansible.roles.tfps.filter_plugins.tfps_filters": {"tfps.task.graph.placement"},
                        "tfps.launch.console": {"tfps.task", "tfps.cluster.memory"}}) == [
-        "tfps.ansible.roles.tfps.filter_plugins.tfps_filters imports tfps.task.placement",
+        "tfps.ansible.roles.tfps.filter_plugins.tfps_filters imports tfps.task.graph.placement",
         "tfps.launch.console imports tfps.task"]
 
 
@@ -226,7 +226,7 @@ def test_the_layer_page_shows_this_order():
 
 def test_the_names_config_checks_are_the_names_of_the_modules_above_it():
     from tfps import config, models
-    from tfps.task import optimizers
+    from tfps.task.graph import optimizers
     assert tuple(models.BUILTIN) == config.BUILTIN_MODELS
     assert tuple(optimizers.CLASSES) == optimizers.NAMES == config.OPTIMIZERS
 

@@ -73,7 +73,7 @@ def _stores(func, attr: str) -> bool:
 
 
 # =================================================================== TensorFlow
-#: The library whose gRPC server calls ``bind`` (tfps.task.loopback patches its GOT entry).
+#: The library whose gRPC server calls ``bind`` (tfps.task.net.loopback patches its GOT entry).
 TF_CC_LIBRARY = "libtensorflow_cc.so"
 
 #: What ``import tensorflow`` imports eagerly only to register Keras's optimizers
@@ -348,7 +348,7 @@ def with_zeros_slots(base: type, name: str, slots: tuple) -> type:
 
 
 # =================================================================== tf_keras
-#: tf_keras's graph-mode layer bases, whose ``add_weight`` tfps.task.placement wraps.
+#: tf_keras's graph-mode layer bases, whose ``add_weight`` tfps.task.graph.placement wraps.
 TF_KERAS_LAYER_MODULES = ("tf_keras.src.engine.base_layer", "tf_keras.src.engine.base_layer_v1")
 
 

@@ -34,7 +34,7 @@ class Patch:
 
 _TF = f"TensorFlow {TENSORFLOW_VERSION}"
 PATCHES = (
-    Patch("bind-got", "tfps/task/loopback.py", f"{TF_CC_LIBRARY}'s GOT entry for bind: a wildcard bind "
+    Patch("bind-got", "tfps/task/net/loopback.py", f"{TF_CC_LIBRARY}'s GOT entry for bind: a wildcard bind "
           "becomes the task's own address (docs/design/loopback.md)", _TF),
     Patch("checkpoint-file-io", "tfps/compat/__init__.py", "checkpoint_management's file_io: checkpoint globs "
           "quote their directory (a model_dir named exp[lr=0.01])", _TF),

@@ -22,7 +22,7 @@ from tfps.exitcodes import ExitCode
 from tfps.outcome.results import SENT_WITHOUT_RESULTS
 from tfps.task import entry as task_entry
 from tfps.task import import_tensorflow
-from tfps.task.lifecycle import STOP_SIGNALS
+from tfps.task.runtime.lifecycle import STOP_SIGNALS
 
 _PR_SET_PDEATHSIG = 1
 

@@ -1,6 +1,6 @@
 """Which addresses this process listens on, read from the kernel, not assumed (issue 36).
 
-``tfps.task.loopback`` points one GOT slot of TensorFlow's library at a loopback bind. That
+``tfps.task.net.loopback`` points one GOT slot of TensorFlow's library at a loopback bind. That
 patch can miss while reporting success: were gRPC's ``bind`` to move to another library,
 the slot patched would be a dead one and the server would listen on every interface. So a
 task whose cluster address is loopback checks the result instead of trusting the patch:

@@ -173,7 +173,7 @@ def keras_extras_class(base: type) -> type:
     """``base`` (a v1 optimizer class) with Keras's gradient clipping and weight decay.
 
     Both are public methods of every v1 optimizer, which ``SyncReplicasOptimizer`` and
-    ``tfps.task.steps.apply_packed`` call: ``compute_gradients`` clips (on the worker,
+    ``tfps.task.graph.steps.apply_packed`` call: ``compute_gradients`` clips (on the worker,
     before the gradients travel; in sync training each worker's gradient is clipped before
     the aggregation) and ``apply_gradients`` decays the weights before the update.
     """

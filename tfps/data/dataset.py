@@ -3,8 +3,8 @@
 Schema inference (feature shape, number of classes) and validation are plain NumPy so
 that ``tfps local`` can refuse bad data before it starts any process. Only
 ``make_dataset`` imports TensorFlow (and the TFRecord check, which reads the records).
-The checks of a CSV file's rows are in :mod:`tfps.csvcheck`, those of a TFRecord file's
-records in :mod:`tfps.tfrecordcheck`; this module decides and combines.
+The checks of a CSV file's rows are in :mod:`tfps.data.csvcheck`, those of a TFRecord file's
+records in :mod:`tfps.data.tfrecordcheck`; this module decides and combines.
 
 Formats, chosen by file name:
   * ``*.csv``: a header row, one label column (``--label_column``), numeric features.
@@ -28,7 +28,7 @@ import struct
 
 import numpy as np
 
-from tfps import csvcheck, tfrecordcheck
+from tfps.data import csvcheck, tfrecordcheck
 from tfps.errors import ConfigError
 
 CSV_SCAN_ROWS = 200_000   # rows scanned per CSV file to validate it and to infer the label type

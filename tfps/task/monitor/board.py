@@ -8,9 +8,9 @@ flag) about once a second, as part of a training step it runs anyway:
     [steps this process trained, the global step, when this process started, the signal
      that ended its predecessor (0: unknown or none), stale gradients dropped, 1 once it
      read its data --epochs times (0 before, and without --epochs), slices this process took
-     from the slice queue (tfps.task.slicequeue)]
+     from the slice queue (tfps.task.graph.slicequeue)]
 
-The chief reads every board from a thread of its own (tfps.task.watch): stalls, restarts
+The chief reads every board from a thread of its own (tfps.task.monitor.watch): stalls, restarts
 of workers, per-worker figures. The variables are in no collection: never checkpointed,
 never initialised by anyone but their writer (assigning initialises them), so a worker that
 joins never resets another's board; a board nobody wrote yet cannot be read.
@@ -18,7 +18,7 @@ joins never resets another's board; a board nobody wrote yet cannot be read.
 Next to the boards, one string per worker: why it failed (a worker that fails writes it
 before it exits; the chief's watch reads it, and the job fails with that reason).
 
-With the board, when the job scores its batches (tfps.task.progressive), the summary of the
+With the board, when the job scores its batches (tfps.task.monitor.progressive), the summary of the
 worker's window of progressive scores, in a variable of its own on ps 0 that the chief's
 watch sums into the job's window.
 
@@ -64,7 +64,7 @@ class Board:
             board_write = self.vars[index].assign(value).op
             ledgers = [ledger_variable(f"worker{i}") for i in range(num_workers)]
             # The ledger also alone: a restarted worker writes it as soon as ps 0 answers, before
-            # the chief's model is ready (tfps.task.hooks.wait_for_chief), and it may train no
+            # the chief's model is ready (tfps.task.runtime.hooks.wait_for_chief), and it may train no
             # step before the job ends.
             self.publish_ledger = ledgers[index].assign(own_ledger()).op
             self.publish = tf.group(board_write, self.publish_ledger)
@@ -74,7 +74,7 @@ class Board:
                 for i in range(num_workers)]
             if progressive is not None:
                 self.publish = tf.group(self.publish, self.progressive_vars[index].assign(progressive))
-        # Every worker's window summary (tfps.task.progressive), read by the chief's watch.
+        # Every worker's window summary (tfps.task.monitor.progressive), read by the chief's watch.
         self.read_progressive = [_read(v) for v in self.progressive_vars]
         # Every task's ledger, by task name: the workers' on ps 0, each ps's on itself.
         self.read_ledgers = {f"worker{i}": _read(v) for i, v in enumerate(ledgers)}
@@ -201,7 +201,7 @@ def publish_hook(board: Board, job, extra_fetches: dict | None = None):
 
         def after_run(self, run_context, run_values):
             # The steps themselves are counted by ProgressHook (job.local_steps): an async
-            # run is several steps (tfps.task.steps).
+            # run is several steps (tfps.task.graph.steps).
             if run_values.results:
                 self.latest = {k: v for k, v in run_values.results.items() if k != "publish"}
 

@@ -4,7 +4,7 @@ the algorithm allows.
 ``step_loop`` runs up to K async steps per call (K from ``StepsPerRunHook``: 1, then doubling
 up to about ``timeouts.STEPS_PER_RUN_SECS`` a run); ``PackedReads`` builds a model so that it
 reads the variables of each ps as one tensor; ``apply_packed`` sends a step's dense gradients to each
-ps as one tensor. Sync steps (tfps's own aggregation) are in ``tfps.task.syncagg``. Why and
+ps as one tensor. Sync steps (tfps's own aggregation) are in ``tfps.task.graph.syncagg``. Why and
 the measurements: docs/design/steps.md.
 """
 

@@ -31,7 +31,7 @@ import shutil
 import time
 
 from tfps.outcome.results import EXPORT_MARKER, EXPORT_OWN, export_complete  # noqa: F401 - what a finished export leaves
-from tfps.task.checkpoint import glob_free_checkpoint
+from tfps.task.output.checkpoint import glob_free_checkpoint
 
 log = logging.getLogger("tfps")
 
@@ -98,7 +98,7 @@ def export_saved_model(model_fn, params, checkpoint: str, export_dir: str, globa
 
 
 def write_version(model_fn, params):
-    """The writer of ``--export_every``'s versions (tfps.task.versions.Versions): a complete
+    """The writer of ``--export_every``'s versions (tfps.task.output.versions.Versions): a complete
     SavedModel of a checkpoint, its marker holding the version's metadata, into a new directory;
     ``threads`` bounds its TensorFlow thread pool (its own: a background export's threads
     inherit the low priority of the thread that starts them)."""

@@ -1,6 +1,6 @@
 """The job's slice queue on ps 0: work handed out in stream order to whichever worker asks next.
 
-The chief numbers the slices of the input (tfps.stream: row ranges of a finite
+The chief numbers the slices of the input (tfps.data.stream: row ranges of a finite
 ``--train_data``, the files of followed partitions) and enqueues them, in order, on one
 ``FIFOQueue`` on ps 0 (shared by name, like the done tokens). Each worker's input pipeline
 takes the next slice when it needs one (``claims``), so a slow worker takes fewer and all
@@ -28,10 +28,10 @@ import time
 
 import numpy as np
 
-from tfps import data as data_mod
 from tfps import timeouts
+from tfps.data import dataset as data_mod
 from tfps.errors import ConfigError
-from tfps.task.lifecycle import session_config
+from tfps.task.runtime.lifecycle import session_config
 
 log = logging.getLogger("tfps")
 
@@ -196,7 +196,7 @@ def slice_dataset(schema, label_column: str, batch_size: int, gen, shuffle_seed:
 def slice_reader(schema, label_column: str, batch_size: int):
     """``read(path, start, rows, seed)``: a dataset of the (features, labels) batches of rows
     [start, start + rows) of one file (tensors; a CSV's header is not a row), shuffled
-    within the slice when ``seed`` is given: the input of the slice queue (tfps.task.slicequeue)."""
+    within the slice when ``seed`` is given: the input of the slice queue (tfps.task.graph.slicequeue)."""
     import tensorflow as tf
 
     files = list(schema.files)

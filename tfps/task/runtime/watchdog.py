@@ -20,7 +20,7 @@ from tfps import timeouts
 from tfps.cluster.spec import JOBS, split_target, task_name
 from tfps.errors import real_os_exit
 from tfps.exitcodes import ExitCode
-from tfps.task.loopback import is_loopback_host
+from tfps.task.net.loopback import is_loopback_host
 
 log = logging.getLogger("tfps")
 

@@ -1,6 +1,6 @@
 """The chief's watch over a running job: stalls, progress messages, workers that came back.
 
-A thread of the chief reads every worker's board on ps 0 (tfps.task.board) every
+A thread of the chief reads every worker's board on ps 0 (tfps.task.monitor.board) every
 ``POLL_SECS`` with a session of its own, so that nothing here ever waits inside a training
 step. From what it reads it
 
@@ -8,11 +8,11 @@ step. From what it reads it
   ``--stall_timeout`` seconds (one per stall), and says in the next message when it resumed;
 * sends a "progress" message at most every ``--notify_every`` seconds;
 * adds every death of a task's process to the job's story (tfps.outcome.journal): each
-  task's ledger (tfps.task.board) holds the deaths its ``tfps run --restarts`` supervisor
+  task's ledger (tfps.task.monitor.board) holds the deaths its ``tfps run --restarts`` supervisor
   saw; a worker started again without one (by hand, by a restart policy) is noticed by its
   board naming a new start;
 * keeps per-worker figures (steps trained, examples/s) for results.json;
-* sums the workers' windows of progressive scores (tfps.task.progressive) into the job's:
+* sums the workers' windows of progressive scores (tfps.task.monitor.progressive) into the job's:
   ``progressive``, shown on the status line and in the progress messages, written as the
   TensorBoard run ``progressive`` (at most every --summary_steps global steps) and, as the
   last read leaves it, into results.json.
@@ -34,9 +34,9 @@ from tfps.cluster.spec import WORKER, task_name
 from tfps.errors import error_chain
 from tfps.outcome import journal, results
 from tfps.outcome.contract import Progressive, Stall, WorkerFigures, parse
-from tfps.task import progressive as progressive_mod
-from tfps.task.board import read_ledgers
-from tfps.task.lifecycle import session_config
+from tfps.task.monitor import progressive as progressive_mod
+from tfps.task.monitor.board import read_ledgers
+from tfps.task.runtime.lifecycle import session_config
 
 log = logging.getLogger("tfps")
 
@@ -259,7 +259,7 @@ class JobWatch:
                                 journal.signal_cause(deaths[-1]["signal"]))
 
     def _read_failures(self, sess, options) -> bool:
-        """Read why workers failed (tfps.task.board); True when one failed since the last look."""
+        """Read why workers failed (tfps.task.monitor.board); True when one failed since the last look."""
         import tensorflow as tf
         new = False
         for w, read in zip(self.workers, getattr(self.board, "read_errors", [])):

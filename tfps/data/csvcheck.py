@@ -1,7 +1,7 @@
 """The CSV pre-check: every CSV file scanned before any process starts, its columns' types
 decided, and its bad rows refused with their file and line.
 
-``tfps.data.infer_schema`` scans each file (:func:`scan_csv`), decides which columns are text
+``tfps.data.dataset.infer_schema`` scans each file (:func:`scan_csv`), decides which columns are text
 over every scanned row of every file, and only then judges the values of the number columns
 (:func:`judge_csv`). Plain Python and NumPy: no TensorFlow.
 """

@@ -1,7 +1,7 @@
 """What a worker's graph holds for the session, its hooks and the chief: ``TrainGraph``.
 
 ``build_train_graph`` (tfps.task.graph) returns the graph and one ``TrainGraph``; the worker's
-session and hooks, the chief (tfps.task.chief) and its watch (tfps.task.watch) read its
+session and hooks, the chief (tfps.task.chief) and its watch (tfps.task.monitor.watch) read its
 fields by name. The values are TensorFlow ops, tensors and variables of that graph (typed
 ``Any`` here, so that this module does not import TensorFlow).
 """
@@ -43,12 +43,12 @@ class TrainGraph:
     * ``sync_fetch``: name -> tensor fetched with each run (``stale``: gradients that arrived
       stale), or None.
 
-    The job's coordination (tfps.task.lifecycle, tfps.task.board):
+    The job's coordination (tfps.task.runtime.lifecycle, tfps.task.monitor.board):
 
     * ``flag``, ``raise_flag``: the cluster-wide stop flag on ps 0 and the op that raises it.
     * ``board``: this worker's ``Board`` (its step, its failure, the chief's progress).
     * ``done``: the enqueue ops that tell every ps this worker is done.
-    * ``slices``: the slice queue's ops (``tfps.task.slicequeue.SliceOps``), or None (static shares).
+    * ``slices``: the slice queue's ops (``tfps.task.graph.slicequeue.SliceOps``), or None (static shares).
     """
 
     train_op: Any

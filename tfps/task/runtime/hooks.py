@@ -24,9 +24,9 @@ from tfps import compat, timeouts
 from tfps.config.schema import MAX_FOLLOW_STEPS
 from tfps.outcome import results
 from tfps.outcome.contract import step_of
-from tfps.task import progressive
-from tfps.task.checkpoint import checkpoint_step, glob_free_dir
-from tfps.task.lifecycle import StopSignal
+from tfps.task.monitor import progressive
+from tfps.task.output.checkpoint import checkpoint_step, glob_free_dir
+from tfps.task.runtime.lifecycle import StopSignal
 
 v1 = tf.compat.v1
 log = logging.getLogger("tfps")
@@ -74,7 +74,7 @@ class ProgressHook(v1.train.SessionRunHook):
 
     def after_run(self, run_context, run_values):
         out = dict(run_values.results)
-        steps = int(out.pop("steps", 1))   # an async run is several steps (tfps.task.steps)
+        steps = int(out.pop("steps", 1))   # an async run is several steps (tfps.task.graph.steps)
         if "stale" in out:
             # Sync: how many of this run's gradients surely arrived stale (the global step, read
             # before a gradient reached its accumulator, was already past the step it carried:
@@ -198,7 +198,7 @@ class CheckpointSaverHook(v1.train.CheckpointSaverHook):
         """``session_step()``: the step the session just created starts from, when its
         creator knows it (then no run of its own reads it), else None. ``save_when(step)``:
         True when a save is due besides the periodic ones (a version of --export_every,
-        tfps.task.versions); the periodic saves then count from it."""
+        tfps.task.output.versions); the periodic saves then count from it."""
         super().__init__(*args, **kw)
         self._session_step = session_step
         self._save_when = save_when
@@ -239,7 +239,7 @@ class CheckpointSaverHook(v1.train.CheckpointSaverHook):
 class ReleaseSyncTokensHook(v1.train.SessionRunHook):
     """At the end, give blocked sync workers a token so they see the final step and stop.
 
-    ``at_start`` (backup workers, ``tfps.task.steps.release_tokens``): a callable that says
+    ``at_start`` (backup workers, ``tfps.task.graph.steps.release_tokens``): a callable that says
     whether a new session of the chief gives them one too (a restarted chief)."""
 
     def __init__(self, op, at_start=None):
@@ -319,7 +319,7 @@ def wait_for_chief(session, ready, then=None, *, flag, stopped, job_over, answer
       trained on (issue 51's chaos job).
 
     ``answered()`` is called whenever the ps answered (the startup watchdog's extension);
-    ``publish`` (this worker's ledger, tfps.task.board) is run once the ps answers, so that
+    ``publish`` (this worker's ledger, tfps.task.monitor.board) is run once the ps answers, so that
     the chief learns of this worker's restart before it ever trains. ``then``, the check
     that follows the wait, is run once while waiting, so that it is set up too. Returns on
     ready, or after CHIEF_WAIT_SECS (the caller then waits as TensorFlow does).
@@ -427,7 +427,7 @@ class RestoreLoggingChiefSessionCreator(v1.train.ChiefSessionCreator):
 
     def __init__(self, *args, checkpoint_dir=None, **kw):
         # TensorFlow's restore globs the checkpoint's path: a model_dir named exp[lr=0.01] is
-        # given to it under a plain name (tfps.task.checkpoint.glob_free_dir).
+        # given to it under a plain name (tfps.task.output.checkpoint.glob_free_dir).
         super().__init__(*args, checkpoint_dir=glob_free_dir(checkpoint_dir) if checkpoint_dir else None, **kw)
         self.tfps_checkpoint_dir = checkpoint_dir
 

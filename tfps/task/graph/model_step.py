@@ -2,7 +2,7 @@
 
 ``input_batches``: this worker's batches (its static share, or the slice queue's).
 ``ModelStep``: the step: the next batch, the model on the packed reads of the variables
-(tfps.task.steps.PackedReads), the update the mode gives (``strategy.train``), the running
+(tfps.task.graph.steps.PackedReads), the update the mode gives (``strategy.train``), the running
 metrics, the progressive window (each batch scored before its update) and the slice
 queue's count.
 """
@@ -13,11 +13,11 @@ import logging
 import os
 from typing import NamedTuple
 
-from tfps import data as data_mod
 from tfps import models
+from tfps.data import dataset as data_mod
 from tfps.errors import ConfigError
 from tfps.models import keras_model, modelspec
-from tfps.task import placement
+from tfps.task.graph import placement
 
 log = logging.getLogger("tfps")
 
@@ -67,13 +67,13 @@ class ModelStep:
         import tensorflow as tf
 
         from tfps.layers import dynamic_embedding  # lazy: imports TensorFlow
-        from tfps.task import steps as steps_mod  # lazy: imports TensorFlow
+        from tfps.task.graph import steps as steps_mod  # lazy: imports TensorFlow
         v1 = tf.compat.v1
         setup, task, worker, strategy = self.setup, self.devices.task, self.devices.worker, self.strategy
         cfg = setup.cfg
         with v1.device(worker):
             features, labels, *slice_of = self.batches.get_next()
-        # The variables of each ps as one tensor (tfps.task.steps.PackedReads). Sync: with the
+        # The variables of each ps as one tensor (tfps.task.graph.steps.PackedReads). Sync: with the
         # global step's read (the dropped count's comparison); backup workers: the variables
         # are read after it, and it travels alone.
         sync_value = now if now is not None else self.step_value if strategy.sync else None

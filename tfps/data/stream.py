@@ -1,7 +1,7 @@
 """The job's input as slices handed out in stream order: pure Python, no TensorFlow.
 
 A *slice* is a file or a range of its rows. The chief numbers the slices of the job in
-stream order (sorted path) and puts them on one queue on ps 0 (tfps.task.slicequeue);
+stream order (sorted path) and puts them on one queue on ps 0 (tfps.task.graph.slicequeue);
 whichever worker asks next takes the next one. This module decides what the slices are:
 
 * a finite ``--train_data``: every file cut into row ranges (:func:`plan_slices`);

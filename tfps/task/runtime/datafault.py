@@ -1,6 +1,6 @@
 """Where a worker's training data failed as it was read: the file, the line and the column.
 
-The launcher checks the first ``tfps.data.CSV_SCAN_ROWS`` rows of each CSV file before
+The launcher checks the first ``tfps.data.dataset.CSV_SCAN_ROWS`` rows of each CSV file before
 start; the rest is checked as it is read (``tf.debugging.assert_all_finite`` in the input
 pipeline), and TensorFlow's error names the op, not the row. When a task fails on that
 check, it looks for the row itself, in the part of the data it reads (its shard), so
@@ -14,7 +14,7 @@ import logging
 import math
 import time
 
-from tfps import data as data_mod
+from tfps.data import dataset as data_mod
 
 log = logging.getLogger("tfps")
 
@@ -28,7 +28,7 @@ class DataFault(ValueError):
 
 
 def is_nonfinite_data_error(error: BaseException) -> bool:
-    """Whether ``error`` is the input pipeline's check of non-finite values (tfps.data)."""
+    """Whether ``error`` is the input pipeline's check of non-finite values (tfps.data.dataset)."""
     text = getattr(error, "message", None) or str(error)
     return "non-finite value" in text and "training data" in text
 

@@ -18,7 +18,7 @@ attempt, when nobody can have initialised them):
   no answer comes in that time does it restore, with a line that names the setting.
 
 In sync mode the token queue on the ps may still hold tokens of the previous chief; they
-are drained before the sync hook (tfps.task.syncagg) puts in one step's tokens, so that
+are drained before the sync hook (tfps.task.graph.syncagg) puts in one step's tokens, so that
 every step again takes exactly one gradient per token.
 
 ``on_session(how, step, lost)`` tells the chief what happened: ``how`` is "joined",
@@ -36,8 +36,8 @@ import tensorflow as tf
 
 from tfps import compat, timeouts
 from tfps.cluster.spec import PS, task_name
-from tfps.task.checkpoint import checkpoint_step
-from tfps.task.hooks import RestoreLoggingChiefSessionCreator
+from tfps.task.output.checkpoint import checkpoint_step
+from tfps.task.runtime.hooks import RestoreLoggingChiefSessionCreator
 
 v1 = tf.compat.v1
 log = logging.getLogger("tfps")

@@ -1,17 +1,17 @@
 """Run a classic script (``tfps local --script``) with its TensorFlow server kept on loopback.
 
 A classic script starts its own ``tf.distribute.Server``, which listens on every interface
-(``tfps.task.loopback``); tfps local gives it ``--ps_hosts=127.0.0.1:PORT,...``, so without
+(``tfps.task.net.loopback``); tfps local gives it ``--ps_hosts=127.0.0.1:PORT,...``, so without
 help its port would run any graph sent from the LAN. The launcher therefore runs each task as
 
-    python -m tfps.task.script_guard SCRIPT --ps_hosts=... --worker_hosts=... --job_name=... --task_index=... ARGS
+    python -m tfps.task.net.script_guard SCRIPT --ps_hosts=... --worker_hosts=... --job_name=... --task_index=... ARGS
 
 which, when the task's own address is loopback:
 
 1. patches TensorFlow's ``bind`` as soon as the script imports ``tensorflow`` (an import
    hook: the script's own settings made before its import, such as ``TF_CPP_MIN_LOG_LEVEL``
    or ``CUDA_VISIBLE_DEVICES``, still apply), and refuses to go on if it cannot;
-2. checks the kernel's table of the process's sockets (``tfps.task.listening``) right after
+2. checks the kernel's table of the process's sockets (``tfps.task.net.listening``) right after
    a ``tf.distribute.Server`` starts, and from a background thread until the task's port
    appears (a server started another way, e.g. by a distribution strategy); a port
    listening anywhere but on loopback ends the process at once with one line and exit
@@ -38,8 +38,8 @@ from tfps.cluster import TaskRef
 from tfps.cluster.spec import split_target
 from tfps.errors import ConfigError, real_os_exit
 from tfps.exitcodes import ExitCode
-from tfps.task.listening import open_addresses, require_loopback_only
-from tfps.task.loopback import bind_address, ensure_loopback_bind, is_loopback_host
+from tfps.task.net.listening import open_addresses, require_loopback_only
+from tfps.task.net.loopback import bind_address, ensure_loopback_bind, is_loopback_host
 
 #: How often the background check looks for the task's port: often while a script starts
 #: its server (its first seconds), then rarely (a script may load data for minutes first).
@@ -144,7 +144,7 @@ class _AfterImport:
 
 def main(argv: list[str]) -> None:
     if not argv:
-        print("usage: python -m tfps.task.script_guard SCRIPT [ARGS...]", file=sys.stderr)
+        print("usage: python -m tfps.task.net.script_guard SCRIPT [ARGS...]", file=sys.stderr)
         sys.exit(ExitCode.BAD_CONFIG)
     script, args = argv[0], argv[1:]
     try:

@@ -12,7 +12,7 @@ The cadence follows the global step, whatever the chief's own share of the steps
 reads the global step itself (one read on its ps) about twice per ``every`` steps at the
 step's recent pace (twice as late each time it has not moved), between POLL_MIN_SECS and
 POLL_MAX_SECS. The chief's own runs only nudge
-it: an asynchronous chief runs up to --log_steps steps per session.run (tfps.task.steps), and
+it: an asynchronous chief runs up to --log_steps steps per session.run (tfps.task.graph.steps), and
 with other workers the global step advances by several times that meanwhile (a chief of two
 workers, 2 ps, made 18 of the first 245 global steps at the dynamic bench's scale 0.02, and
 evictions 50 and 92 global steps apart let a table planned for --steps_to_live 10 fill and

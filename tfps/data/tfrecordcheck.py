@@ -62,7 +62,7 @@ def scan(files: list[str], label_column: str, keys: tuple[str, ...], kinds: tupl
     dtype = {"bytes": tf.string, "int64": tf.int64}
     names = [*keys, label_column]
     spec = {k: tf.io.VarLenFeature(dtype.get(kind, tf.float32)) for k, kind in zip(names, kinds)}
-    # traced as written, without AutoGraph (as tfps.data.plain_function)
+    # traced as written, without AutoGraph (as tfps.data.dataset.plain_function)
     parse = tf.autograph.experimental.do_not_convert(lambda r: tf.io.parse_example(r, spec))
     labels: list[np.ndarray] = []
     where: list[tuple[str, str]] = []

@@ -165,7 +165,7 @@ class Versions:
     checkpoint just saved when a version is due, in a background thread.
 
     ``write(checkpoint, dest, step, extra)`` writes a complete SavedModel with its marker
-    (holding ``extra``) into ``dest`` (tfps.task.export.write_version). ``on_failing(text)``
+    (holding ``extra``) into ``dest`` (tfps.task.output.export.write_version). ``on_failing(text)``
     sends the one message of failures in a row.
     """
 

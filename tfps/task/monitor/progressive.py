@@ -14,11 +14,11 @@ How the window is kept (``--progressive_window N``, the job's last N examples):
   or the SavedModel). Each training step writes its batch's per-example values into the
   ring (``Window.attach``, grouped with the step's update, inside the loop of K steps per
   run): no transfer, no ps.
-* About once a second (with its board, tfps.task.board) each worker sends a summary of
+* About once a second (with its board, tfps.task.monitor.board) each worker sends a summary of
   its ring to ps 0: the example count, the sums of the per-example values, and for binary
   labels two histograms (positives, negatives) of the scores over ``BUCKETS`` buckets of
   their logit. A vector of a few thousand numbers, whatever N.
-* The chief's watch (tfps.task.watch) sums the workers' summaries: the job's window, read
+* The chief's watch (tfps.task.monitor.watch) sums the workers' summaries: the job's window, read
   every few seconds. AUC is the Mann-Whitney statistic of the bucketed scores (ties within
   a bucket count half: within about 1e-3 of the exact AUC); the log loss and accuracy are
   exact means. A worker that left keeps its last window in the sum until it comes back.

@@ -2,7 +2,7 @@
 at most once per ``EVERY_SECS``, in a thread of its own.
 
 Keras evaluates on its validation data after every epoch; a parameter-server job has no
-epochs, so the chief evaluates checkpoints (the same ``tfps.task.export.evaluate`` as the
+epochs, so the chief evaluates checkpoints (the same ``tfps.task.output.export.evaluate`` as the
 final evaluation: a fresh local graph restored from the checkpoint file, no ps involved).
 Each evaluation goes to TensorBoard's ``eval`` run at its step and becomes a point on
 loss.png. At most one runs at a time, and only after ``EVERY_SECS`` since the previous one
@@ -18,7 +18,7 @@ import os
 import threading
 import time
 
-from tfps.task import export
+from tfps.task.output import export
 
 log = logging.getLogger("tfps")
 
@@ -62,7 +62,7 @@ class Evaluations:
         pass
 
     def _evaluate(self, path: str, step: int) -> None:
-        from tfps import data as data_mod  # lazy: imports NumPy
+        from tfps.data import dataset as data_mod  # lazy: imports NumPy
         setup, cfg = self.setup, self.cfg
         try:
             metrics = export.evaluate(

@@ -22,9 +22,9 @@ from tfps import timeouts
 from tfps.cluster.spec import split_target
 from tfps.errors import ConfigError, real_os_exit
 from tfps.exitcodes import ExitCode, stopped_code
-from tfps.task import loopback as guard
-from tfps.task.listening import require_address_only, require_loopback_only
-from tfps.task.loopback import bind_address, ensure_loopback_bind, is_loopback_host
+from tfps.task.net import loopback as guard
+from tfps.task.net.listening import require_address_only, require_loopback_only
+from tfps.task.net.loopback import bind_address, ensure_loopback_bind, is_loopback_host
 
 log = logging.getLogger("tfps")
 
@@ -280,11 +280,11 @@ def start_server(task, cfg):
     """This task's TensorFlow server, listening on loopback when the cluster knows it there.
 
     A task whose own address is a loopback one (``tfps local``, a cluster on one box) gets a
-    server on 127.0.0.1 only (``tfps.task.loopback``): TensorFlow would otherwise listen on
+    server on 127.0.0.1 only (``tfps.task.net.loopback``): TensorFlow would otherwise listen on
     every interface, and its port runs any graph sent to it. When that cannot be arranged the
     task refuses to start rather than open the port; and once the server has started, the
     kernel's own table of this process's sockets must show the port on loopback only
-    (``tfps.task.listening``: a patch that reported success may still have missed), or the
+    (``tfps.task.net.listening``: a patch that reported success may still have missed), or the
     task refuses, and its exit closes the port. A port that another program holds is one
     line, not TensorFlow's traceback.
     """

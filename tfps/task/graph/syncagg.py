@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from tfps.task.steps import _last_values, _packable, _send_joined, _stacked
+from tfps.task.graph.steps import _last_values, _packable, _send_joined, _stacked
 
 v1 = tf.compat.v1
 
@@ -310,7 +310,7 @@ def sync_loop_step(agg: SyncAggregation, loss, local_step, step_read, fresh_from
 
 
 def sync_step_loop(step_fn, agg: SyncAggregation, last_step: int):
-    """K sync steps per ``session.run``, as ``tfps.task.steps.step_loop`` runs K async ones.
+    """K sync steps per ``session.run``, as ``tfps.task.graph.steps.step_loop`` runs K async ones.
 
     ``step_fn(local_step)`` builds one step (``sync_loop_step``) and returns (train_op, loss,
     metrics, token, stale). Each iteration's gradient belongs to the token of the one before

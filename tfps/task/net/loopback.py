@@ -3,7 +3,7 @@
 TensorFlow's gRPC server always binds the wildcard address; this module points
 ``libtensorflow_cc``'s GOT entry for ``bind`` at a function that keeps a wildcard bind on
 the task's loopback address. It is not proof on its own: the caller checks the kernel's
-sockets after the server starts (``tfps.task.listening``) and refuses to run otherwise.
+sockets after the server starts (``tfps.task.net.listening``) and refuses to run otherwise.
 
 Why and how (the GOT patch, what it rewrites, why it is not proof): docs/design/loopback.md.
 """
