@@ -92,7 +92,7 @@ END_RPC_TIMEOUT_MS = 10_000
 #: without a bound ("CreateSession still waiting"), so the call is abandoned after this.
 END_RPC_BOUND_SECS = 20.0
 #: How long a non-chief waits, at its end, for its watch for the job's end to leave TensorFlow
-#: (tfps.task.runtime.lifecycle.left_in_tensorflow); a watch still in a call then is abandoned.
+#: (tfps.task.runtime.signals.left_in_tensorflow); a watch still in a call then is abandoned.
 END_WATCH_JOIN_SECS = 1.0
 #: Bound on a worker's board write outside a step (at session start and end, tfps.task.monitor.board).
 BOARD_WRITE_TIMEOUT_MS = 5_000
@@ -139,7 +139,7 @@ NOTIFY_ATTEMPT_SECS = 15.0
 #: Signals that come within this many seconds of the first are the same stop: ``timeout``, CI
 #: runners and process managers signal a process and then its group, and a terminal's Ctrl-C
 #: reaches the whole foreground group, milliseconds apart. Only a signal after this window is
-#: a deliberate second one, which stops at once (tfps.task.runtime.lifecycle.StopWindow).
+#: a deliberate second one, which stops at once (tfps.task.runtime.signals.StopWindow).
 STOP_WINDOW_SECS = 2.0
 
 #: After the chief exits 0, how long the other tasks get to exit on their own before they

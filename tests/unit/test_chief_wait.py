@@ -34,8 +34,8 @@ def ps_server(tf):
 def test_a_waiting_worker_publishes_its_ledger_and_leaves_a_job_that_is_over(tf, monkeypatch):
     from tfps import timeouts
     from tfps.task.monitor.board import ledger_variable
+    from tfps.task.runtime.donequeue import stop_flag
     from tfps.task.runtime.hooks import JobOver, wait_for_chief
-    from tfps.task.runtime.lifecycle import stop_flag
     v1 = tf.compat.v1
     monkeypatch.setattr(timeouts, "GIVE_UP_POLL_SECS", 0.05)
     server = ps_server(tf)
@@ -78,8 +78,8 @@ def test_a_waiting_worker_publishes_its_ledger_and_leaves_a_job_that_is_over(tf,
 
 def test_a_stop_or_the_chief_giving_up_ends_the_wait(tf, monkeypatch):
     from tfps import timeouts
+    from tfps.task.runtime.donequeue import stop_flag
     from tfps.task.runtime.hooks import ChiefWaitEnded, wait_for_chief
-    from tfps.task.runtime.lifecycle import stop_flag
     v1 = tf.compat.v1
     monkeypatch.setattr(timeouts, "GIVE_UP_POLL_SECS", 0.05)
     server = ps_server(tf)

@@ -165,7 +165,7 @@ def test_the_got_slots_read_as_arrays_are_those_read_one_by_one():
     pytest.importorskip("tensorflow")
     code = ("import json, sys\n"
             "import tensorflow\n"
-            "from tfps.task import loopback\n"
+            "from tfps.task.net import loopback\n"
             "print(json.dumps(loopback._library_mapping()[0]))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -1,7 +1,7 @@
 """tfps's modules import in layers, with no import cycle (an AST check).
 
 Every import counts: those inside functions, and the package ``__init__`` files an import
-runs (``from tfps.task import optimizers`` runs ``tfps/task/__init__.py`` first, and what
+runs (``from tfps.task.graph import optimizers`` runs ``tfps/task/__init__.py`` first, and what
 it imports).
 """
 

@@ -390,7 +390,7 @@ def test_running_metrics_of_a_training_step_are_the_workers_own(tmp_path, sync):
     import tensorflow as tf
 
     from tfps.cluster.spec import ClusterSpec, TaskRef
-    from tfps.task.runtime.lifecycle import StopSignal
+    from tfps.task.runtime.signals import StopSignal
     from tfps.task.worker import Worker
     v1 = tf.compat.v1
     train, _, _ = _binary_csv(tmp_path / "bin.csv")

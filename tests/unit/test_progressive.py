@@ -166,7 +166,7 @@ def test_a_workers_step_scores_its_batch_with_the_weights_before_its_update(tmp_
     after each update would hold the second loss after the first step."""
     from tfps.cluster.single_host import free_ports
     from tfps.cluster.spec import ClusterSpec, TaskRef
-    from tfps.task.runtime.lifecycle import StopSignal
+    from tfps.task.runtime.signals import StopSignal
     from tfps.task.setup import JobSetup
     from tfps.task.worker import Worker
     data = tmp_path / "same.csv"

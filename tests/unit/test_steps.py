@@ -1,5 +1,5 @@
 """How an async worker's steps run (tfps.task.graph.steps) and how many threads a task gets
-(tfps.task.runtime.lifecycle.auto_threads), without a cluster: the loop of K steps stops at
+(tfps.task.runtime.session.auto_threads), without a cluster: the loop of K steps stops at
 the last step, packed gradients update the variables exactly as ``minimize`` does.
 """
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tfps.cluster.spec import ClusterSpec, TaskRef
-from tfps.task.runtime.lifecycle import auto_threads
+from tfps.task.runtime.session import auto_threads
 
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1

@@ -144,7 +144,7 @@ class RunConfig:
     keep_exports: int | None = None     # --export_every: the newest K versions stay; None keeps every one
     sync_timeout: float = DEFAULT_SYNC_TIMEOUT
     startup_timeout: float = 600.0
-    tf_threads: int | None = None   # None: tfps.task.runtime.lifecycle.auto_threads
+    tf_threads: int | None = None   # None: tfps.task.runtime.session.auto_threads
     seed: int = 7
     notify: list[str] = dataclasses.field(default_factory=list)
     notify_config: str | None = None

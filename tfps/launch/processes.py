@@ -53,7 +53,7 @@ from tfps.models import keras_model
 from tfps.notify import notifier_for
 from tfps.notify.urls import ENV_URLS, ENV_URLS_FILE, collect_urls
 from tfps.outcome import lock, results
-from tfps.task.runtime.lifecycle import StopWindow
+from tfps.task.runtime.signals import StopWindow
 
 log = logging.getLogger("tfps")
 

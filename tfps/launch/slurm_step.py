@@ -37,7 +37,7 @@ from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.task import entry
 from tfps.task.net.loopback import BIND_ADDRESS_ENV
-from tfps.task.runtime.lifecycle import exit_now
+from tfps.task.runtime.signals import exit_now
 
 log = logging.getLogger("tfps")
 

@@ -37,7 +37,7 @@ from tfps.task.output.evaluations import Evaluations
 from tfps.task.output.export import nonfinite_variables
 from tfps.task.output.versions import Versions
 from tfps.task.runtime import diskfull
-from tfps.task.runtime.lifecycle import session_config
+from tfps.task.runtime.session import session_config
 from tfps.task.runtime.watchdog import probe_tasks
 from tfps.task.setup import JobSetup
 from tfps.task.worker import Worker, WorkerFailed

@@ -103,7 +103,7 @@ def _run(ns: argparse.Namespace, argv: list[str]) -> ExitCode | int:
     if ns.restarts > 0 and not os.environ.get(SUPERVISED_ENV):
         return supervise(["run", *argv], ns.restarts, task.name)
     # lazy: only a running task needs it, not the parser
-    from tfps.task.runtime.lifecycle import StopSignal, exit_now, rpc_abandoned
+    from tfps.task.runtime.signals import StopSignal, exit_now, rpc_abandoned
     code = run_task(task, cfg, StopSignal(), PROCESS_START, replace=ns.replace)
     # The task is over and its exit status decided; only the interpreter and TensorFlow
     # shut down now (a second or two), and Python restores SIGTERM's default action for

@@ -32,7 +32,7 @@ from tfps.data import dataset as data_mod
 from tfps.data import stream
 from tfps.errors import ConfigError
 from tfps.task.graph.slicequeue import RING, advance, claimed_by, done
-from tfps.task.runtime.lifecycle import session_config
+from tfps.task.runtime.session import session_config
 
 log = logging.getLogger("tfps")
 

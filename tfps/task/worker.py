@@ -34,17 +34,10 @@ from tfps.task.graph.traingraph import TrainGraph
 from tfps.task.monitor.board import publish_hook
 from tfps.task.output.checkpoint import glob_free_checkpoint as glob_free
 from tfps.task.runtime import datafault
-from tfps.task.runtime.lifecycle import (
-    StopSignal,
-    abandon_rpc,
-    done_queue,
-    left_in_tensorflow,
-    rpc_abandoned,
-    session_config,
-    start_server,
-    stop_flag,
-    write_health,
-)
+from tfps.task.runtime.donequeue import done_queue, stop_flag
+from tfps.task.runtime.health import write_health
+from tfps.task.runtime.session import session_config, start_server
+from tfps.task.runtime.signals import StopSignal, abandon_rpc, left_in_tensorflow, rpc_abandoned
 from tfps.task.runtime.watchdog import StartupWatchdog
 from tfps.task.setup import JobSetup
 
@@ -336,7 +329,7 @@ class Worker:
         The ps may be gone already. The run has its own timeout, but TensorFlow waits for
         the session's tasks without a bound when the session is created, so the call runs
         in a thread that is abandoned after END_RPC_BOUND_SECS; the process then ends
-        without waiting for it (lifecycle.abandon_rpc).
+        without waiting for it (signals.abandon_rpc).
         """
         if rpc_abandoned():   # an earlier one found no ps: do not wait again
             log.warning("%s: did not %s: no ps answered before", self.task.name, what)

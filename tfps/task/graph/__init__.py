@@ -19,7 +19,8 @@ from tfps.task.graph.model_step import ModelStep, input_batches
 from tfps.task.graph.traingraph import TrainGraph
 from tfps.task.monitor import progressive
 from tfps.task.monitor.board import Board
-from tfps.task.runtime.lifecycle import cluster_spec, done_queue, stop_flag
+from tfps.task.runtime.donequeue import done_queue, stop_flag
+from tfps.task.runtime.session import cluster_spec
 from tfps.task.setup import JobSetup, optimizer_options
 
 log = logging.getLogger("tfps")

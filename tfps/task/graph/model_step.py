@@ -17,7 +17,7 @@ from tfps import models
 from tfps.data import dataset as data_mod
 from tfps.errors import ConfigError
 from tfps.models import keras_model, modelspec
-from tfps.task.graph import placement
+from tfps.task.graph import partition
 
 log = logging.getLogger("tfps")
 
@@ -79,7 +79,7 @@ class ModelStep:
         sync_value = now if now is not None else self.step_value if strategy.sync else None
         reads = steps_mod.PackedReads(worker, step_value=sync_value, wait_for_step=strategy.backup,
                                       pack=not isinstance(setup.model_fn, keras_model.KerasModelFn))
-        with placement.partitioned(task.num_ps, cfg.partition_mb, keras=models.may_use_keras(cfg.model)), \
+        with partition.partitioned(task.num_ps, cfg.partition_mb, keras=models.may_use_keras(cfg.model)), \
                 modelspec.on_worker(worker), \
                 dynamic_embedding.shard_devices([f"/job:ps/task:{i}" for i in range(task.num_ps)]):
             spec = reads.build(lambda f, lb: setup.model_fn(f, lb, "train", setup.params), features, labels)

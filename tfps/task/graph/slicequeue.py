@@ -31,7 +31,7 @@ import numpy as np
 from tfps import timeouts
 from tfps.data import dataset as data_mod
 from tfps.errors import ConfigError
-from tfps.task.runtime.lifecycle import session_config
+from tfps.task.runtime.session import session_config
 
 log = logging.getLogger("tfps")
 

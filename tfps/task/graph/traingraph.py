@@ -43,7 +43,7 @@ class TrainGraph:
     * ``sync_fetch``: name -> tensor fetched with each run (``stale``: gradients that arrived
       stale), or None.
 
-    The job's coordination (tfps.task.runtime.lifecycle, tfps.task.monitor.board):
+    The job's coordination (tfps.task.runtime.donequeue, tfps.task.monitor.board):
 
     * ``flag``, ``raise_flag``: the cluster-wide stop flag on ps 0 and the op that raises it.
     * ``board``: this worker's ``Board`` (its step, its failure, the chief's progress).

@@ -36,7 +36,7 @@ from tfps.outcome import journal, results
 from tfps.outcome.contract import Progressive, Stall, WorkerFigures, parse
 from tfps.task.monitor import progressive as progressive_mod
 from tfps.task.monitor.board import read_ledgers
-from tfps.task.runtime.lifecycle import session_config
+from tfps.task.runtime.session import session_config
 
 log = logging.getLogger("tfps")
 

@@ -26,7 +26,7 @@ from tfps.outcome import results
 from tfps.outcome.contract import step_of
 from tfps.task.monitor import progressive
 from tfps.task.output.checkpoint import checkpoint_step, glob_free_dir
-from tfps.task.runtime.lifecycle import StopSignal
+from tfps.task.runtime.signals import StopSignal
 
 v1 = tf.compat.v1
 log = logging.getLogger("tfps")

@@ -22,7 +22,7 @@ import time
 from tfps import timeouts
 from tfps.exitcodes import ExitCode, stopped_code
 from tfps.outcome.journal import RESTART_CAUSE_ENV, RESTART_DEATHS_ENV, RESTART_SIGNAL_ENV, signal_cause
-from tfps.task.runtime.lifecycle import STOP_SIGNALS
+from tfps.task.runtime.signals import STOP_SIGNALS
 
 log = logging.getLogger("tfps")
 
