@@ -312,6 +312,33 @@ def test_packed_reads_leave_rows_and_variable_objects_to_the_model_and_keep_ever
         assert reads.plan == {} and loss.shape == ()
 
 
+def test_the_rehearsal_leaves_a_keras_layers_weights_to_keras_whatever_the_file_names(tmp_path):
+    """Which variables ``PackedReads`` packs is decided where tf_keras creates a weight (its
+    ``add_weight`` runs: ``tfps.compat.in_keras_add_weight``), not from the file names on the
+    call stack: a ``tf.compat.v1.layers`` layer's weights stay Keras's, and the user's own
+    ``get_variable`` is packed, even from a package directory named ``keras``."""
+    import importlib.util
+
+    from tfps import compat
+    from tfps.task.graph import partition
+    from tfps.task.graph.steps import _rehearse
+    (tmp_path / "keras").mkdir()
+    source = tmp_path / "keras" / "user_model.py"
+    source.write_text("import tensorflow as tf\n"
+                      "def model(x):\n"
+                      "    w = tf.compat.v1.get_variable('w', [3, 3], initializer=tf.compat.v1.ones_initializer())\n"
+                      "    return tf.compat.v1.layers.dense(tf.matmul(x, w), 2)\n")
+    spec = importlib.util.spec_from_file_location("user_model_under_keras", source)
+    user = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(user)
+    # As a worker builds it (inside partition.partitioned, whose add_weight wrapper marks), and bare.
+    for around in (lambda: partition.partitioned(1, 1000), lambda: compat.keras_add_weight_wrapped(lambda a: a)):
+        with tf.Graph().as_default(), around():
+            plan = _rehearse(user.model, (tf.constant(np.ones((2, 3), np.float32)),))
+        assert list(plan) == ["w"], plan
+    assert not compat.in_keras_add_weight()
+
+
 # ----------------------------------------------------------------------------- running metrics
 def test_running_auc_is_updated_by_every_step_of_the_loop_and_read_after_it():
     """wide_deep's running ``auc`` (binary labels) inside the loop of K steps: each step adds

@@ -10,13 +10,14 @@ the measurements: docs/design/steps.md.
 
 from __future__ import annotations
 
-import inspect
+import contextlib
 import logging
+import sys
 import time
 
 import tensorflow as tf
 
-from tfps import timeouts
+from tfps import compat, timeouts
 
 v1 = tf.compat.v1
 log = logging.getLogger("tfps")
@@ -144,7 +145,8 @@ class PackedReads:
     would, in its order), and the joined reads are built then, before the model uses any.
     A variable that is not float32 or larger than ``PACK_MAX_ELEMENTS`` is read on its own
     (its own transfer) but built the same way. Left to the model: variables created by
-    tf_keras (its layers read their weights themselves), a variable the model gathers rows
+    tf_keras (created while its ``add_weight`` runs: ``tfps.compat.in_keras_add_weight``; its
+    layers read their weights themselves), a variable the model gathers rows
     from (an embedding: only the rows travel) or assigns to, split or not trainable; and
     every variable when the first build fails, or the inputs are not plain tensors.
 
@@ -218,17 +220,6 @@ class PackedReads:
             return tf.identity(self._step_part if self._step_part is not None else self.step_value, name=name)
 
 
-def _from_keras() -> bool:
-    """Whether the caller's caller is tf_keras's (or Keras's) code."""
-    frame = inspect.currentframe()
-    while frame is not None:
-        parts = frame.f_code.co_filename.replace("\\", "/").split("/")
-        if "tf_keras" in parts or "keras" in parts:
-            return True
-        frame = frame.f_back
-    return False
-
-
 #: Ops that may use a variable whose value a model gets as a part of the joined reads.
 _READ_ONLY = {"ReadVariableOp", "VarIsInitializedOp"}
 
@@ -249,7 +240,7 @@ def _rehearse(model, inputs) -> dict:
             return calls[name][2]
         init = kwargs.get("initializer")
         if (isinstance(var, tf.Variable) and var.trainable and not isinstance(init, (tf.Tensor, tf.Variable))
-                and not _from_keras()):
+                and not compat.in_keras_add_weight()):
             value = var.value()
             calls[name] = (kwargs, var, value)
             return value
@@ -261,7 +252,9 @@ def _rehearse(model, inputs) -> dict:
         with graph.as_default():
             stand_ins = tf.nest.pack_sequence_as(inputs, [v1.placeholder(t.dtype, t.shape) for t in leaves])
             v1.train.get_or_create_global_step()   # as the real graph has one (a model may read it)
-            with v1.variable_scope(v1.get_variable_scope(), custom_getter=record):
+            # A tf_keras layer's weights stay Keras's: marked while its add_weight runs (tfps.compat).
+            marked = compat.keras_add_weight_wrapped() if "tf_keras" in sys.modules else contextlib.nullcontext()
+            with v1.variable_scope(v1.get_variable_scope(), custom_getter=record), marked:
                 model(*stand_ins)
     except Exception as e:  # noqa: BLE001 - any failure leaves the reads to the model; its own build says why
         log.info("packed reads off: the model could not be built with its variables' values as tensors (%s: %s)",
