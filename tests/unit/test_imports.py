@@ -55,6 +55,19 @@ ALLOWED_FORBIDDEN: dict[str, str] = {
 }
 
 
+#: tfps.task's rooms (one concern each) and its roles (the processes a task is, at the package's top).
+TASK_ROOMS = ("graph", "runtime", "net", "output", "monitor")
+TASK_ROLES = ("entry", "worker", "chief", "ps", "feeder")
+#: Inside tfps.task: the rooms serve the roles and never import them; the network guards stand
+#: alone (a classic script's guard runs with nothing else of tfps.task); what the chief leaves
+#: (output: checkpoints, the export from a fresh local graph) never imports the training graph,
+#: the process's runtime or the monitor.
+TASK_FORBIDDEN = ([(f"tfps.task.{room}", f"tfps.task.{role}") for room in TASK_ROOMS for role in TASK_ROLES]
+                  + [("tfps.task.net", f"tfps.task.{other}") for other in (*TASK_ROOMS, *TASK_ROLES, "setup")
+                     if other != "net"]
+                  + [("tfps.task.output", f"tfps.task.{other}") for other in ("graph", "runtime", "monitor", "setup")])
+
+
 def _ancestors(name: str) -> list[str]:
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts))]
@@ -184,11 +197,11 @@ def test_every_module_imports_only_its_own_layer_and_those_below():
         "tfps.cluster.settings (layer tfps.cluster) imports tfps.outcome.results (layer tfps.outcome)"]
 
 
-def _forbidden(graph: dict[str, set[str]]) -> list[str]:
+def _forbidden(graph: dict[str, set[str]], rules=FORBIDDEN, allowed=ALLOWED_FORBIDDEN) -> list[str]:
     def under(module: str, name: str) -> bool:
         return module == name or module.startswith(name + ".")
     return [f"{a} imports {b}" for a in sorted(graph) for b in sorted(graph[a])
-            for x, y in FORBIDDEN if under(a, x) and under(b, y) and a not in ALLOWED_FORBIDDEN]
+            for x, y in rules if under(a, x) and under(b, y) and a not in allowed]
 
 
 def test_neither_the_launchers_nor_the_roles_plugins_import_a_tasks_modules():
@@ -201,6 +214,18 @@ def test_neither_the_launchers_nor_the_roles_plugins_import_a_tasks_modules():
                        "tfps.launch.console": {"tfps.task", "tfps.cluster.memory"}}) == [
         "tfps.ansible.roles.tfps.filter_plugins.tfps_filters imports tfps.task.graph.placement",
         "tfps.launch.console imports tfps.task"]
+
+
+def test_the_rooms_of_task_serve_its_roles_and_the_guards_and_outputs_stand_alone():
+    graph = _graph()
+    rooms = {m.split(".")[2] for m in graph if m.startswith("tfps.task.") and m.count(".") >= 3}
+    assert rooms == set(TASK_ROOMS), "a new room of tfps.task: add it to TASK_ROOMS and say what it may import"
+    assert _forbidden(graph, TASK_FORBIDDEN, {}) == []
+    assert _forbidden({"tfps.task.graph.steps": {"tfps.task.worker"}, "tfps.task.net.loopback": {"tfps.task.runtime"},
+                       "tfps.task.output.export": {"tfps.task.graph.model_step"},
+                       "tfps.task.runtime.hooks": {"tfps.task.output.checkpoint"}}, TASK_FORBIDDEN, {}) == [
+        "tfps.task.graph.steps imports tfps.task.worker", "tfps.task.net.loopback imports tfps.task.runtime",
+        "tfps.task.output.export imports tfps.task.graph.model_step"]
 
 
 def test_the_roles_plugins_are_the_top_layer_and_host_modules_import_no_tfps():
