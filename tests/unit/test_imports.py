@@ -61,11 +61,13 @@ TASK_ROLES = ("entry", "worker", "chief", "ps", "feeder")
 #: Inside tfps.task: the rooms serve the roles and never import them; the network guards stand
 #: alone (a classic script's guard runs with nothing else of tfps.task); what the chief leaves
 #: (output: checkpoints, the export from a fresh local graph) never imports the training graph,
-#: the process's runtime or the monitor.
+#: the process's runtime or the monitor; the process's runtime never imports the graph or the
+#: monitor (it uses only the guards and the checkpoints' names).
 TASK_FORBIDDEN = ([(f"tfps.task.{room}", f"tfps.task.{role}") for room in TASK_ROOMS for role in TASK_ROLES]
                   + [("tfps.task.net", f"tfps.task.{other}") for other in (*TASK_ROOMS, *TASK_ROLES, "setup")
                      if other != "net"]
-                  + [("tfps.task.output", f"tfps.task.{other}") for other in ("graph", "runtime", "monitor", "setup")])
+                  + [("tfps.task.output", f"tfps.task.{other}") for other in ("graph", "runtime", "monitor", "setup")]
+                  + [("tfps.task.runtime", f"tfps.task.{other}") for other in ("graph", "monitor", "setup")])
 
 
 def _ancestors(name: str) -> list[str]:
@@ -223,9 +225,11 @@ def test_the_rooms_of_task_serve_its_roles_and_the_guards_and_outputs_stand_alon
     assert _forbidden(graph, TASK_FORBIDDEN, {}) == []
     assert _forbidden({"tfps.task.graph.steps": {"tfps.task.worker"}, "tfps.task.net.loopback": {"tfps.task.runtime"},
                        "tfps.task.output.export": {"tfps.task.graph.model_step"},
-                       "tfps.task.runtime.hooks": {"tfps.task.output.checkpoint"}}, TASK_FORBIDDEN, {}) == [
+                       "tfps.task.runtime.hooks": {"tfps.task.output.checkpoint", "tfps.task.monitor.progressive"}},
+                      TASK_FORBIDDEN, {}) == [
         "tfps.task.graph.steps imports tfps.task.worker", "tfps.task.net.loopback imports tfps.task.runtime",
-        "tfps.task.output.export imports tfps.task.graph.model_step"]
+        "tfps.task.output.export imports tfps.task.graph.model_step",
+        "tfps.task.runtime.hooks imports tfps.task.monitor.progressive"]
 
 
 def test_the_roles_plugins_are_the_top_layer_and_host_modules_import_no_tfps():

@@ -23,8 +23,7 @@ import tensorflow as tf
 from tfps import compat, timeouts
 from tfps.config.schema import MAX_FOLLOW_STEPS
 from tfps.outcome import results
-from tfps.outcome.contract import step_of
-from tfps.task.monitor import progressive
+from tfps.outcome.contract import progressive_line, step_of
 from tfps.task.output.checkpoint import checkpoint_step, glob_free_dir
 from tfps.task.runtime.signals import StopSignal
 
@@ -47,7 +46,7 @@ class ProgressHook(v1.train.SessionRunHook):
     so each line covers the ``every`` steps before it. The chief's history records carry the
     running value at their step (over the chief's batches since its last line).
 
-    ``progressive`` (a ``progressive.Window``): each line ends with this worker's window of
+    ``progressive`` (a ``tfps.task.monitor.progressive.Window``): each line ends with this worker's window of
     progressive scores (its last examples, each scored before it trained), read with a run
     of its own on this worker (no ps) when the line is due.
     """
@@ -140,7 +139,7 @@ class ProgressHook(v1.train.SessionRunHook):
         if self.progressive is None or self.progressive.summarize() is None:
             return ""
         self.job.progressive_own = self.progressive.figures(session.run(self.progressive.summarize()), own=True)
-        return progressive.line(self.job.progressive_own)
+        return progressive_line(self.job.progressive_own)
 
     def summary(self) -> dict:
         """The job's final loss and metrics: the mean of this worker's last runs (up to 20), of
