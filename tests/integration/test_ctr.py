@@ -20,7 +20,7 @@ from integration_helpers import assert_nothing_left, assert_progressive, launche
 from test_local_memory_plan import assert_the_estimate_is_what_the_chief_records
 
 from tests.fixtures.ctr_fit import export_auc
-from tfps.task.export import auc
+from tfps.task.output.export import auc
 
 pytestmark = pytest.mark.integration
 

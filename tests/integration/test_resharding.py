@@ -3,7 +3,7 @@
 ``wide_deep`` on the demo CTR data, its two id tables above ``--partition_mb`` (split
 row-wise over every ps), trains 40 steps on 2 ps tasks. Two copies of its model_dir then go
 on to step 60: one on 2 ps tasks, one on 3. The checkpoint holds each partitioned variable
-whole (tfps.task.placement), so the 3-ps job reads back exactly the rows saved from 2, and
+whole (tfps.task.graph.placement), so the 3-ps job reads back exactly the rows saved from 2, and
 both continuations end with the same tables and the same export. One worker each, so both
 runs take the same steps on the same batches; Adagrad updates only the rows of a batch's ids,
 so the rows the continuation never touched must still hold the saved values, bit for bit.

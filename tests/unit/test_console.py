@@ -72,7 +72,7 @@ def test_the_console_drops_only_progress_lines_and_leaves_the_last_state(tmp_pat
 def test_the_chief_evaluates_a_saved_checkpoint_at_most_once_a_minute(tmp_path, monkeypatch):
     import types
 
-    from tfps.task import evaluations, export
+    from tfps.task.output import evaluations, export
     seen = []
     monkeypatch.setattr(export, "evaluate", lambda fn, params, path, dataset: {"loss": 0.5, "accuracy": 0.75})
     monkeypatch.setattr(export, "write_eval_summaries", lambda d, step, m: seen.append((step, m)))

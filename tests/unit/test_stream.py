@@ -8,11 +8,11 @@ import struct
 import numpy as np
 import pytest
 
-from tfps import stream
 from tfps.config import RunConfig
 from tfps.config.durations import parse_duration
+from tfps.data import stream
 from tfps.errors import ConfigError
-from tfps.task import slicequeue
+from tfps.task.graph import slicequeue
 
 
 @pytest.mark.parametrize("text, seconds", [("90s", 90), ("10m", 600), ("2h", 7200), ("1d", 86400), ("45", 45),

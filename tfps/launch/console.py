@@ -12,7 +12,7 @@ Anywhere else (a file, a pipe: logs, CI, containers) or with ``-v``: every line 
 task, prefixed with its name (``[worker1] ...``), as before; no escape codes.
 
 The source of the status line is ``status.json``, which the chief's watch rewrites in its
-model_dir every few seconds (``tfps.task.watch.JobWatch.status``). The chief already reads
+model_dir every few seconds (``tfps.task.monitor.watch.JobWatch.status``). The chief already reads
 every worker's board on ps 0 for its stall and progress messages: the job's step, each
 worker's rate and step are known there and nowhere else. Parsing the workers' progress
 lines instead would give each worker's view at its own log interval (stale by up to
@@ -31,7 +31,7 @@ import time
 from tfps.outcome import results
 from tfps.outcome.contract import progressive_line, step_of
 
-#: A task's per-worker progress line (tfps.task.hooks.ProgressHook), as the launcher reads it.
+#: A task's per-worker progress line (tfps.task.runtime.hooks.ProgressHook), as the launcher reads it.
 PROGRESS_LINE = re.compile(r"^\[worker\d+\] \d\d:\d\d:\d\d I worker\d+: step \d+/\d+")
 #: Seconds without a step after which the status line names a worker as idle.
 IDLE_SECS = 10.0

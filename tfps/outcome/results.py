@@ -163,10 +163,10 @@ def check_export_dir(export_dir: str, model_dir: str) -> None:
                           "directory as a whole; give --export_dir a directory of its own (default "
                           "MODEL_DIR/export)", "export_dir")
     check_writable_dir(export_dir, "export_dir")
-    # A tfps export's other files are carried into the next one (tfps.task.export.switch_into_place);
+    # A tfps export's other files are carried into the next one (tfps.task.output.export.switch_into_place);
     # a directory without a marker tfps wrote is not an export, and a user's files in it are refused.
     if os.path.isdir(export_dir) and read_export_marker(export_dir) is None:
-        # A base path of versions (--export_every, tfps.task.versions): integer directories
+        # A base path of versions (--export_every, tfps.task.output.versions): integer directories
         # that each hold a tfps export are tfps's own.
         versions = {n for n in _foreign(export_dir)
                     if n.isdigit() and read_export_marker(os.path.join(export_dir, n)) is not None}
