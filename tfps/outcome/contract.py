@@ -339,6 +339,12 @@ def progressive_line(p: Progressive | dict | None) -> str:
     return f"progressive {words}{over}"
 
 
+def has_total(total: int) -> bool:
+    """Whether a job has a last step to count towards (a followed job, ``--follow``, has none:
+    no ETA, no percentage, no bar)."""
+    return 0 < int(total) < MAX_FOLLOW_STEPS
+
+
 def step_of(step: int, total: int) -> str:
     """``640/1000``; past the total (asynchronous workers that each finish a step they began
     just before it) ``1000/1000 +1``, never ``1001/1000``."""

@@ -33,7 +33,7 @@ from tfps import timeouts
 from tfps.cluster.spec import WORKER, task_name
 from tfps.errors import error_chain
 from tfps.outcome import journal, results
-from tfps.outcome.contract import Progressive, Stall, WorkerFigures, parse
+from tfps.outcome.contract import Progressive, Stall, WorkerFigures, has_total, parse
 from tfps.task.monitor import progressive as progressive_mod
 from tfps.task.monitor.board import read_ledgers
 from tfps.task.runtime.session import session_config
@@ -394,7 +394,7 @@ class JobWatch:
         res["metrics"] = {k: float(v) for k, v in latest.items()}
         res["examples_per_sec"] = round(sum(w.rate for w in self.workers) * self.batch_size, 1)
         t0, s0 = self.samples[0] if self.samples else (now, self.job_step)
-        if now > t0 and self.job_step > s0:
+        if now > t0 and self.job_step > s0 and has_total(self.train_steps):
             rate = (self.job_step - s0) / (now - t0)
             res["eta_s"] = round(max(self.train_steps - self.job_step, 0) / rate, 1)
         res["workers"] = self.per_worker()
@@ -425,7 +425,7 @@ class JobWatch:
         if self.progressive:
             out["progressive"] = dict(self.progressive)
         t0, s0 = self.samples[0] if self.samples else (now, self.job_step)
-        if now > t0 and self.job_step > s0:
+        if now > t0 and self.job_step > s0 and has_total(self.train_steps):   # a followed job has no ETA
             out["eta_s"] = round(max(self.train_steps - self.job_step, 0) / ((self.job_step - s0) / (now - t0)), 1)
         return out
 
