@@ -8,7 +8,10 @@ A tutorial shows what a command prints in a fenced ``text`` block right under a 
 as the page gives it, in a scratch directory (``tfps`` being this checkout's), and writes
 what it printed into that block, the scratch directory's path shown as ``/srv/ml``. ``--only
 KEY`` runs one; ``--check`` runs the quick ones (``quick=True``: no training) and exits 1,
-naming each page whose block is stale, instead of writing. tests/unit/test_docs_outputs.py
+naming each page whose block is stale, instead of writing. A tutorial whose steps run side by
+side (a job, and a partition landed while it runs) is played by a walk instead
+(``walk_stream``: docs/tutorials/continuous-training.md), whose result its outputs read;
+tests/integration/test_follow.py walks the same steps at its own scale. tests/unit/test_docs_outputs.py
 checks that every marker names an output and every output has its marker;
 tests/integration/test_docs_quick_outputs.py that the quick outputs are current; and
 tests/integration/test_async_job.py that the first job's block has the lines a real run of
