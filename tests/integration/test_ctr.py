@@ -18,8 +18,14 @@ import sys
 import docblocks
 import numpy as np
 import pytest
-from integration_helpers import (assert_nothing_left, assert_progressive, base_env, launcher_ports, read_results,
-                                 run_flags)
+from integration_helpers import (
+    assert_nothing_left,
+    assert_progressive,
+    base_env,
+    launcher_ports,
+    read_results,
+    run_flags,
+)
 from test_local_memory_plan import assert_the_estimate_is_what_the_chief_records
 
 from tests.fixtures.ctr_fit import export_auc
