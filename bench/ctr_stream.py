@@ -50,18 +50,19 @@ NEXT_SHARE = 0.03
 FILES = 200
 
 
-def plan(scale: float = 1.0) -> dict:
+def plan(scale: float = 1.0, next_share: float = NEXT_SHARE) -> dict:
     """The stream's sizes at ``scale`` (1: 1 M distinct users, 50 k active at a time)."""
     distinct = max(200, int(DISTINCT_USERS * scale))
     active = max(20, int(ACTIVE_USERS * scale))
     total = int(distinct * ROWS_PER_USER)
-    train = int(total * (1 - NEXT_SHARE))
+    train = int(total * (1 - next_share))
     files = max(8, min(FILES, train // 2000))
     return {"distinct_users": distinct, "active_users": active, "rows": total, "train_rows": train,
             "next_rows": total - train, "files": files, "ads": ADS, "sites": SITES}
 
 
-def generate(out_dir: str, scale: float = 1.0, seed: int = 0, drift: float = 0.0) -> dict:
+def generate(out_dir: str, scale: float = 1.0, seed: int = 0, drift: float = 0.0,
+             next_share: float = NEXT_SHARE) -> dict:
     """Write the stream into ``out_dir`` (see the module's doc); returns its plan with the
     distinct users seen by 25 % and 100 % of the training rows.
 
@@ -71,8 +72,9 @@ def generate(out_dir: str, scale: float = 1.0, seed: int = 0, drift: float = 0.0
     start), and each ad's bias has turned from its first value towards an independent
     second one by the angle ``drift * t * pi / 2`` (at drift 1 the end's ad biases are
     unrelated to the start's). Drawn from a generator of its own: at drift 0 the stream is
-    the same row for row as without it."""
-    p = plan(scale)
+    the same row for row as without it. ``next_share``: the share of the stream held out as
+    next.csv (the stream bench holds out more, for a steadier AUC)."""
+    p = plan(scale, next_share)
     os.makedirs(out_dir, exist_ok=True)
     rng = np.random.default_rng(seed)
     distinct, active, total, train = p["distinct_users"], p["active_users"], p["rows"], p["train_rows"]
@@ -89,7 +91,7 @@ def generate(out_dir: str, scale: float = 1.0, seed: int = 0, drift: float = 0.0
     t = np.clip(arrive[user], 0, None) + rng.random(len(user)) * inside[user]
     user = user[np.argsort(t, kind="stable")]
     total = len(user)
-    train = int(total * (1 - NEXT_SHARE))
+    train = int(total * (1 - next_share))
     bias = rng.normal(0, USER_BIAS_SD, distinct).astype(np.float32)
     taste = rng.normal(0, 1, (distinct, TASTE_DIM)).astype(np.float32)
     category = rng.permutation(ADS) % CATEGORIES

@@ -53,12 +53,18 @@ BACKLOG = 0.1
 ARRIVAL = 0.8
 #: The progressive window, as a share of the stream's training rows.
 WINDOW_SHARE = 0.1
+#: The held-out next part of the stream (next.csv), as a share of the stream: every side's
+#: model at its end is scored on it the same way (--eval_data), 23 k rows at scale 0.02.
+NEXT_SHARE = 0.1
 #: The steps (shares of the run's last step) over which examples/s is compared: the followed
 #: job is then still training its backlog (it catches up at about BACKLOG / (1 - ARRIVAL)).
 SPEED_WINDOW = (0.1, 0.45)
-#: Keeping up: once the followed job has caught up with its backlog, it never falls more than
-#: this many partitions behind the newest (a lag that does not grow).
-KEEP_UP_PARTITIONS = 3
+#: Keeping up: the last partition is reached (its first slice taken) within this many seconds
+#: of landing: the lister's polls (a file must keep its size for one), the feeder's tick and a
+#: slice or two in flight; a job that falls behind a stream gathers a lag that grows with it.
+#: (The chief's own "N partition(s) behind" counts the partitions it has listed: 0 while its
+#: lister fell 100 s behind the stream, before the lister's fix of 2026-12-08.)
+KEEP_UP_S = 10.0
 SIDES = ("fixed", "follow", "static", "stale", "ceiling")
 STEP_RE = re.compile(r"^\[worker\d+\] .*worker\d+: step (\d+)")
 AT_RE = re.compile(r"chief: stream at partition (\S+) \(slice (\d+)\); newest complete (\S+), (\d+) partition")
@@ -243,7 +249,7 @@ def bench_stream(ctx) -> None:
     scale = ctx.stream_scale if ctx.stream_scale is not None else (QUICK_SCALE if ctx.quick else SCALE)
     root = tempfile.mkdtemp(prefix="tfps-bench-follow-")
     try:
-        stream = generate(os.path.join(root, "data"), scale, drift=DRIFT)
+        stream = generate(os.path.join(root, "data"), scale, drift=DRIFT, next_share=NEXT_SHARE)
         files = sorted(glob.glob(stream["train_glob"]))
         ctx.info({"scale": scale, "drift": DRIFT, "stream": stream, "backlog": BACKLOG, "arrival": ARRIVAL,
                   "window_share": WINDOW_SHARE, "speed_window": SPEED_WINDOW, "files": len(files)})
@@ -322,23 +328,31 @@ def stream_rows(records: list[dict]) -> list[tuple]:
     a, b, c = fs.get("follow"), fs.get("stale_scored"), fs.get("ceiling")
     rows = []
     am, bm, cm = (f.med() if f else None for f in (a, b, c))
+    an, bn, cn = med("follow", "auc_next"), med("stale", "auc_next"), med("ceiling", "auc_next")
     rows.append(("(a) follow vs (c) one worker, collision-free: progressive AUC, last window", _cell(a, "{:.4f}"),
                  _cell(c, "{:.4f}") + " (c)", fmt(am - cm if None not in (am, cm) else None, "{:+.4f}"),
                  _verdict(am is not None and cm is not None and am >= cm - 0.01, "within 0.01")))
-    rows.append(("(a) follow vs (b) first quarter, never updated: AUC, last window", _cell(a, "{:.4f}"),
-                 _cell(b, "{:.4f}") + " (b)", fmt(am - bm if None not in (am, bm) else None, "{:+.4f}"),
+    rows.append(("(a) follow vs (c): AUC on the next part of the stream (held out)", fmt(an), fmt(cn) + " (c)",
+                 fmt(an - cn if None not in (an, cn) else None, "{:+.4f}"),
+                 _verdict(an is not None and cn is not None and an >= cn - 0.01, "within 0.01")))
+    rows.append(("(a) follow vs (b) first quarter, never updated: AUC, last window ((b): its export)",
+                 _cell(a, "{:.4f}"), _cell(b, "{:.4f}") + " (b)", fmt(am - bm if None not in (am, bm) else None,
+                                                                     "{:+.4f}"),
                  _verdict(am is not None and bm is not None and am - bm >= 0.02, ">= +0.02")))
+    rows.append(("(a) follow vs (b): AUC on the next part of the stream (held out)", fmt(an), fmt(bn) + " (b)",
+                 fmt(an - bn if None not in (an, bn) else None, "{:+.4f}"),
+                 _verdict(an is not None and bn is not None and an - bn >= 0.02, ">= +0.02")))
     lags = [x.get("lag") or {} for x in (a.data() if a else [])]
     last = [x["last_partition_lag_s"] for x in lags if x.get("last_partition_lag_s") is not None]
     every = [x["interval_s"] for x in lags if x.get("interval_s")]
     behind = [x["max_behind_after_caught_up"] for x in lags if x.get("max_behind_after_caught_up") is not None]
     typical = [x["median_lag_after_caught_up_s"] for x in lags if x.get("median_lag_after_caught_up_s") is not None]
-    ok = bool(last) and len(behind) == len(lags) and max(behind) <= KEEP_UP_PARTITIONS
+    ok = bool(last) and max(last) <= KEEP_UP_S
     rows.append((f"(a) lag behind the stream arriving at {ARRIVAL}x the fixed list's examples/s: last partition "
                  "landed -> reached (s)", fmt(median(last) if last else None, "{:.1f}"),
                  f"typical {fmt(median(typical) if typical else None, '{:.1f}')} s; a partition every "
-                 f"{fmt(median(every) if every else None, '{:.2f}')} s", f"at most {max(behind) if behind else '?'} "
-                 "behind once caught up", _verdict(ok, f"<= {KEEP_UP_PARTITIONS} behind")))
+                 f"{fmt(median(every) if every else None, '{:.2f}')} s", f"tfps said at most "
+                 f"{max(behind) if behind else '?'} behind", _verdict(ok, f"<= {KEEP_UP_S:g} s")))
     fa, ff = med("follow", "examples_s"), med("fixed", "examples_s")
     rows.append((f"(a) follow vs fixed list: examples/s, steps {SPEED_WINDOW[0]:.0%}-{SPEED_WINDOW[1]:.0%} "
                  "(backlog)", fmt(fa, "{:.0f}"), fmt(ff, "{:.0f}") + " (fixed)",
@@ -348,10 +362,6 @@ def stream_rows(records: list[dict]) -> list[tuple]:
         q, s = med("fixed", key), med("static", key)
         rows.append((f"feeding order: queue (after) vs static halves (before): {what}", fmt(q), fmt(s) + " (static)",
                      fmt(q - s if None not in (q, s) else None, "{:+.4f}"), ""))
-    for side in ("follow", "ceiling", "stale"):
-        v = med(side, "auc_next")
-        rows.append((f"{LABELS.get(side, side + ' (trained on the first quarter)')}: AUC on the next part",
-                     fmt(v), "", "", ""))
     return rows
 
 
