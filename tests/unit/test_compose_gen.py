@@ -314,6 +314,22 @@ def test_data_and_model_dirs_are_mounted_read_only(tmp_path):
     assert data["x-tfps-task"]["volumes"] == ["tfps-data:/data", "./data:/input:ro", "./models:/opt/usermodels:ro"]
 
 
+def test_a_followed_stream_comes_in_read_only_through_data_dir(tmp_path):
+    """--follow: the stream's directory on this machine is what every task reads, read-only;
+    a followed --train_data outside it, or no --data_dir, is refused with what to give instead."""
+    (tmp_path / "stream").mkdir()
+    data = load("--data_dir", str(tmp_path / "stream"), "--follow", "--train_data", "/input/dt=*",
+                "--until", "/input/dt=03", "-o", str(tmp_path / "docker-compose.yml"))
+    assert "./stream:/input:ro" in data["x-tfps-task"]["volumes"]
+    assert {"--follow", "--train_data=/input/dt=*", "--until=/input/dt=03"} <= set(data["x-tfps-task"]["command"])
+    for argv, field in ((["--train_data", str(tmp_path / "stream" / "dt=*")], "train_data"),
+                        (["--train_data", "/input/dt=*"], "data_dir"),
+                        (["--data_dir", str(tmp_path / "stream"), "--train_data", "/srv/stream/dt=*"], "train_data")):
+        with pytest.raises(ConfigError, match="--data_dir DIR") as err:
+            render("--follow", *argv)
+        assert err.value.field == field, argv
+
+
 def test_tensorboard_is_an_opt_in_profile_on_loopback():
     tb = load()["services"]["tensorboard"]
     assert tb["profiles"] == ["tensorboard"]

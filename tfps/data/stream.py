@@ -199,6 +199,7 @@ class PartitionLister:
         first = self._known is None
         if first:
             self._known = set()
+        blocked = False
         for p in self._candidates():
             if self.last is not None and p <= self.last:
                 if p not in self._known:
@@ -206,8 +207,11 @@ class PartitionLister:
                     if not first and p not in new:
                         self.late.append(p)   # it appeared after a later partition was listed
                 continue
-            if not self._complete(p):
-                break   # the stream's order: nothing after a partition that is not complete yet
+            # Every pending file's size is recorded (by _complete), not only the first's: files
+            # that landed together are complete together on the next poll, not one per poll.
+            if not self._complete(p) or blocked:
+                blocked = True   # the stream's order: nothing after a partition that is not complete yet
+                continue
             new.append(p)
             self._known.add(p)
             self.last = p
