@@ -205,3 +205,19 @@ def test_a_claim_names_its_worker_only_for_its_own_slice():
     assert slicequeue.claimed_by(claims, 7) == 1
     assert slicequeue.claimed_by(claims, 7 + slicequeue.RING) is None
     assert slicequeue.claimed_by(claims, 8) is None
+
+
+def test_a_slice_its_worker_skipped_past_is_found_lost_and_only_that_one():
+    """Worker 1 took slices 3 and 5 and finished 5: slice 3 never reached its input (the run that
+    took it was cut short after ps 0 had dequeued and claimed it), and the chief must not wait
+    --sync_timeout for it. Worker 0's slice 4, still training, is not lost."""
+    ring, base = slicequeue.RING, slicequeue.CLAIM_BASE
+    marks = np.zeros(ring, np.int64)
+    claims = np.zeros(ring, np.int64)
+    for k, w in [(2, 0), (3, 1), (4, 0), (5, 1), (6, 1)]:
+        claims[k] = k * base + w + 1
+    for k in (2, 5):
+        marks[k] = k + 1
+    assert slicequeue.lost_slices(2, 7, marks, claims) == [(3, 1, 5)]
+    marks[3] = 4   # it was trained after all (late): nothing lost
+    assert slicequeue.lost_slices(2, 7, marks, claims) == []

@@ -31,7 +31,7 @@ from tfps import timeouts
 from tfps.data import dataset as data_mod
 from tfps.data import stream
 from tfps.errors import ConfigError
-from tfps.task.graph.slicequeue import RING, advance, claimed_by, done
+from tfps.task.graph.slicequeue import RING, advance, claimed_by, done, lost_slices
 from tfps.task.runtime.session import session_config
 
 log = logging.getLogger("tfps")
@@ -318,6 +318,14 @@ class Feeder(threading.Thread):
                 self._steps[i] = (steps, now)
         queued = int(sess.run(self.ops.size, options=options))
         again = []
+        for k, w, later in lost_slices(self.position, self._next, marks, claims):
+            claim = int(claims[k % RING])
+            if self._requeued.get(k) != claim:   # once per claim
+                log.warning("chief: worker %d trained slice %d but not slice %d, which it took before (a "
+                            "request cut short); slice %d goes to the next worker", w, later, k, k)
+                self._requeued[k] = claim
+                self.requeued.append(k)
+                again.append(k)
         for k in range(self.position, self._next):
             if done(marks, k):
                 self._unclaimed.pop(k, None)
@@ -334,7 +342,7 @@ class Feeder(threading.Thread):
             claim = int(claims[k % RING])
             if self._claimed.get(k, (None,))[0] != claim:
                 self._claimed[k] = (claim, now)
-            if w == self.chief.task.index or self._requeued.get(k) == claim:
+            if w == self.chief.task.index or self._requeued.get(k) == claim or k in again:
                 continue
             # no step since it took the slice (an idle worker waiting for data took none before)
             if now - max(self._steps.get(w, (None, now))[1], self._claimed[k][1]) > self.chief.cfg.sync_timeout:

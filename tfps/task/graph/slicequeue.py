@@ -111,6 +111,25 @@ def claimed_by(claims: np.ndarray, k: int) -> int | None:
     return v % CLAIM_BASE - 1 if v // CLAIM_BASE == k and v % CLAIM_BASE else None
 
 
+def lost_slices(position: int, end: int, marks: np.ndarray, claims: np.ndarray) -> list[tuple[int, int, int]]:
+    """The slices in [position, end) that their worker will never train, as (slice, worker, the
+    later slice it trained): a worker trains its slices in the order it took them, so an
+    unfinished slice whose worker has since finished a later one never reached its input (the
+    run that took it from the queue was cut short by its deadline after ps 0 had dequeued and
+    claimed it, or the worker restarted in between)."""
+    latest: dict[int, int] = {}
+    for k in range(position, end):
+        w = claimed_by(claims, k)
+        if w is not None and done(marks, k):
+            latest[w] = k
+    out = []
+    for k in range(position, end):
+        w = claimed_by(claims, k)
+        if w is not None and not done(marks, k) and latest.get(w, -1) > k:
+            out.append((k, w, latest[w]))
+    return out
+
+
 # ------------------------------------------------------------------------ a worker's input
 def slice_specs(session_factory, ops: SliceOps, stopping, name: str, job=None):
     """The generator of a worker's input: the slices it takes from the queue, in order, until
