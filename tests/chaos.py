@@ -18,6 +18,7 @@ appeared, so that the test can tell, per fault, when the job recovered from it
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import random
@@ -222,3 +223,20 @@ def summary(faults: list[Fault], kind_of: Callable[[Fault], str] | None = None) 
 TIMER_FIRED = (r"--startup_timeout|trained no step for|did not start within|not restarting it|"
                r"exiting now, without the final save|restoring the newest checkpoint|exited with .* while the job runs|"
                r"ending tasks that did not exit by themselves")
+
+
+def must_be_listed(sent: list[Fault], chief: str) -> collections.Counter:
+    """The crashes (kills no supervisor saw) results.json must list, task by task: each the job
+    recovered from before the next kill of the same task, with the chief up meanwhile (no kill
+    of the chief in between). The chief learns of such a crash from the task, once (two
+    crashes before it noticed the first are one entry) and not while it is itself down
+    (docs/faults.md, "What results.json says")."""
+    kills = [f for f in sent if f.kind == KILL]
+    out: collections.Counter = collections.Counter()
+    for f in kills:
+        if f.task == chief or f.recover_s is None:
+            continue
+        back = f.at + f.recover_s
+        if not any(g is not f and f.at <= g.at <= back and g.task in (f.task, chief) for g in kills):
+            out[f.task] += 1
+    return out

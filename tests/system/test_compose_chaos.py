@@ -159,20 +159,6 @@ def recovered_at(f: chaos.Fault, logs: dict[str, list[tuple[float, str]]]) -> fl
     return None if found is None else round(found - f.wall, 1)
 
 
-def must_be_listed(sent: list[chaos.Fault]) -> collections.Counter:
-    """The crashes results.json must list: each the job recovered from before the next kill of
-    the same task, with the chief up meanwhile (no kill of the chief in between)."""
-    kills = [f for f in sent if f.kind == chaos.KILL]
-    out: collections.Counter = collections.Counter()
-    for f in kills:
-        if f.task == CHIEF or f.recover_s is None:
-            continue
-        back = f.at + f.recover_s
-        if not any(g is not f and f.at <= g.at <= back and g.task in (f.task, CHIEF) for g in kills):
-            out[f.task] += 1
-    return out
-
-
 def test_twenty_container_faults_in_one_compose_job(compose_job, tfps_image, container_smtp_server, tmp_path,
                                                      request):
     models = tmp_path / "models"
@@ -251,7 +237,7 @@ def test_twenty_container_faults_in_one_compose_job(compose_job, tfps_image, con
     # results.json lists every kill of the chief, and every crash the job recovered from on its
     # own; never more entries than kills.
     listed = collections.Counter(r["task"] for r in results["restarts"])
-    needed = must_be_listed(sent)
+    needed = chaos.must_be_listed(sent, CHIEF)
     assert listed[CHIEF] == kills[CHIEF], f"results.json lists {dict(listed)} for the kills {dict(kills)}"
     for task in ("ps0", "worker1"):
         assert needed[task] <= listed[task] <= kills[task], \
