@@ -18,6 +18,7 @@ appeared, so that the test can tell, per fault, when the job recovered from it
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import random
@@ -49,14 +50,22 @@ class Fault:
 
 
 def schedule(seed: int, tasks: list[str], kills: int, stops: int, gap: tuple[float, float],
-             hold: tuple[float, float], kill_tasks: list[str] | None = None) -> list[Fault]:
+             hold: tuple[float, float], kill_tasks: list[str] | None = None,
+             max_kills: int | None = None) -> list[Fault]:
     """``kills + stops`` faults: each task of ``kill_tasks`` (default: every task) killed at
-    least once, the rest drawn at random (the kills from ``kill_tasks``)."""
+    least once, the rest drawn at random (the kills from ``kill_tasks``, at most ``max_kills``
+    per task: a container's restart policy gives up after so many)."""
     rng = random.Random(seed)
     killed = kill_tasks or tasks
     assert kills >= len(killed), "every task gets at least one kill"
-    kinds = [(t, KILL) for t in killed] + [(rng.choice(killed), KILL) for _ in range(kills - len(killed))] \
-        + [(rng.choice(tasks), STOP) for _ in range(stops)]
+    assert max_kills is None or kills <= max_kills * len(killed), "more kills than the tasks may take"
+    drawn = list(killed)
+    for _ in range(kills - len(killed)):
+        task = rng.choice(killed)
+        while max_kills is not None and drawn.count(task) >= max_kills:
+            task = rng.choice(killed)
+        drawn.append(task)
+    kinds = [(t, KILL) for t in drawn] + [(rng.choice(tasks), STOP) for _ in range(stops)]
     rng.shuffle(kinds)
     return [Fault(task, kind, round(rng.uniform(*gap), 2), round(rng.uniform(*hold), 2) if kind == STOP else 0.0)
             for task, kind in kinds]
@@ -188,3 +197,46 @@ def render(title: str, faults: list[Fault]) -> str:
     lines = ["  ".join(x.ljust(w) for x, w in zip(row, widths)).rstrip() for row in [head, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join([title, *lines]) + "\n"
+
+
+def summary(faults: list[Fault], kind_of: Callable[[Fault], str] | None = None) -> str:
+    """One line per kind of fault (default: the kind and, for a kill, the task): how many were
+    sent, seconds to recover (min / median / max) and steps lost (total / max)."""
+    kind_of = kind_of or (lambda f: f"{f.kind} {f.task}" if f.kind == KILL else f.kind)
+    groups: dict[str, list[Fault]] = {}
+    for f in faults:
+        if f.at is not None:
+            groups.setdefault(kind_of(f), []).append(f)
+    lines = []
+    for name, group in sorted(groups.items()):
+        secs = sorted(f.recover_s for f in group if f.recover_s is not None)
+        lost = [f.steps_lost for f in group if f.steps_lost is not None]
+        took = (f"recover {secs[0]:.1f} / {secs[len(secs) // 2]:.1f} / {secs[-1]:.1f} s (min / median / max)"
+                if secs else "recovery not seen")
+        steps = f"steps lost {sum(lost)} in all, at most {max(lost)}" if lost else "steps lost not known"
+        lines.append(f"{name}: {len(group)} sent, {len(secs)} recovered, {took}, {steps}")
+    return "\n".join(lines) + "\n"
+
+
+#: What a task says when a timer of tfps ends it or gives up on another task (docs/faults.md,
+#: "Timers that can end a task"): a chaos job fails on any of these lines.
+TIMER_FIRED = (r"--startup_timeout|trained no step for|did not start within|not restarting it|"
+               r"exiting now, without the final save|restoring the newest checkpoint|exited with .* while the job runs|"
+               r"ending tasks that did not exit by themselves")
+
+
+def must_be_listed(sent: list[Fault], chief: str) -> collections.Counter:
+    """The crashes (kills no supervisor saw) results.json must list, task by task: each the job
+    recovered from before the next kill of the same task, with the chief up meanwhile (no kill
+    of the chief in between). The chief learns of such a crash from the task, once (two
+    crashes before it noticed the first are one entry) and not while it is itself down
+    (docs/faults.md, "What results.json says")."""
+    kills = [f for f in sent if f.kind == KILL]
+    out: collections.Counter = collections.Counter()
+    for f in kills:
+        if f.task == chief or f.recover_s is None:
+            continue
+        back = f.at + f.recover_s
+        if not any(g is not f and f.at <= g.at <= back and g.task in (f.task, chief) for g in kills):
+            out[f.task] += 1
+    return out
