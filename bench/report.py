@@ -22,7 +22,8 @@ MARKERS = {"general": (BEGIN, END),
            "ctr": ("<!-- bench:ctr:begin (written by bench/run.py) -->", "<!-- bench:ctr:end -->"),
            "dynamic": ("<!-- bench:dynamic:begin (written by bench/run.py) -->", "<!-- bench:dynamic:end -->"),
            "dlrm": ("<!-- bench:dlrm:begin (written by bench/run.py) -->", "<!-- bench:dlrm:end -->"),
-           "export": ("<!-- bench:export:begin (written by bench/run.py) -->", "<!-- bench:export:end -->")}
+           "export": ("<!-- bench:export:begin (written by bench/run.py) -->", "<!-- bench:export:end -->"),
+           "delta": ("<!-- bench:delta:begin (written by bench/run.py) -->", "<!-- bench:delta:end -->")}
 
 
 def _cell(f: Figure | None, fmt: str) -> str:
@@ -164,9 +165,15 @@ def export_table(records: list[dict]) -> list[tuple]:
     return export_rows(records)
 
 
+def delta_table(records: list[dict]) -> list[tuple]:
+    from sec_delta import delta_rows
+    return delta_rows(records)
+
+
 PARTS = {"general": (GENERAL, general_rows), "other": (OTHER, more_rows), "ctr": (("ctr",), ctr_table),
          "dynamic": (("dynamic",), dynamic_table),
-         "dlrm": (("dlrm",), dlrm_table), "export": (("export",), export_table)}
+         "dlrm": (("dlrm",), dlrm_table), "export": (("export",), export_table),
+         "delta": (("delta",), delta_table)}
 
 
 def measured(records: list[dict], sections) -> bool:

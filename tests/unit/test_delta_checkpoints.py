@@ -156,3 +156,19 @@ def test_delta_checkpoint_secs_is_a_positive_integer_and_reaches_every_task():
     from tfps.cluster.variables import launch_from_vars
     _, launch = launch_from_vars({"tfps_delta_checkpoint_secs": "60"})
     assert "--delta_checkpoint_secs=60" in launch.run_args
+
+
+def test_config_compose_and_slurm_pass_delta_checkpoint_secs_on(tmp_path):
+    from tfps import cli, cli_tools
+    from tfps.config import from_args
+    from tfps.launch import compose, slurm
+    from tfps.task import entry
+    job = tmp_path / "job.yaml"
+    job.write_text("delta_checkpoint_secs: 60\n")
+    parser = cli.build_parser()
+    assert from_args(parser.parse_args(cli_tools.expand_config(["local", "--config", str(job)], parser))) \
+        .delta_checkpoint_secs == 60
+    text = compose.render(parser.parse_args(cli.normalize_argv(["compose", "--delta-checkpoint-secs", "30"])))
+    assert text.count("--delta_checkpoint_secs=30") >= 2, text
+    argv = slurm.run_argv(parser.parse_args(["slurm", "--delta_checkpoint_secs", "45"]), {"model_dir": "/shared/m"})
+    assert from_args(entry.build_parser().parse_args(argv)).delta_checkpoint_secs == 45
