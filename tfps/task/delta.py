@@ -34,6 +34,8 @@ import time
 
 import numpy as np
 
+from tfps.task.checkpoint import checkpoint_step, glob_free_checkpoint
+
 log = logging.getLogger("tfps")
 
 DELTAS = "deltas"
@@ -186,7 +188,7 @@ def _table_names(names) -> set[str]:
 def apply(base: str, deltas: list[str]) -> tuple[dict, dict]:
     """The tensors of ``base`` with ``deltas`` (checked paths) applied in order: ``({name: array},
     {name: dtype})`` as a checkpoint holds them."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: the chief's restore only; the module stays light
     reader = tf.train.load_checkpoint(base)
     dtypes = reader.get_variable_to_dtype_map()
     names = set(dtypes)
@@ -214,7 +216,7 @@ def apply(base: str, deltas: list[str]) -> tuple[dict, dict]:
 
 def _write_checkpoint(prefix: str, values: dict, dtypes: dict) -> None:
     """An ordinary V2 checkpoint of ``values`` at ``prefix`` (one SaveV2 in a graph of its own)."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: the chief's restore only; the module stays light
     v1 = tf.compat.v1
     names = sorted(values)
     with tf.Graph().as_default() as g:
@@ -229,9 +231,7 @@ def consolidate(model_dir: str) -> str | None:
     """Before a restore: the newest full checkpoint with its good deltas applied, written as a full
     checkpoint ``model.ckpt-<step>`` and made the newest; returns the path to restore (None:
     no checkpoint). A bad delta ends the chain in one log line."""
-    import tensorflow as tf
-
-    from tfps.task.checkpoint import checkpoint_step, glob_free_checkpoint
+    import tensorflow as tf  # lazy: the chief's restore only; the module stays light
     v1 = tf.compat.v1
     base = tf.train.latest_checkpoint(model_dir)
     if not base:
@@ -260,9 +260,15 @@ def consolidate(model_dir: str) -> str | None:
         prune(model_dir, base)
         return base
     t0 = time.monotonic()
-    values, dtypes = apply(base, good)
     out = os.path.join(model_dir, f"model.ckpt-{step}")
-    _write_checkpoint(glob_free_checkpoint(out), values, dtypes)
+    try:
+        values, dtypes = apply(base, good)
+        _write_checkpoint(glob_free_checkpoint(out), values, dtypes)
+    except (tf.errors.OpError, OSError, ValueError, KeyError) as e:   # a full disk, say: the full one alone
+        text = str(getattr(e, "message", e)).strip().splitlines()
+        log.warning("chief: the deltas of %s could not be applied (%s); restoring step %d from it alone",
+                    os.path.basename(base), text[-1] if text else type(e).__name__, checkpoint_step(base))
+        return base
     state = tf.train.get_checkpoint_state(model_dir)
     paths = [os.path.basename(p) for p in (state.all_model_checkpoint_paths if state else [])]
     paths = [p for p in paths if p != os.path.basename(out)] + [os.path.basename(out)]

@@ -67,8 +67,9 @@ class DeltaCheckpointHook(v1.train.SessionRunHook):
         self.deltas = TableDeltas(graph) if self.in_flight is None else TableDeltas(graph, self.in_flight)
         owned = {id(v) for t in self.deltas.tables for v in t.owned_variables()}
         var_list = de.saver_var_list(graph)
-        if var_list is None:
-            var_list = graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)
+        if var_list is None:   # no dynamic table: what the default Saver saves
+            var_list = graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES) + \
+                graph.get_collection(v1.GraphKeys.SAVEABLE_OBJECTS)
         table_saveables = {id(t.saveable()) for t in self.deltas.tables}
         dense = [v for v in var_list if id(v) not in owned and id(v) not in table_saveables]
         self.dense = v1.train.Saver(dense, sharded=False, max_to_keep=None, save_relative_paths=True,
