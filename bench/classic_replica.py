@@ -19,7 +19,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tfps import data, models
+from tfps import models
+from tfps.data import dataset as data
 from tfps.models import demo
 
 v1 = tf.compat.v1

@@ -50,21 +50,31 @@ NEXT_SHARE = 0.03
 FILES = 200
 
 
-def plan(scale: float = 1.0) -> dict:
+def plan(scale: float = 1.0, next_share: float = NEXT_SHARE) -> dict:
     """The stream's sizes at ``scale`` (1: 1 M distinct users, 50 k active at a time)."""
     distinct = max(200, int(DISTINCT_USERS * scale))
     active = max(20, int(ACTIVE_USERS * scale))
     total = int(distinct * ROWS_PER_USER)
-    train = int(total * (1 - NEXT_SHARE))
+    train = int(total * (1 - next_share))
     files = max(8, min(FILES, train // 2000))
     return {"distinct_users": distinct, "active_users": active, "rows": total, "train_rows": train,
             "next_rows": total - train, "files": files, "ads": ADS, "sites": SITES}
 
 
-def generate(out_dir: str, scale: float = 1.0, seed: int = 0) -> dict:
+def generate(out_dir: str, scale: float = 1.0, seed: int = 0, drift: float = 0.0,
+             next_share: float = NEXT_SHARE) -> dict:
     """Write the stream into ``out_dir`` (see the module's doc); returns its plan with the
-    distinct users seen by 25 % and 100 % of the training rows."""
-    p = plan(scale)
+    distinct users seen by 25 % and 100 % of the training rows.
+
+    ``drift`` (0: none, the dynamic bench's stream) makes the ads drift over the stream
+    (the stream bench, bench/sec_stream.py): by time t in [0, 1) the ads' popularity ranks
+    have rotated by ``drift * t * ADS`` places (the popular ads of the end were rare at the
+    start), and each ad's bias has turned from its first value towards an independent
+    second one by the angle ``drift * t * pi / 2`` (at drift 1 the end's ad biases are
+    unrelated to the start's). Drawn from a generator of its own: at drift 0 the stream is
+    the same row for row as without it. ``next_share``: the share of the stream held out as
+    next.csv (the stream bench holds out more, for a steadier AUC)."""
+    p = plan(scale, next_share)
     os.makedirs(out_dir, exist_ok=True)
     rng = np.random.default_rng(seed)
     distinct, active, total, train = p["distinct_users"], p["active_users"], p["rows"], p["train_rows"]
@@ -81,7 +91,7 @@ def generate(out_dir: str, scale: float = 1.0, seed: int = 0) -> dict:
     t = np.clip(arrive[user], 0, None) + rng.random(len(user)) * inside[user]
     user = user[np.argsort(t, kind="stable")]
     total = len(user)
-    train = int(total * (1 - NEXT_SHARE))
+    train = int(total * (1 - next_share))
     bias = rng.normal(0, USER_BIAS_SD, distinct).astype(np.float32)
     taste = rng.normal(0, 1, (distinct, TASTE_DIM)).astype(np.float32)
     category = rng.permutation(ADS) % CATEGORIES
@@ -92,6 +102,8 @@ def generate(out_dir: str, scale: float = 1.0, seed: int = 0) -> dict:
     ad_p /= ad_p.sum()
     site_p = 1.0 / np.arange(1, SITES + 1) ** 0.8
     site_p /= site_p.sum()
+    drift_rng = np.random.default_rng([seed, 1])
+    ad_bias_late = drift_rng.normal(0, 0.3, ADS).astype(np.float32)
     bounds = np.linspace(0, train, p["files"] + 1).astype(int).tolist() + [total]
     seen_at: dict[str, int] = {}
     seen = np.zeros(distinct, bool)
@@ -99,10 +111,16 @@ def generate(out_dir: str, scale: float = 1.0, seed: int = 0) -> dict:
     for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
         n, u = b - a, user[a:b]
         ad = rng.choice(ADS, n, p=ad_p)
+        biases = ad_bias
+        if drift:
+            when = a / max(total, 1)
+            ad = (ad + int(drift * when * ADS)) % ADS
+            turn = drift * when * np.pi / 2
+            biases = (np.cos(turn) * ad_bias + np.sin(turn) * ad_bias_late).astype(np.float32)
         site = rng.choice(SITES, n, p=site_p)
         price = rng.gamma(2.0, 1.0, n).astype(np.float32)
         logit = (-1.8 + bias[u] + 0.7 * np.einsum("ij,ij->i", taste[u], cat_vec[category[ad]])
-                 + ad_bias[ad] + site_bias[site] - 0.15 * price)
+                 + biases[ad] + site_bias[site] - 0.15 * price)
         label = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.int8)
         name = "next.csv" if i == p["files"] else f"train-{i:04d}.csv"
         with open(os.path.join(out_dir, name), "w") as fh:
@@ -115,7 +133,7 @@ def generate(out_dir: str, scale: float = 1.0, seed: int = 0) -> dict:
                 seen_at["25%"] = int(seen.sum())
     seen_at["100%"] = int(seen.sum())
     rows_of = np.bincount(user[:train], minlength=distinct)
-    p.update(rows=total, train_rows=train, next_rows=total - train, seed=seed, scale=scale,
+    p.update(rows=total, train_rows=train, next_rows=total - train, seed=seed, scale=scale, drift=drift,
              click_rate=round(clicks / train, 4), users_seen=seen_at,
              rows_per_user_seen=round(train / max(seen_at["100%"], 1), 1),
              rows_of_a_rows_user=round(float((rows_of.astype(float) ** 2).sum() / max(train, 1)), 1),

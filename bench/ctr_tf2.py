@@ -10,7 +10,7 @@ the coordinator, ``tf.distribute.ParameterServerStrategy`` with a
 ``MinSizePartitioner`` (tables above ``--partition_mb`` split over the ps, as tfps does),
 ``ClusterCoordinator`` under ``model.fit`` with a ``DatasetCreator`` and
 ``steps_per_execution``. Both read the data through tfps's own input pipeline
-(``tfps.data.make_dataset``: decoded once, cached, shuffled, repeated), so only the
+(``tfps.data.dataset.make_dataset``: decoded once, cached, shuffled, repeated), so only the
 training differs.
 
 The rate counts every epoch but the first (graph tracing, variable creation, the first
@@ -119,7 +119,7 @@ def fit(a, model, x, servers: dict | None = None):
 
 
 def dataset_fn(a):
-    from tfps import data
+    from tfps.data import dataset as data
     schema = data.infer_schema(a.train_data)
 
     def make(_input_context=None):

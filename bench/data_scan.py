@@ -1,7 +1,7 @@
 """What the data pre-check holds in memory while it scans many CSV rows, side by side.
 
 Every task of a job (and ``tfps local`` before it starts any) scans its training files
-before it trains (``tfps.data.infer_schema``): up to ``CSV_SCAN_ROWS`` rows a file, each
+before it trains (``tfps.data.dataset.infer_schema``): up to ``CSV_SCAN_ROWS`` rows a file, each
 file's labels and the line of each kept for the messages that name a bad label. This
 writes the dynamic bench's stream of churning users (bench/ctr_stream.py, 200 files) and
 runs the scan in a fresh process twice, alternating: once timed, once under tracemalloc
@@ -31,7 +31,7 @@ TARGET_BYTES_PER_ROW = 48
 
 SCAN = """
 import json, sys, time, tracemalloc
-from tfps import data
+from tfps.data import dataset as data
 traced = sys.argv[2] == "traced"
 if traced:
     tracemalloc.start()

@@ -3,12 +3,12 @@
 Two ps (``tf.distribute.Server``s in this process, on loopback) hold one dynamic table
 (tfps.layers.DynamicTable, Adagrad) of ROWS live rows, filled by training lookups. Then:
 a full checkpoint (the job's Saver, as the chief's CheckpointSaverHook writes it); then
-DELTAS rounds of "train ~CHANGE of the rows in STEPS steps, save a delta" (tfps.task.delta_hook, as the
+DELTAS rounds of "train ~CHANGE of the rows in STEPS steps, save a delta" (tfps.task.output.delta_hook, as the
 chief writes it); then a full checkpoint at the last delta's step, for the comparison.
 Each save runs between two training steps of the one training loop, as the hooks do on
 the chief: the pause is the gap it makes between two steps, less a step's median time.
 Restore: the full checkpoint alone (Saver.restore), against full + DELTAS deltas
-(tfps.task.delta.consolidate, then Saver.restore of what it wrote).
+(tfps.task.output.delta.consolidate, then Saver.restore of what it wrote).
 
     python bench/delta_job.py [--rows 2000000] [--dim 16] [--change 0.01] [--deltas 3] [--steps 120]
 
@@ -58,8 +58,8 @@ def main(argv=None) -> int:
 
     from tfps.layers import dynamic_embedding as de
     from tfps.layers import table_restore
-    from tfps.task import delta
-    from tfps.task.delta_hook import DeltaCheckpointHook
+    from tfps.task.output import delta
+    from tfps.task.output.delta_hook import DeltaCheckpointHook
     v1 = tf.compat.v1
     v1.disable_eager_execution()
     cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{_port()}", f"127.0.0.1:{_port()}"],

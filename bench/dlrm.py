@@ -169,7 +169,7 @@ def eval_auc(model, eval_csv: str, batch: int = 4096) -> float:
     computed on this process from the model's predictions."""
     import tf_keras as keras
 
-    from tfps import data
+    from tfps.data import dataset as data
     schema = data.infer_schema(eval_csv)
     metric = keras.metrics.AUC()
     for features, labels in data.make_dataset(schema, "label", batch, train=False):

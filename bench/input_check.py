@@ -1,6 +1,6 @@
 """What the NaN/infinity check costs the input pipeline, measured side by side.
 
-``tfps.data`` checks every value it reads for NaN and infinity (``_finite``): once per
+``tfps.data.dataset`` checks every value it reads for NaN and infinity (``_finite``): once per
 batch of 1024 lines for CSV, before the cache, so later epochs pay nothing. This reads the
 demo CSV through the training pipeline of one worker with the check and without it
 (``_finite`` replaced by the identity), alternating runs, and prints examples/s of each
@@ -22,7 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def examples_per_sec(checked: bool, batches: int, batch_size: int) -> float:
-    from tfps import data
+    from tfps.data import dataset as data
     from tfps.models import demo
     original = data._finite
     if not checked:

@@ -23,6 +23,7 @@ MARKERS = {"general": (BEGIN, END),
            "dynamic": ("<!-- bench:dynamic:begin (written by bench/run.py) -->", "<!-- bench:dynamic:end -->"),
            "dlrm": ("<!-- bench:dlrm:begin (written by bench/run.py) -->", "<!-- bench:dlrm:end -->"),
            "export": ("<!-- bench:export:begin (written by bench/run.py) -->", "<!-- bench:export:end -->"),
+           "stream": ("<!-- bench:stream:begin (written by bench/run.py) -->", "<!-- bench:stream:end -->"),
            "delta": ("<!-- bench:delta:begin (written by bench/run.py) -->", "<!-- bench:delta:end -->")}
 
 
@@ -165,6 +166,11 @@ def export_table(records: list[dict]) -> list[tuple]:
     return export_rows(records)
 
 
+def stream_table(records: list[dict]) -> list[tuple]:
+    from sec_stream import stream_rows
+    return stream_rows(records)
+
+
 def delta_table(records: list[dict]) -> list[tuple]:
     from sec_delta import delta_rows
     return delta_rows(records)
@@ -173,6 +179,7 @@ def delta_table(records: list[dict]) -> list[tuple]:
 PARTS = {"general": (GENERAL, general_rows), "other": (OTHER, more_rows), "ctr": (("ctr",), ctr_table),
          "dynamic": (("dynamic",), dynamic_table),
          "dlrm": (("dlrm",), dlrm_table), "export": (("export",), export_table),
+         "stream": (("stream",), stream_table),
          "delta": (("delta",), delta_table)}
 
 

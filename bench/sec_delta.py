@@ -4,7 +4,7 @@ Each round runs bench/delta_job.py in a process of its own: a dynamic table of R
 rows on 2 ps (TF servers in that process), about 1 % of its rows trained between two saves;
 one full checkpoint, then deltas. Reported: a delta's bytes, save time and training pause
 against the full checkpoint's (targets: at most 5 %, 10 %, 10 %), and the restore of the
-full checkpoint alone against full + the deltas (tfps.task.delta.consolidate, then the
+full checkpoint alone against full + the deltas (tfps.task.output.delta.consolidate, then the
 restore). The first delta of a chain also carries the live key sets (8 bytes a row): it is
 reported beside the others.
 """

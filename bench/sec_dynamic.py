@@ -52,7 +52,7 @@ STREAM_LEARNING_RATE = 0.003
 #: a live user is missed that long with probability e**-4.
 STREAM_TTL_ARRIVALS = 4
 #: Steps the chief's eviction may run late: it runs off the step path, in a thread of the
-#: chief (tfps/task/tables.py), so a row lives steps_to_live plus that, and the table is
+#: chief (tfps/task/graph/tables.py), so a row lives steps_to_live plus that, and the table is
 #: planned for the ids of that many steps. At scale 0.02 (steps_to_live 10) it ran every 8
 #: steps with one worker (the table peaked at 3880 of its 4296 rows) but every 28 with two
 #: (the table was full most of the run and had refused 17172 new ids by its first pass,

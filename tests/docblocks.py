@@ -41,13 +41,24 @@ def commands(page: str, test_file: str, paths: dict[str, Path] | None = None) ->
     is ``# run by test_file``): one argv per command, continuation lines joined, comments
     dropped. ``paths`` maps a path on the page (``inventory/mycluster``, or a prefix such as
     ``data/``) to where the test holds it."""
-    text = block(page, f"# run by {test_file}")
-    argvs = []
+    return argvs(block(page, f"# run by {test_file}"), paths)
+
+
+def steps(page: str, test_file: str) -> list[str]:
+    """Every sh block of docs/``page`` that ``test_file`` runs, in the page's order: a
+    tutorial whose steps are several blocks (``# run by test_file (step 1: ...)``, ...)."""
+    return [b for b in blocks(page) if b.startswith(f"# run by {test_file}")]
+
+
+def argvs(text: str, paths: dict[str, Path] | None = None) -> list[list[str]]:
+    """The commands of a block's text: one argv per command, continuation lines joined,
+    comments dropped; ``paths`` as for :func:`commands`."""
+    found = []
     for line in text.replace("\\\n", " ").splitlines():
         argv = shlex.split(line, comments=True)
         if argv:
-            argvs.append([_mapped(a, paths or {}) for a in argv])
-    return argvs
+            found.append([_mapped(a, paths or {}) for a in argv])
+    return found
 
 
 def _mapped(arg: str, paths: dict[str, Path]) -> str:

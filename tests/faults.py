@@ -8,9 +8,9 @@ step at the kill, the checkpoint training resumed from, the steps redone (at mos
 checkpoint interval).
 
 Where training resumed is read from tfps's own chief lines ``restored checkpoint of step N
-from PATH`` (tfps/task/hooks.py, logged each time the chief's session is created from a
+from PATH`` (tfps/task/runtime/hooks.py, logged each time the chief's session is created from a
 checkpoint, including when it recovers from a lost ps) and ``joined the live variables on
-the ps at step N`` (tfps/task/rejoin.py: a restarted chief whose ps kept the variables
+the ps at step N`` (tfps/task/runtime/rejoin.py: a restarted chief whose ps kept the variables
 restores nothing, so nothing is redone), never from TensorFlow's INFO text.
 
 tests/ is on sys.path (pytest inserts the directory of tests/conftest.py), so every suite

@@ -1,7 +1,7 @@
 """tfps: TensorFlow parameter-server training whose jobs end cleanly.
 
 The package is importable without TensorFlow: only the modules that build graphs or run
-a task (``tfps.task.*`` below ``run_task``, ``tfps.models``, ``tfps.data``'s
+a task (``tfps.task.*`` below ``run_task``, ``tfps.models``, ``tfps.data.dataset``'s
 dataset pipeline) import it, and they do so lazily, after the CLI has checked that
 TensorFlow is installed.
 

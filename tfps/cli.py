@@ -293,7 +293,7 @@ def cmd_notify_failure(ns) -> ExitCode:
 
 
 def cmd_healthcheck(ns) -> ExitCode:
-    from tfps.task.lifecycle import healthcheck  # lazy: only tfps healthcheck needs it
+    from tfps.task.runtime.health import healthcheck  # lazy: only tfps healthcheck needs it
     return healthcheck()
 
 

@@ -51,9 +51,9 @@ def step_timeout_ms(cfg) -> int:
     return int(cfg.sync_timeout * 1000)
 
 
-#: The bound of a training run that reads from the slice queue (tfps.task.slicequeue): it may
+#: The bound of a training run that reads from the slice queue (tfps.task.graph.slicequeue): it may
 #: wait for the next slice as long as a followed stream is quiet; a lost task is found by the
-#: watchdog within --sync_timeout (tfps.task.watchdog), and a stop ends the wait within seconds.
+#: watchdog within --sync_timeout (tfps.task.runtime.watchdog), and a stop ends the wait within seconds.
 QUEUE_RUN_TIMEOUT_MS = 7 * 24 * 3600 * 1000
 
 
@@ -84,7 +84,7 @@ CHIEF_WAIT_SECS = 7200
 #: A worker reads the chief's stop flag (on ps 0) at most this often.
 FLAG_READ_SECS = 0.25
 #: An async worker runs as many steps per session.run as take about this long (at most
-#: --log_steps): a stop is still honoured within about this time (tfps.task.steps).
+#: --log_steps): a stop is still honoured within about this time (tfps.task.graph.steps).
 STEPS_PER_RUN_SECS = 0.25
 #: Bound on sending tokens / flags at the end; the ps may already be gone.
 END_RPC_TIMEOUT_MS = 10_000
@@ -92,9 +92,9 @@ END_RPC_TIMEOUT_MS = 10_000
 #: without a bound ("CreateSession still waiting"), so the call is abandoned after this.
 END_RPC_BOUND_SECS = 20.0
 #: How long a non-chief waits, at its end, for its watch for the job's end to leave TensorFlow
-#: (tfps.task.lifecycle.left_in_tensorflow); a watch still in a call then is abandoned.
+#: (tfps.task.runtime.signals.left_in_tensorflow); a watch still in a call then is abandoned.
 END_WATCH_JOIN_SECS = 1.0
-#: Bound on a worker's board write outside a step (at session start and end, tfps.task.board).
+#: Bound on a worker's board write outside a step (at session start and end, tfps.task.monitor.board).
 BOARD_WRITE_TIMEOUT_MS = 5_000
 #: After its done token the chief waits at most this long for the ps tasks to exit (well
 #: inside the grace that follows a stop request).
@@ -111,16 +111,16 @@ PROBE_PATIENT_SECS = 30.0
 #: gets no answer is asked again (a ps frozen, starting again, or slow on a loaded machine:
 #: restoring the checkpoint over variables the ps may still hold would roll the job back)
 #: until ``--sync_timeout`` has passed; only then does the chief restore, and says so. Also
-#: the bound on each run of its drain of old sync tokens (tfps.task.rejoin).
+#: the bound on each run of its drain of old sync tokens (tfps.task.runtime.rejoin).
 REJOIN_PROBE_TIMEOUT_MS = 10_000
 #: After its final save the chief looks this often whether a ps still listens, each look
 #: bounded by PS_EXIT_CONNECT_SECS (within PS_EXIT_WAIT_SECS in all).
 PS_EXIT_POLL_SECS = 0.2
 PS_EXIT_CONNECT_SECS = 1.0
-#: A worker writes its progress board (on ps 0) at most this often (tfps.task.board).
+#: A worker writes its progress board (on ps 0) at most this often (tfps.task.monitor.board).
 BOARD_PUBLISH_SECS = 1.0
 #: The chief's progress watch reads the workers' boards this often, each read bounded by
-#: WATCH_READ_TIMEOUT_MS (tfps.task.watch).
+#: WATCH_READ_TIMEOUT_MS (tfps.task.monitor.watch).
 WATCH_POLL_SECS = 2.0
 WATCH_READ_TIMEOUT_MS = 5_000
 #: --epochs: the chief, done with its data, reads the other workers' boards this often until
@@ -139,7 +139,7 @@ NOTIFY_ATTEMPT_SECS = 15.0
 #: Signals that come within this many seconds of the first are the same stop: ``timeout``, CI
 #: runners and process managers signal a process and then its group, and a terminal's Ctrl-C
 #: reaches the whole foreground group, milliseconds apart. Only a signal after this window is
-#: a deliberate second one, which stops at once (tfps.task.lifecycle.StopWindow).
+#: a deliberate second one, which stops at once (tfps.task.runtime.signals.StopWindow).
 STOP_WINDOW_SECS = 2.0
 
 #: After the chief exits 0, how long the other tasks get to exit on their own before they

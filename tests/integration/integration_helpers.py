@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tfps.task.checkpoint import checkpoint_step as step_of_checkpoint
+from tfps.task.output.checkpoint import checkpoint_step as step_of_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -38,7 +38,7 @@ from integration_helpers import (
 )
 from test_watch_a_run import assert_a_piped_console
 
-from tfps.task.checkpoint import checkpoint_step
+from tfps.task.output.checkpoint import checkpoint_step
 
 pytestmark = pytest.mark.integration
 

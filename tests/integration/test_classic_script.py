@@ -1,5 +1,5 @@
 """``tfps local --script``: a user's classic TF1 script whose ps blocks in server.join(), run
-under tfps.task.script_guard (its servers on loopback only)."""
+under tfps.task.net.script_guard (its servers on loopback only)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def test_a_classic_script_that_never_ends_stops_on_one_ctrl_c(procs, tmp_path):
     ports = launcher_ports(launcher)
     # Training: the chief holds a connection to the ps (its session) for some seconds.
     poll(lambda: len(cluster_pids(ports)) == 3, 60, "the script's three processes", launcher)
-    # The script's own servers, under tfps.task.script_guard, listen on 127.0.0.1 only
+    # The script's own servers, under tfps.task.net.script_guard, listen on 127.0.0.1 only
     # (issue 36 item 2): every port of the cluster is up, and none on another address.
     poll(lambda: {p for _, p in _listening(ports)} >= set(ports), 60, "the script's servers", launcher)
     time.sleep(8)
@@ -68,7 +68,7 @@ def test_a_classic_script_that_never_ends_stops_on_one_ctrl_c(procs, tmp_path):
 
 def _listening(ports: list[int]) -> list[tuple[str, int]]:
     """(address, port) of every listening socket of the script's processes."""
-    from tfps.task.listening import listening
+    from tfps.task.net.listening import listening
     found = []
     for pid in cluster_pids(ports):
         try:

@@ -12,15 +12,24 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
 import sys
 
+import docblocks
 import numpy as np
 import pytest
-from integration_helpers import assert_nothing_left, assert_progressive, launcher_ports, read_results, run_flags
+from integration_helpers import (
+    assert_nothing_left,
+    assert_progressive,
+    base_env,
+    launcher_ports,
+    read_results,
+    run_flags,
+)
 from test_local_memory_plan import assert_the_estimate_is_what_the_chief_records
 
 from tests.fixtures.ctr_fit import export_auc
-from tfps.task.export import auc
+from tfps.task.output.export import auc
 
 pytestmark = pytest.mark.integration
 
@@ -40,15 +49,24 @@ def test_a_512_mib_table_split_over_two_ps_scores_the_auc_of_model_fit(procs, tm
     trained by model.fit in one process on as many examples."""
     model_dir = tmp_path / "model"
     ctr = demo_dir / "ctr"
+    # The CTR tutorial's first block (docs/tutorials/ctr.md), on this session's demo data, with
+    # this test's table, batch and steps after its arguments.
+    tutorial = docblocks.commands("tutorials/ctr.md", "tests/integration/test_ctr.py", paths={"data/": demo_dir})
+    assert [argv[:2] for argv in tutorial] == [["tfps", "demo-data"], ["tfps", "local"]], tutorial
+    demo_data = subprocess.run([sys.executable, "-m", "tfps", *tutorial[0][1:]], env=base_env(), capture_output=True,
+                               text=True, timeout=300)
+    assert demo_data.returncode == 0 and (ctr / "train-0.csv").is_file(), demo_data.stderr
+    command = tutorial[1][2:]
+    assert [command[command.index(f) + 1] for f in ("--ps", "--workers", "--model", "--train_data", "--eval_data",
+                                                     "--partition_mb")] == \
+        ["2", "2", "examples.ctr_model:build_model", str(ctr / "train-*.csv"), str(ctr / "eval.csv"), "32"], command
     # model.fit in a process of its own (tests/fixtures/ctr_fit.py), beside the job.
     fit_proc = procs.start("ctr-fit", [sys.executable, "-m", "tests.fixtures.ctr_fit", str(ctr / "train-*.csv"),
                                        str(ctr / "eval.csv"), str(BIG_STEPS * BIG_BATCH), str(BIG_BATCH),
                                        *(f"{k}={v}" for k, v in BIG_TABLE.items())], separate_stderr=True)
     args = [a for k, v in BIG_TABLE.items() for a in ("--model_arg", f"{k}={v}")]
-    launcher = procs.tfps("tfps-local-ctr-512", "local", "--ps", 2, "--workers", 2,
-                          *run_flags(model_dir, "--model", "examples.ctr_model:build_model", *args,
-                                     "--train_data", ctr / "train-*.csv", "--eval_data", ctr / "eval.csv",
-                                     "--batch_size", BIG_BATCH, steps=BIG_STEPS))
+    launcher = procs.tfps("tfps-local-ctr-512", "local", *command,
+                          *run_flags(model_dir, *args, "--batch_size", BIG_BATCH, steps=BIG_STEPS))
     ports = launcher_ports(launcher)
     assert launcher.wait(900) == 0, launcher.tail()
     res = read_results(model_dir)

@@ -118,7 +118,7 @@ def test_string_ids_train_and_the_export_ranks_like_model_fit_over_the_whole_voc
 
 def _price_auc(eval_csv) -> float:
     from tests.fixtures.ctr_fit import read_columns
-    from tfps.task.export import auc
+    from tfps.task.output.export import auc
     x, y = read_columns(str(eval_csv))
     return auc(-x["price"].reshape(-1), y)
 

@@ -5,21 +5,29 @@ Rows are counted through the model: ``tfps_stream/examples`` (every step adds it
 examples, in the checkpoint) and the done marks of the slices (``tfps_stream/marks``). Each
 partition here is one file of ROWS rows, one slice.
 
+The continuous-training tutorial (docs/tutorials/continuous-training.md) is walked here too,
+every command as the page gives it, by the walk that writes its output blocks
+(docs/gen_outputs.py ``walk_stream``).
+
 Cost (2 cores, shared): the followed job with a frozen worker about 45 s; the kill, stop
-and rerun job about 90 s (three starts); the malformed partition job about 20 s.
+and rerun job about 90 s (three starts); the malformed partition job about 20 s; the
+tutorial about 90 s (1 ps + 2 workers, two starts, 30000 rows).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
 
+import docblocks
 import numpy as np
 import pytest
-from integration_helpers import _cmdline, _stat, poll, read_results, run_flags
+from integration_helpers import _cmdline, _stat, base_env, poll, read_results, run_flags
 
 pytestmark = pytest.mark.integration
 
@@ -201,3 +209,47 @@ def test_a_malformed_partition_stops_the_job_with_its_path_and_line(procs, tmp_p
     assert f"{stream}/dt=01/part-0.csv:9" in res["error"]["message"], res["error"]
     examples, done, position = stream_state(model)
     assert examples == ROWS and done == {0} and position == 1   # dt=00 only: nothing of dt=01 or after it
+
+
+def _shape(line: str) -> str:
+    """A line's words, its numbers, paths and times left out: what stays from run to run."""
+    return re.sub(r"\S*/\S*|-?\d[\d.,e+:-]*", "_", line).strip()
+
+
+def test_the_continuous_training_tutorial_runs_as_written(tmp_path):
+    """Every command of docs/tutorials/continuous-training.md, as the page gives it, at its own
+    scale (30000 rows in 6 partitions; one TF thread a task and smaller tables after the page's
+    flags): the job follows the stream, takes a partition landed while it runs, stops on
+    Ctrl-C with the stream's position in its checkpoint, resumes with --until and ends by
+    itself; and the page's output blocks are what such a walk prints."""
+    sys.path.insert(0, str(docblocks.DOCS))
+    import gen_outputs
+    walk = gen_outputs.walk_stream(tmp_path, base_env(), timeout=300,
+                                   extra=("--tf_threads", "1", "--log_steps", "20", "--hash_buckets", "65536"))
+    hour = f"{tmp_path}/stream/dt=2026-12-07/hour="
+    # Step 2, stopped by Ctrl-C: hours 00 to 02 trained, 03 listed (landed by step 3 while it ran).
+    assert walk.stopped_rc == 130, walk.stopped[-3000:]
+    first = walk.stopped_results
+    assert first["status"] == "stopped" and first["stream"]["position"] >= 3, first.get("stream")
+    assert first["stream"]["newest"] == hour + "03", first["stream"]
+    # Step 4: the same model_dir goes on after the checkpointed position and ends by --until.
+    assert walk.resumed_rc == 0, walk.resumed[-3000:]
+    assert "restored checkpoint of step" in walk.resumed and "the stream resumes after slice" in walk.resumed
+    res = walk.results
+    assert res["status"] == "succeeded" and res["ended_by"] == "until", res.get("error")
+    s = res["stream"]
+    assert s["partition"] == hour + "05" and s["behind"] == 0 and s["position"] == 6, s
+    # every row once; the slice in flight at the stop (hour 03, 5000 rows) may have trained twice
+    assert 30000 <= s["examples"] <= 35000, s
+    # progressive validation: the resumed window (hours 04 and 05), scored before training
+    assert res["progressive"]["examples"] >= 10000 and res["progressive"]["auc"] > 0.6, res["progressive"]
+    assert (tmp_path / "runs" / "stream" / "export" / "saved_model.pb").is_file()
+    # Step 5 printed the outcome.
+    assert walk.read.splitlines()[0] == "succeeded until", walk.read
+    # The page shows what this walk printed: the same lines, numbers, paths and times aside.
+    for key in ("continuous-training-chief", "continuous-training", "continuous-training-results"):
+        out = gen_outputs.OUTPUTS[key]
+        page = gen_outputs.blocks(out.page)[key]
+        printed = out.keep(walk)
+        assert [_shape(x) for x in page.splitlines()] == [_shape(x) for x in printed.splitlines()], \
+            f"{key} changed: run python docs/gen_outputs.py --only {key}\n{printed}"

@@ -46,7 +46,7 @@ def _nan_csv(path, rows: int, nan_row: int) -> int:
 
 
 def test_a_nan_past_the_precheck_in_a_non_chief_shard_fails_the_job(procs, tmp_path, smtp_server):
-    from tfps.data import CSV_SCAN_ROWS
+    from tfps.data.dataset import CSV_SCAN_ROWS
     data = tmp_path / "train.csv"
     # Data row k goes to worker k % 2 (one file, two workers): an odd row is worker1's.
     line = _nan_csv(data, CSV_SCAN_ROWS + 4000, CSV_SCAN_ROWS + 1)
@@ -74,7 +74,7 @@ def test_a_nan_past_the_precheck_in_a_non_chief_shard_fails_the_job(procs, tmp_p
 
 
 def test_a_probe_calls_a_stopped_task_unresponsive(tmp_path):
-    from tfps.task.watchdog import probe_task
+    from tfps.task.runtime.watchdog import probe_task
     server = subprocess.Popen([sys.executable, "-c", (
         "import socket,sys,time\n"
         "s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(8)\n"

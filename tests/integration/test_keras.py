@@ -469,7 +469,7 @@ def quadrants(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def pairwise_auc(labels, scores) -> float:
     """The area under the ROC curve by its definition: of all (positive, negative) pairs, the
     share the score orders right, ties counting half (every pair compared: a reference that
-    shares nothing with the rank-based tfps.task.export.auc, nor with Keras's buckets)."""
+    shares nothing with the rank-based tfps.task.output.export.auc, nor with Keras's buckets)."""
     labels, scores = np.asarray(labels).astype(bool), np.asarray(scores, np.float64).reshape(-1)
     pos, neg = scores[labels][:, None], scores[~labels][None, :]
     return float(((pos > neg).sum() + 0.5 * (pos == neg).sum()) / (pos.size * neg.size))

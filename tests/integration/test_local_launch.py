@@ -40,7 +40,7 @@ def test_each_spawned_task_is_its_own_process_and_the_job_trains(procs, tmp_path
     assert maps_tensorflow(proc.pid) is False
     assert len(set(tasks.values())) == 3
     assert proc.wait(300) == 0, proc.tail()
-    # An async job may end a step or two past train_steps (tfps.task.steps).
+    # An async job may end a step or two past train_steps (tfps.task.graph.steps).
     assert re.search(r"SUCCEEDED at global step 30[0-2]/300", proc.output()), proc.tail()
     assert_nothing_left(ports, proc)
     # -v: TensorFlow's C++ start-up lines and its Python logger's warnings, from every task.

@@ -2,7 +2,7 @@
 reporting success (as it would if gRPC's bind moved to another library), the check of the
 kernel's socket table after the server starts refuses, in one line and exit code 2, and no
 port stays open; for a ``tfps run`` task and for a classic script under
-tfps.task.script_guard alike. The patched GOT page gets back its protection."""
+tfps.task.net.script_guard alike. The patched GOT page gets back its protection."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 #: the loader left, since nothing in this process patches them.
 MISSED = """
 import runpy, sys
-import tfps.task.loopback as loopback
+import tfps.task.net.loopback as loopback
 def missed(address="127.0.0.1"):
     try:
         path, base = loopback._library_mapping()
@@ -111,7 +111,7 @@ def test_a_classic_script_whose_bind_patch_misses_is_ended_before_it_serves(tmp_
     script = tmp_path / "classic_ps.py"
     script.write_text(CLASSIC_PS)
     ps, worker = _free_ports(2)
-    out, secs = _run_missed("tfps.task.script_guard", str(script), f"--ps_hosts=127.0.0.1:{ps}",
+    out, secs = _run_missed("tfps.task.net.script_guard", str(script), f"--ps_hosts=127.0.0.1:{ps}",
                             f"--worker_hosts=127.0.0.1:{worker}", "--job_name=ps", "--task_index=0")
     assert out.returncode == 2, (out.returncode, out.stderr[-3000:])
     assert "serving" not in out.stdout     # ended right after its server started, not 120 s later
@@ -125,8 +125,8 @@ def test_the_guarded_script_serves_on_loopback_and_the_got_page_keeps_its_protec
     every patched GOT slot has the protection it had before the patch."""
     script = tmp_path / "classic_ps.py"
     script.write_text(CLASSIC_PS.replace('print("serving", flush=True)', """
-from tfps.task import loopback
-from tfps.task.listening import addresses_on
+from tfps.task.net import loopback
+from tfps.task.net.listening import addresses_on
 path, base = loopback._library_mapping()
 print("protection", [loopback.page_protection(base + o) for o in loopback._got_offsets(path, "bind")])
 print("serving", addresses_on(int(a.ps_hosts.rsplit(":", 1)[1])), flush=True)
@@ -136,7 +136,7 @@ raise SystemExit(0)"""))
     # task whose patch missed saw them, where nothing was patched.
     before = [line.partition(" ")[2] for line in missed_task[0].stdout.splitlines() if line.startswith("protection ")]
     assert len(before) == 1 and before[0].startswith("["), missed_task[0].stdout
-    out = subprocess.run([sys.executable, "-m", "tfps.task.script_guard", str(script), f"--ps_hosts=127.0.0.1:{ps}",
+    out = subprocess.run([sys.executable, "-m", "tfps.task.net.script_guard", str(script), f"--ps_hosts=127.0.0.1:{ps}",
                           f"--worker_hosts=127.0.0.1:{worker}", "--job_name=ps", "--task_index=0"],
                          capture_output=True, text=True, timeout=300, cwd=str(REPO),
                          env=base_env(TF_CPP_MIN_LOG_LEVEL="3"))

@@ -17,7 +17,7 @@ import os, socket, sys
 import tensorflow as tf
 from tfps.cluster import TaskRef
 from tfps.config import RunConfig
-from tfps.task.lifecycle import start_server
+from tfps.task.runtime.session import start_server
 
 def free(host):
     s = socket.socket(); s.bind((host, 0)); port = s.getsockname()[1]; s.close(); return port

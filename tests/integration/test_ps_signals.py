@@ -39,7 +39,7 @@ def report_done(port: int, worker: int) -> None:
     """What a worker does at its end: put its index in ps 0's done queue."""
     import tensorflow as tf
 
-    from tfps.task.lifecycle import done_queue
+    from tfps.task.runtime.donequeue import done_queue
     graph = tf.Graph()
     with graph.as_default():
         enqueue = done_queue(0, 2).enqueue(worker)

@@ -3,7 +3,7 @@
 ``wide_deep`` on the demo CTR data, its two id tables above ``--partition_mb`` (split
 row-wise over every ps), trains 40 steps on 2 ps tasks. Two copies of its model_dir then go
 on to step 60: one on 2 ps tasks, one on 3. The checkpoint holds each partitioned variable
-whole (tfps.task.placement), so the 3-ps job reads back exactly the rows saved from 2, and
+whole (tfps.task.graph.placement), so the 3-ps job reads back exactly the rows saved from 2, and
 both continuations end with the same tables and the same export. One worker each, so both
 runs take the same steps on the same batches; Adagrad updates only the rows of a batch's ids,
 so the rows the continuation never touched must still hold the saved values, bit for bit.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import shutil
 
+import docblocks
 import numpy as np
 import pytest
 from integration_helpers import FinishedJob, launcher_ports, run_flags
@@ -31,8 +32,14 @@ FLAGS = ("--model", "wide_deep", "--hash_buckets", 65536, "--partition_mb", 1, "
 def jobs(module_procs, tmp_path_factory, demo_dir) -> dict[str, FinishedJob]:
     root = tmp_path_factory.mktemp("resharding")
     ctr = demo_dir / "ctr"
-    data = ("--train_data", ctr / "train-*.csv", "--eval_data", ctr / "eval.csv")
-    first = module_procs.tfps("tfps-reshard-2ps", "local", "--ps", 2,
+    data = ("--eval_data", ctr / "eval.csv")
+    # The how-to's two commands (docs/how-to/resharding.md): on 2 ps, then on 3 from the same
+    # model_dir; this test's model_dirs, tables, steps and one worker after their arguments.
+    page = docblocks.commands("how-to/resharding.md", "tests/integration/test_resharding.py", paths={"data/": demo_dir})
+    assert [argv[:4] for argv in page] == [["tfps", "local", "--ps", "2"], ["tfps", "local", "--ps", "3"]], page
+    assert page[0][4:] == page[1][4:], page   # another --ps, nothing else
+    on = {2: page[0][2:], 3: page[1][2:]}
+    first = module_procs.tfps("tfps-reshard-2ps", "local", *on[2],
                               *run_flags(root / "saved", *FLAGS, *data, steps=FIRST))
     assert first.wait(600) == 0, first.tail()
     out = {"saved": FinishedJob(first, root / "saved", [], 0)}
@@ -40,7 +47,7 @@ def jobs(module_procs, tmp_path_factory, demo_dir) -> dict[str, FinishedJob]:
     for name, ps in (("on2", 2), ("on3", 3)):
         shutil.copytree(root / "saved", root / name)
         # More steps are another setting (--replace); another --ps count alone would need none.
-        started[name] = module_procs.tfps(f"tfps-reshard-{name}", "local", "--ps", ps, "--replace",
+        started[name] = module_procs.tfps(f"tfps-reshard-{name}", "local", *on[ps], "--replace",
                                           *run_flags(root / name, *FLAGS, *data, steps=MORE))
     for name, proc in started.items():
         ports = launcher_ports(proc)

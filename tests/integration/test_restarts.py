@@ -3,8 +3,8 @@
 The cases of a task SIGKILLed mid-run and started again with the same command line (a
 killed non-chief worker that rejoins and trains past the step its predecessor died at; a
 killed chief that joins the live variables of the ps and redoes nothing) are
-tests/integration/test_faults.py's ``worker1-async`` and ``chief-async``, among the other
-victims and modes. ``start_cluster`` stays here for the tests that start such a cluster.
+tests/integration/test_faults.py's ``worker1-sync`` and ``chief-backup`` (in an async job:
+tests/integration/test_chaos.py). ``start_cluster`` stays here for the tests that start such a cluster.
 """
 
 from __future__ import annotations

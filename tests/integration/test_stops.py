@@ -147,7 +147,7 @@ def test_a_task_process_takes_a_group_signal_as_one_stop_and_a_late_one_as_kill(
     the window ends it at once with KILLED."""
     code = textwrap.dedent("""
         import sys, time
-        from tfps.task.lifecycle import StopSignal
+        from tfps.task.runtime.signals import StopSignal
         stop = StopSignal()
         print("ready", flush=True)
         end = time.monotonic() + 30   # a signal that never came fails the test below, not hangs it
@@ -185,7 +185,7 @@ def test_a_second_signal_ends_a_task_blocked_in_tensorflow(tmp_path):
     code = textwrap.dedent("""
         import sys
         import tensorflow as tf
-        from tfps.task.lifecycle import StopSignal
+        from tfps.task.runtime.signals import StopSignal
         stop = StopSignal()
         v1 = tf.compat.v1
         with tf.Graph().as_default():
@@ -227,7 +227,7 @@ def test_the_launcher_ends_a_task_left_after_the_job_with_one_stop_not_a_second(
     code = textwrap.dedent(f"""
         import sys, time
         from tfps import logs
-        from tfps.task.lifecycle import StopSignal
+        from tfps.task.runtime.signals import StopSignal
         logs.setup()
         stop = StopSignal()
         print("ready", flush=True)

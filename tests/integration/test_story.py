@@ -115,7 +115,7 @@ def test_ps_then_chief_killed_the_story_tells_both(procs, tmp_path, webhook_serv
     assert res["export_complete"] is True and res["global_step"] >= STORY_STEPS
     restarts = res["restarts"]
     assert [r["task"] for r in restarts] == ["ps0", "worker0"], restarts
-    # The ps's supervisor saw it die (its ledger, tfps.task.board): the cause is the signal.
+    # The ps's supervisor saw it die (its ledger, tfps.task.monitor.board): the cause is the signal.
     assert restarts[0]["resumed_from"] == ps_resumed and restarts[0]["cause"] == "killed by SIGKILL", restarts[0]
     assert restarts[0]["how"] == "restored", restarts[0]
     assert restarts[1]["cause"] == "killed by SIGKILL"

@@ -108,7 +108,7 @@ def _wide_deep_export_ranks_the_clicks(job, eval_csv: str) -> None:
 
     import tensorflow as tf
 
-    from tfps.task.export import auc
+    from tfps.task.output.export import auc
     with open(eval_csv, newline="") as fh:
         rows = list(csv.DictReader(fh))
     serve = tf.saved_model.load(job.results["export_dir"]).signatures["serving_default"]

@@ -148,6 +148,51 @@ def test_local_trains_a_plain_tf_keras_model(installed):
     assert (work / "run" / "results.json").is_file() and (work / "run" / "export" / "saved_model.pb").is_file()
 
 
+def test_the_first_tutorials_install_block_runs_as_written(tmp_path):
+    """docs/tutorials/first-job.md's pip block, as written, with bash, in a copy of the checkout
+    (what ``pip wheel`` reads of it) and a fresh venv whose ``pip`` is this venv's pip run by the
+    fresh venv's python. pip runs offline: no index, and as its find-links the recorded metadata
+    of every dependency (tests/fixtures/tf_resolution.json, as stub wheels) and a real setuptools
+    wheel for the build (downloaded once, from pip's cache or PyPI, as the wheel builds of
+    tests/wheelbuild.py need too). The dependencies the project venv holds are taken from it
+    (the fresh venv reaches it through a .pth file); ``tensorflow`` (this venv has tensorflow-cpu)
+    is a stub's metadata over the same files. About 50 s (one wheel build), no TF cluster."""
+    block = docblocks.block("tutorials/first-job.md", "# run by tests/integration/test_wheel_install.py")
+    checkout, wheels, venv = tmp_path / "checkout", tmp_path / "wheels", tmp_path / "venv"
+    for f in wheelbuild._sources():
+        target = checkout / f.relative_to(REPO)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, target)
+    wheels.mkdir()
+    for meta in json.loads((REPO / "tests" / "fixtures" / "tf_resolution.json").read_text())["distributions"]:
+        if meta["name"] != "setuptools":   # the build's setuptools must be a real one
+            _stub_wheel(wheels, meta)
+    got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
+                          "--disable-pip-version-check", "-d", str(wheels), "setuptools>=77"],
+                         capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    (site / "project-venv.pth").write_text(wheelbuild.SITE + "\n")
+    (venv / "bin" / "pip").write_text(f'#!/bin/sh\nexec {venv}/bin/python -m pip "$@"\n')
+    (venv / "bin" / "pip").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k not in ("PYTHONPATH", "ANSIBLE_CONFIG")}
+    env.update(PATH=f"{venv}/bin:/usr/bin:/bin", HOME=str(tmp_path), PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1",
+               PIP_FIND_LINKS=str(wheels), PIP_DISABLE_PIP_VERSION_CHECK="1", TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=checkout, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    # The wheel the page names, installed into the fresh venv; its tfps, not the checkout's, answered -V.
+    (wheel,) = (checkout / "dist").glob("tfps-*.whl")
+    assert f"dist/{wheel.name}" in block, wheel.name
+    assert (venv / "bin" / "tfps").is_file() and list(site.glob("tfps-*.dist-info"))
+    versions = [line.split()[0] for line in done.stdout.splitlines() if line and not line.startswith(" ")]
+    assert versions[-5:] == ["tfps", "TensorFlow", "tf_keras", "ansible-core", "Python"], done.stdout
+    where = subprocess.run([f"{venv}/bin/python", "-c", "import tfps; print(tfps.__file__)"], env=env,
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert where.stdout.startswith(str(site)), where.stdout + where.stderr
+
+
 def runnable_blocks() -> list[tuple[str, str]]:
     """Every ```sh block of README.md and the docs site's pages (docs/**/*.md) whose first line
     is a ``# test`` comment: (where, the block dedented)."""

@@ -16,13 +16,17 @@ import time
 import uuid
 from pathlib import Path
 
+import docblocks
 import faults
 import pytest
 
 CHIEF = "worker0"
 MODEL_DIR = "/data/model"
-#: What the generated files and the README say to run (``-p`` is added per test).
-UP = ["up", "--exit-code-from", CHIEF, "--attach", CHIEF]
+#: What the generated files and docs/how-to/compose.md say to run (``-p`` is added per test):
+#: the page's ``docker compose up`` line, read from it.
+(UP,) = [argv[2:] for argv in docblocks.commands("how-to/compose.md", "tests/system/composejob.py")
+         if argv[:3] == ["docker", "compose", "up"]]
+assert UP == ["up", "--exit-code-from", CHIEF, "--attach", CHIEF], UP   # what the generated files' headers say
 
 
 class ComposeJob:

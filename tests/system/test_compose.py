@@ -202,8 +202,8 @@ def task_process(container) -> int:
 # What a container adds to a killed task: the task process starts again inside its container
 # (`tfps run --restarts`), so `docker compose up --exit-code-from worker0` does not end the job
 # at the chief's death; the email comes through the compose secret and the SavedModel from
-# the job's volume. Every task in both modes, restarted as plain processes, is the
-# integration matrix (tests/integration/test_faults.py); the ps and the chief of a sync job
+# the job's volume. Every task restarted as plain processes is the integration matrix
+# (tests/integration/test_faults.py, and test_chaos.py for async jobs); the ps and the chief of a sync job
 # under `tfps run --restarts`, tests/integration/test_story.py; a killed chief of a sync job
 # on a host, restarted by Docker's restart policy, test_ansible.py. In a container: the chief
 # of an async job (worker1 may train the rest meanwhile; the restarted chief still joins,

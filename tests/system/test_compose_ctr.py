@@ -75,7 +75,7 @@ def ctr_job(docker_client, compose_cli, tfps_image, tmp_path, ctr_data):
 def test_dynamic_tables_over_two_ps_train_checkpoint_their_live_ids_and_serve(ctr_job, ctr_data, tmp_path):
     import tensorflow as tf
 
-    from tfps.task.export import auc
+    from tfps.task.output.export import auc
     rc = ctr_job.run(timeout=900)
     assert rc == 0, ctr_job.tail()
     assert exit_codes(ctr_job) == {"ps0": 0, "ps1": 0, "worker0": 0, "worker1": 0}

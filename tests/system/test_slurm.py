@@ -350,7 +350,7 @@ def late_jobs(cluster, smtp):
 
 def _listening(cluster, node: str, port: int) -> list[str]:
     """The addresses that listen on ``port`` inside ``node`` (its /proc/net/tcp and tcp6)."""
-    from tfps.task.listening import parse_address
+    from tfps.task.net.listening import parse_address
     found = []
     for line in cluster.sh(node, "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null", check=False).splitlines():
         f = line.split()

@@ -1,5 +1,5 @@
 """What a system test reads of a job run with ``--export_every`` and ``--keep_exports``
-(tfps.task.versions): the versions in the export base path, each complete, at least one
+(tfps.task.output.versions): the versions in the export base path, each complete, at least one
 besides the last exported while the job trained, the newest K kept, and results.json naming the last.
 
 The compose test (test_compose_ctr.py) and the Ansible test of the shared finished job
@@ -12,7 +12,7 @@ import json
 import re
 from datetime import datetime
 
-#: The chief's line for each version it wrote (tfps.task.versions.Versions.export).
+#: The chief's line for each version it wrote (tfps.task.output.versions.Versions.export).
 EXPORTED = re.compile(r"chief: exported version (\d+) \(global step (\d+)\)")
 
 

@@ -236,3 +236,47 @@ def test_the_export_section_is_a_part_of_the_bench_and_of_its_docs(tmp_path):
     assert report.write_docs(records, str(md)) == ["export"]
     text = md.read_text()
     assert text.index(begin) < text.index("18500 (18000-19000") < text.index(end) < text.index("the hand-made table")
+
+
+def test_the_stream_section_judges_auc_lag_and_speed_from_its_runs(tmp_path):
+    """bench/run.py --only stream (bench/sec_stream.py): (a) against (c) and (b) on the last
+    window and the next part, the lag in seconds from landing (not the chief's own
+    "partitions behind", which counts only what it has listed), examples/s against the fixed
+    list; the part written between its markers."""
+    import sec_stream
+    a = bench_run.arguments(["--only", "stream"])
+    assert a.only == "stream" and a.budgets["stream"] == bench_run.BUDGET_MIN["stream"]
+    # The lag: landing times from the writer, reached times from the chief's lines.
+    lander = sec_stream.Lander([], 0.5)
+    lander.started_at = 100.0
+    lander.landed = {"part-0001.csv": 99.0, "part-0002.csv": 101.0, "part-0003.csv": 101.5}
+    line = "[worker0] 01:00:00 I chief: stream at partition /s/{} (slice {}); newest complete /s/{}, {} partition(s) behind"
+    lines = [(100.5, line.format("part-0001.csv", 0, "part-0001.csv", 0)),
+             (103.0, line.format("part-0002.csv", 1, "part-0002.csv", 0)),
+             (104.0, line.format("part-0003.csv", 2, "part-0003.csv", 0)),
+             (110.0, "[worker0] 01:00:09 I chief: job tfps-wide_deep succeeded at step 9")]
+    lag = sec_stream.lag(lines, lander)
+    assert lag["partitions_live"] == 2 and lag["seconds"] == [2.0, 2.5] and lag["last_partition_lag_s"] == 2.5
+    assert lag["last_landed_to_job_end_s"] == 8.5 and lag["max_behind_after_caught_up"] == 0
+    out = results.ResultsFile(str(tmp_path / "r.jsonl"))
+    out.add({"type": "start", "command": "bench/run.py --only stream", "machine": "box: 2 cores", "date": "2026-12-08"})
+    out.run("stream", "stream", "fixed", "ok", 0.70, {"examples_s": 1000, "auc_next": 0.69, "auc_last_window": 0.70})
+    out.run("stream", "stream", "follow", "ok", 0.72, {"examples_s": 950, "auc_next": 0.71, "auc_last_window": 0.72,
+                                                       "lag": {**lag, "last_partition_lag_s": 30.0}})
+    out.run("stream", "stream", "static", "ok", 0.66, {"auc_next": 0.65, "auc_last_window": 0.66})
+    out.run("stream", "stream", "stale", "ok", 0.60, {"auc_next": 0.62})
+    out.run("stream", "stream", "stale_scored", "ok", 0.61, {"points": [[10, 0.6]]})
+    out.run("stream", "stream", "ceiling", "failed", why="tfps local failed (1)")
+    records = results.load(str(tmp_path / "r.jsonl"))
+    rows = {r[0].split(":")[0]: r for r in report.stream_table(records)}
+    assert rows["(a) follow vs (c) one worker, collision-free"][4] == "within 0.01: FAIL"   # (c) not measured
+    assert rows["(a) follow vs (b) first quarter, never updated"][3] == "+0.1100"
+    assert rows["(a) follow vs (b)"][4] == ">= +0.02: PASS"
+    assert rows["(a) lag behind the stream arriving at 0.8x the fixed list's examples/s"][4] == "<= 10 s: FAIL"
+    assert rows["(a) follow vs fixed list"][3] == "0.95x" and rows["(a) follow vs fixed list"][4] == ">= 0.9x: PASS"
+    md = tmp_path / "benchmarks.md"
+    begin, end = report.MARKERS["stream"]
+    md.write_text(f"# Benchmarks\n\n{begin}\n{end}\n")
+    assert report.write_docs(records, str(md)) == ["stream"]
+    text = md.read_text()
+    assert "stream ceiling: tfps local failed (1)" in text and "+0.1100" in text

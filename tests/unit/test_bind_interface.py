@@ -11,7 +11,7 @@ from tfps import cli
 from tfps.cluster import slurm as cluster_slurm
 from tfps.errors import ConfigError
 from tfps.launch import slurm
-from tfps.task import loopback
+from tfps.task.net import loopback
 
 BASE = dict(name="job", num_ps=1, num_workers=2, model_dir="/shared/m", slurm_dir="/shared/m.slurm",
             workdir="/shared", python="/opt/venv/bin/python", run_options=["--train_steps", "100"], grace=1830)

@@ -1,4 +1,4 @@
-"""A non-chief's wait for the chief (tfps.task.hooks.wait_for_chief), on a real TensorFlow server.
+"""A non-chief's wait for the chief (tfps.task.runtime.hooks.wait_for_chief), on a real TensorFlow server.
 
 Issue 51's chaos job: a worker restarted mid-job never trained again. Its wait for the chief
 knew neither that the job had ended (it waited past the chief's end, and ``tfps local`` had to
@@ -33,9 +33,9 @@ def ps_server(tf):
 
 def test_a_waiting_worker_publishes_its_ledger_and_leaves_a_job_that_is_over(tf, monkeypatch):
     from tfps import timeouts
-    from tfps.task.board import ledger_variable
-    from tfps.task.hooks import JobOver, wait_for_chief
-    from tfps.task.lifecycle import stop_flag
+    from tfps.task.monitor.board import ledger_variable
+    from tfps.task.runtime.donequeue import stop_flag
+    from tfps.task.runtime.hooks import JobOver, wait_for_chief
     v1 = tf.compat.v1
     monkeypatch.setattr(timeouts, "GIVE_UP_POLL_SECS", 0.05)
     server = ps_server(tf)
@@ -78,8 +78,8 @@ def test_a_waiting_worker_publishes_its_ledger_and_leaves_a_job_that_is_over(tf,
 
 def test_a_stop_or_the_chief_giving_up_ends_the_wait(tf, monkeypatch):
     from tfps import timeouts
-    from tfps.task.hooks import ChiefWaitEnded, wait_for_chief
-    from tfps.task.lifecycle import stop_flag
+    from tfps.task.runtime.donequeue import stop_flag
+    from tfps.task.runtime.hooks import ChiefWaitEnded, wait_for_chief
     v1 = tf.compat.v1
     monkeypatch.setattr(timeouts, "GIVE_UP_POLL_SECS", 0.05)
     server = ps_server(tf)

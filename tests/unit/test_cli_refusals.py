@@ -80,7 +80,7 @@ def test_the_largest_accepted_values_are_accepted():
     cfg = RunConfig(partition_mb=float(2**42), sync_timeout=MAX_SECONDS, startup_timeout=MAX_SECONDS,
                     final_save_timeout=MAX_SECONDS, notify_every=MAX_SECONDS, stall_timeout=MAX_SECONDS,
                     learning_rate=1e38, tf_threads=2**31 - 1).validate()
-    assert int(cfg.partition_mb * 2**20) < 2**63      # what tfps.task.placement computes
+    assert int(cfg.partition_mb * 2**20) < 2**63      # what tfps.task.graph.placement computes
     assert int(cfg.sync_timeout * 1000) < 2**63       # TensorFlow's operation_timeout_in_ms
     import threading
     assert cfg.stall_timeout <= threading.TIMEOUT_MAX

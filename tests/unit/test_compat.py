@@ -132,7 +132,7 @@ def test_the_checkpoint_hook_timer_counts_from_a_given_step():
 
 
 def test_lazy_adam_touches_only_the_given_rows():
-    from tfps.task.optimizers import lazy_adam_class
+    from tfps.task.graph.optimizers import lazy_adam_class
     cls = lazy_adam_class()
     assert issubclass(cls, v1.train.AdamOptimizer) and cls.__name__ == "LazyAdamOptimizer"
     g = tf.Graph()

@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tfps import data, models
+from tfps import models
 from tfps.cli import build_parser, normalize_argv
 from tfps.cluster import TaskRef
 from tfps.config import DEFAULT_FINAL_SAVE_TIMEOUT, GRACE_MARGIN, RunConfig, from_args, grace_period
+from tfps.data import dataset as data
 from tfps.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

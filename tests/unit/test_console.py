@@ -34,6 +34,30 @@ def test_the_status_line_shows_the_job_and_never_a_step_past_its_total():
     assert not PROGRESS_LINE.match("[worker0] 18:01:02 W chief: no progress for 900 s")
 
 
+def test_a_followed_job_has_no_eta_no_percentage_and_no_bar():
+    """A followed job (--follow) runs to a stop, --until or --follow_idle: its train_steps is
+    MAX_FOLLOW_STEPS, which once showed as ``ETA 951897163306:03:25`` and a bar stuck at 0 %."""
+    from rich.console import Console
+
+    from tfps.config.schema import MAX_FOLLOW_STEPS
+    from tfps.launch.console import JobConsole, status_text
+    from tfps.outcome.results import progress_line
+    now = 1000.0
+    status = {"time": now - 1, "phase": "training", "step": 640, "train_steps": MAX_FOLLOW_STEPS,
+              "examples_per_sec": 3912.0, "eta_s": 2.3e12, "workers": {}}
+    assert "ETA" not in status_text(status, now, now - 75)
+    earlier = {"time": now - 11, "step": 100}
+    assert progress_line({**status, "time": now}, earlier, MAX_FOLLOW_STEPS).startswith("step 640 | ")
+    assert "ETA" not in progress_line({**status, "time": now}, earlier, MAX_FOLLOW_STEPS)
+    con = JobConsole.__new__(JobConsole)
+    con.status, con._live, con.launched, con.tasks = status, None, now - 75, ""
+    out = Console(width=120, file=open(os.devnull, "w"))
+    with out.capture() as cap:
+        out.print(con)
+    shown = cap.get()
+    assert shown.startswith("step 640 ") and "%" not in shown and "ETA" not in shown, shown
+
+
 def test_the_summary_says_how_far_an_async_job_went_past_its_steps_and_why():
     from tfps.outcome.contract import JobResult, summary_lines
     res = JobResult(job="j", status="succeeded", model="mlp", mode="async", task="worker0", host="h",
@@ -72,7 +96,7 @@ def test_the_console_drops_only_progress_lines_and_leaves_the_last_state(tmp_pat
 def test_the_chief_evaluates_a_saved_checkpoint_at_most_once_a_minute(tmp_path, monkeypatch):
     import types
 
-    from tfps.task import evaluations, export
+    from tfps.task.output import evaluations, export
     seen = []
     monkeypatch.setattr(export, "evaluate", lambda fn, params, path, dataset: {"loss": 0.5, "accuracy": 0.75})
     monkeypatch.setattr(export, "write_eval_summaries", lambda d, step, m: seen.append((step, m)))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tfps import data
 from tfps.config import RunConfig
+from tfps.data import dataset as data
 from tfps.errors import ConfigError
 from tfps.task.setup import JobSetup
 
@@ -112,7 +112,7 @@ def test_wide_deep_reads_named_columns_and_refuses_data_without_them(ctr_csv, tm
 
 
 def test_auc_is_ranked_over_the_whole_set():
-    from tfps.task.export import auc
+    from tfps.task.output.export import auc
     assert auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == 0.75
     assert auc([0.5, 0.5, 0.5, 0.5], [0, 1, 0, 1]) == 0.5          # ties share their rank
     assert auc([0.2, 0.9], [1, 0]) == 0.0

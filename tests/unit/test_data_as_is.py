@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tfps import data
 from tfps.config import RunConfig
+from tfps.data import dataset as data
 from tfps.errors import ConfigError
 from tfps.task.setup import JobSetup
 

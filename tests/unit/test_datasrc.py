@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tfps import data as data_mod
 from tfps.cluster import datasrc
 from tfps.cluster.plan import DATA_MOUNT
 from tfps.cluster.variables import train_list_path
+from tfps.data import dataset as data_mod
 from tfps.errors import ConfigError
 
 TFPS = Path(sys.executable).parent / "tfps"

@@ -1,4 +1,4 @@
-"""Delta checkpoints (tfps.task.delta, tfps.task.delta_hook, tfps.layers.table_delta) in one process:
+"""Delta checkpoints (tfps.task.output.delta, tfps.task.output.delta_hook, tfps.layers.table_delta) in one process:
 a full checkpoint + its deltas restore bit-identically to a full checkpoint of the same step,
 on 2 shards and continued on 3; a delta that does not match its manifest is never applied."""
 
@@ -15,8 +15,8 @@ from tfps.config.schema import RunConfig
 from tfps.errors import ConfigError
 from tfps.layers import dynamic_embedding as de
 from tfps.layers import table_restore
-from tfps.task import delta
-from tfps.task.delta_hook import DeltaCheckpointHook
+from tfps.task.output import delta
+from tfps.task.output.delta_hook import DeltaCheckpointHook
 
 v1 = tf.compat.v1
 

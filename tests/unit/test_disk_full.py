@@ -1,4 +1,4 @@
-"""A full disk as the chief meets it (tfps.task.diskfull): TensorFlow's and Python's forms,
+"""A full disk as the chief meets it (tfps.task.runtime.diskfull): TensorFlow's and Python's forms,
 the one line, and what a failed save leaves removed; results files leave no temporary."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from tfps.outcome import results
-from tfps.task import diskfull
+from tfps.task.runtime import diskfull
 
 #: SaveV2's message on a full disk, as TensorFlow 2.21 raised it in the chief (one worker's save).
 SAVE_V2 = ("Graph execution error:\n\nDetected at node 'save/SaveV2' defined at (most recent call last):\n"

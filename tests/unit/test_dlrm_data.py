@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 
 import dlrm  # noqa: E402
 
-from tfps import data  # noqa: E402
+from tfps.data import dataset as data  # noqa: E402
 
 
 def _auc(y, score):

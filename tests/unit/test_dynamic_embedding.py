@@ -404,7 +404,7 @@ def test_the_keras_layer_trains_on_training_true_and_serves_on_training_false(tm
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     tf_keras = pytest.importorskip("tf_keras")
     from tfps.layers import DynamicEmbedding
-    from tfps.task import export
+    from tfps.task.output import export
 
     def model_in(graph, training):
         with graph.as_default():

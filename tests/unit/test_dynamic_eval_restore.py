@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from tfps.layers import dynamic_embedding as de
 from tfps.models.modelspec import ModelSpec
-from tfps.task import export
+from tfps.task.output import export
 
 v1 = tf.compat.v1
 

@@ -1,4 +1,4 @@
-"""tfps.task.tables' DynamicTablesHook in one process: the chief's eviction follows the global
+"""tfps.task.graph.tables' DynamicTablesHook in one process: the chief's eviction follows the global
 step, not the chief's own steps (other workers' steps count as much)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 import tensorflow as tf
 
 from tfps.layers import dynamic_embedding as de
-from tfps.task.tables import DynamicTablesHook
+from tfps.task.graph.tables import DynamicTablesHook
 
 v1 = tf.compat.v1
 

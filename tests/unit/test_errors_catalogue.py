@@ -107,7 +107,7 @@ CATALOGUE: dict[str, list[str]] = {
     "run_name | ‹name› holds ‹what›; a run name names one directory under runs/, so use letters, digits and -_.=[] "
     "(e.g. exp-lr0.01)": ["local", "--run_name", "exp/1"],
     "run_name | ‹name› is not a name; give the run a name of its own (e.g. exp-lr0.01)": ["local", "--run_name", ".."],
-    # tfps/data.py and tfps/csvcheck.py (through tfps local's checks before start)
+    # tfps/data/dataset.py and tfps/data/csvcheck.py (through tfps local's checks before start)
     "‹field› | no files match ‹pattern›; check the path (relative to ‹getcwd›) and the glob":
         ["local", "--train_data", "{tmp}/nothing-*.csv"],
     "‹field› | ‹path›:‹lineno› has ‹row› columns, the header has ‹header›; fix or remove that row":

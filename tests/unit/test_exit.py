@@ -1,4 +1,4 @@
-"""A task's end with a helper thread still inside TensorFlow (tfps.task.lifecycle.left_in_tensorflow).
+"""A task's end with a helper thread still inside TensorFlow (tfps.task.runtime.signals.left_in_tensorflow).
 
 A non-chief's watch for the job's end calls TensorFlow from a daemon thread. If such a
 call returns while the interpreter shuts down, the interpreter ends the thread from
@@ -14,12 +14,12 @@ import time
 
 import pytest
 
-from tfps.task import lifecycle
+from tfps.task.runtime import signals
 
 
 @pytest.fixture
 def fresh_abandon_flag(monkeypatch):
-    monkeypatch.setattr(lifecycle, "_abandoned_rpc", False)
+    monkeypatch.setattr(signals, "_abandoned_rpc", False)
 
 
 def blocked_in_tensorflow(timeout_ms: int) -> tuple[threading.Thread, list, object]:
@@ -48,10 +48,10 @@ def blocked_in_tensorflow(timeout_ms: int) -> tuple[threading.Thread, list, obje
 def test_a_thread_still_in_tensorflow_is_abandoned_and_the_process_ends_without_shutdown(fresh_abandon_flag):
     thread, outcome, release = blocked_in_tensorflow(60_000)
     t0 = time.monotonic()
-    assert lifecycle.left_in_tensorflow(thread, 0.5) is True
+    assert signals.left_in_tensorflow(thread, 0.5) is True
     assert 0.4 < time.monotonic() - t0 < 5
     assert thread.is_alive() and not outcome
-    assert lifecycle.rpc_abandoned()   # tfps.task.entry then ends the process with os._exit
+    assert signals.rpc_abandoned()   # tfps.task.entry then ends the process with os._exit
     release()   # not left for this test process's own shutdown
     thread.join(30)
     assert outcome == [1]
@@ -59,6 +59,6 @@ def test_a_thread_still_in_tensorflow_is_abandoned_and_the_process_ends_without_
 
 def test_a_thread_that_leaves_tensorflow_in_time_is_waited_for(fresh_abandon_flag):
     thread, outcome, _ = blocked_in_tensorflow(200)
-    assert lifecycle.left_in_tensorflow(thread, 30) is False
+    assert signals.left_in_tensorflow(thread, 30) is False
     assert not thread.is_alive() and outcome == ["deadline"]
-    assert not lifecycle.rpc_abandoned()
+    assert not signals.rpc_abandoned()

@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfps import models
-from tfps.task import export
+from tfps.task.output import export
 
 v1 = tf.compat.v1
 

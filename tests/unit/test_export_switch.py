@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tfps.task import export
+from tfps.task.output import export
 
 
 def _export(path, text):

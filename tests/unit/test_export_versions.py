@@ -1,4 +1,4 @@
-"""--export_every's versions (tfps.task.versions): numbering, placement, pruning, metadata, failures.
+"""--export_every's versions (tfps.task.output.versions): numbering, placement, pruning, metadata, failures.
 
 The writer is a stand-in that writes the files of a SavedModel (the real one is exercised by
 tests/integration/test_export_versions_job.py); everything else is the real code on real directories.
@@ -15,11 +15,11 @@ from tfps.cluster.variables import launch_from_vars
 from tfps.config import RunConfig, parse_every
 from tfps.errors import ConfigError
 from tfps.outcome import results
-from tfps.task import versions as V
+from tfps.task.output import versions as V
 
 
 def fake_write(fail=None):
-    """A writer as tfps.task.export.write_version's: a SavedModel's files and the marker last."""
+    """A writer as tfps.task.output.export.write_version's: a SavedModel's files and the marker last."""
     calls = []
 
     def write(checkpoint, dest, step, extra, threads=None):
@@ -218,7 +218,7 @@ def test_the_checkpoint_hook_saves_when_a_version_is_due(tmp_path):
     version is due, between its periodic saves; those then count from that save."""
     import tensorflow as tf
 
-    from tfps.task.hooks import CheckpointSaverHook
+    from tfps.task.runtime.hooks import CheckpointSaverHook
     v1 = tf.compat.v1
     saved = []
 

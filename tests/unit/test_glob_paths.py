@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from tfps import compat
-from tfps.task import export
-from tfps.task.checkpoint import checkpoint_step, glob_free_checkpoint, glob_free_dir
+from tfps.task.output import export
+from tfps.task.output.checkpoint import checkpoint_step, glob_free_checkpoint, glob_free_dir
 
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
@@ -62,7 +62,7 @@ def test_checkpoints_in_a_directory_named_with_glob_characters_are_found_restore
             assert sess.run(w) == 3.0
             v1.train.Saver().restore(sess, glob_free_checkpoint(newest))
     # the chief's restore at a resume: TensorFlow's SessionManager in the session creator tfps uses
-    from tfps.task.hooks import RestoreLoggingChiefSessionCreator
+    from tfps.task.runtime.hooks import RestoreLoggingChiefSessionCreator
     graph = tf.Graph()
     with graph.as_default():
         v1.train.get_or_create_global_step()

@@ -11,7 +11,7 @@ import pytest
 from tfps.config import RunConfig
 from tfps.errors import ConfigError
 from tfps.outcome import results
-from tfps.task.loopback import is_loopback_host
+from tfps.task.net.loopback import is_loopback_host
 from tfps.task.setup import JobSetup
 
 
@@ -107,7 +107,7 @@ def test_a_tensorflow_server_on_a_loopback_address_listens_there_only():
 import os, socket
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import tensorflow as tf
-from tfps.task.loopback import ensure_loopback_bind
+from tfps.task.net.loopback import ensure_loopback_bind
 assert ensure_loopback_bind()
 s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
 server = tf.distribute.Server(tf.train.ClusterSpec({"ps": [f"127.0.0.1:{port}"]}), job_name="ps",
@@ -165,13 +165,13 @@ def test_the_got_slots_read_as_arrays_are_those_read_one_by_one():
     pytest.importorskip("tensorflow")
     code = ("import json, sys\n"
             "import tensorflow\n"
-            "from tfps.task import loopback\n"
+            "from tfps.task.net import loopback\n"
             "print(json.dumps(loopback._library_mapping()[0]))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     import json
 
-    from tfps.task import loopback
+    from tfps.task.net import loopback
     path = json.loads(out.stdout.strip().splitlines()[-1])
     for symbol in ("bind", "connect", "listen", "tfps_no_such_symbol"):
         slots = loopback._got_offsets(path, symbol)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tfps.task.hooks import ProgressHook
+from tfps.task.runtime.hooks import ProgressHook
 
 
 def hook(records):

@@ -1,7 +1,7 @@
 """tfps's modules import in layers, with no import cycle (an AST check).
 
 Every import counts: those inside functions, and the package ``__init__`` files an import
-runs (``from tfps.task import optimizers`` runs ``tfps/task/__init__.py`` first, and what
+runs (``from tfps.task.graph import optimizers`` runs ``tfps/task/__init__.py`` first, and what
 it imports).
 """
 
@@ -17,10 +17,10 @@ PACKAGE = Path(__file__).resolve().parents[2] / "tfps"
 #: layers below it. ``tfps`` is the package's own ``__init__``; a name stands for a module
 #: or a whole subpackage. docs/design/layers.md says why the order is this one.
 LAYERS = [
-    "tfps tfps.errors tfps.names tfps.timeouts tfps.exitcodes tfps.logs tfps.compat tfps.jsonfile tfps.playbooks "
-    "tfps.stream",
+    "tfps tfps.errors tfps.names tfps.timeouts tfps.exitcodes tfps.logs tfps.compat tfps.jsonfile tfps.playbooks",
+    "tfps.data",
     "tfps.config",
-    "tfps.data tfps.csvcheck tfps.tfrecordcheck tfps.models tfps.layers",
+    "tfps.models tfps.layers",
     "tfps.cluster",
     "tfps.outcome",
     "tfps.notify",
@@ -53,6 +53,21 @@ ALLOWED_FORBIDDEN: dict[str, str] = {
     "tfps.launch.estimate": "the memory estimate builds the training graph with the worker's own code",
     "tfps.launch.processes": "tfps local checks the model and data (JobSetup) and shares the stop window",
 }
+
+
+#: tfps.task's rooms (one concern each) and its roles (the processes a task is, at the package's top).
+TASK_ROOMS = ("graph", "runtime", "net", "output", "monitor")
+TASK_ROLES = ("entry", "worker", "chief", "ps", "feeder")
+#: Inside tfps.task: the rooms serve the roles and never import them; the network guards stand
+#: alone (a classic script's guard runs with nothing else of tfps.task); what the chief leaves
+#: (output: checkpoints, the export from a fresh local graph) never imports the training graph,
+#: the process's runtime or the monitor; the process's runtime never imports the graph or the
+#: monitor (it uses only the guards and the checkpoints' names).
+TASK_FORBIDDEN = ([(f"tfps.task.{room}", f"tfps.task.{role}") for room in TASK_ROOMS for role in TASK_ROLES]
+                  + [("tfps.task.net", f"tfps.task.{other}") for other in (*TASK_ROOMS, *TASK_ROLES, "setup")
+                     if other != "net"]
+                  + [("tfps.task.output", f"tfps.task.{other}") for other in ("graph", "runtime", "monitor", "setup")]
+                  + [("tfps.task.runtime", f"tfps.task.{other}") for other in ("graph", "monitor", "setup")])
 
 
 def _ancestors(name: str) -> list[str]:
@@ -184,11 +199,11 @@ def test_every_module_imports_only_its_own_layer_and_those_below():
         "tfps.cluster.settings (layer tfps.cluster) imports tfps.outcome.results (layer tfps.outcome)"]
 
 
-def _forbidden(graph: dict[str, set[str]]) -> list[str]:
+def _forbidden(graph: dict[str, set[str]], rules=FORBIDDEN, allowed=ALLOWED_FORBIDDEN) -> list[str]:
     def under(module: str, name: str) -> bool:
         return module == name or module.startswith(name + ".")
     return [f"{a} imports {b}" for a in sorted(graph) for b in sorted(graph[a])
-            for x, y in FORBIDDEN if under(a, x) and under(b, y) and a not in ALLOWED_FORBIDDEN]
+            for x, y in rules if under(a, x) and under(b, y) and a not in allowed]
 
 
 def test_neither_the_launchers_nor_the_roles_plugins_import_a_tasks_modules():
@@ -197,10 +212,24 @@ def test_neither_the_launchers_nor_the_roles_plugins_import_a_tasks_modules():
     for module, why in ALLOWED_FORBIDDEN.items():   # an allowance goes when its import does
         assert any(b.startswith("tfps.task") for b in graph[module]), \
             f"{module} no longer imports tfps.task: remove it from ALLOWED_FORBIDDEN ({why})"
-    assert _forbidden({"tfps.ansible.roles.tfps.filter_plugins.tfps_filters": {"tfps.task.placement"},
+    assert _forbidden({"tfps.ansible.roles.tfps.filter_plugins.tfps_filters": {"tfps.task.graph.placement"},
                        "tfps.launch.console": {"tfps.task", "tfps.cluster.memory"}}) == [
-        "tfps.ansible.roles.tfps.filter_plugins.tfps_filters imports tfps.task.placement",
+        "tfps.ansible.roles.tfps.filter_plugins.tfps_filters imports tfps.task.graph.placement",
         "tfps.launch.console imports tfps.task"]
+
+
+def test_the_rooms_of_task_serve_its_roles_and_the_guards_and_outputs_stand_alone():
+    graph = _graph()
+    rooms = {m.split(".")[2] for m in graph if m.startswith("tfps.task.") and m.count(".") >= 3}
+    assert rooms == set(TASK_ROOMS), "a new room of tfps.task: add it to TASK_ROOMS and say what it may import"
+    assert _forbidden(graph, TASK_FORBIDDEN, {}) == []
+    assert _forbidden({"tfps.task.graph.steps": {"tfps.task.worker"}, "tfps.task.net.loopback": {"tfps.task.runtime"},
+                       "tfps.task.output.export": {"tfps.task.graph.model_step"},
+                       "tfps.task.runtime.hooks": {"tfps.task.output.checkpoint", "tfps.task.monitor.progressive"}},
+                      TASK_FORBIDDEN, {}) == [
+        "tfps.task.graph.steps imports tfps.task.worker", "tfps.task.net.loopback imports tfps.task.runtime",
+        "tfps.task.output.export imports tfps.task.graph.model_step",
+        "tfps.task.runtime.hooks imports tfps.task.monitor.progressive"]
 
 
 def test_the_roles_plugins_are_the_top_layer_and_host_modules_import_no_tfps():
@@ -226,7 +255,7 @@ def test_the_layer_page_shows_this_order():
 
 def test_the_names_config_checks_are_the_names_of_the_modules_above_it():
     from tfps import config, models
-    from tfps.task import optimizers
+    from tfps.task.graph import optimizers
     assert tuple(models.BUILTIN) == config.BUILTIN_MODELS
     assert tuple(optimizers.CLASSES) == optimizers.NAMES == config.OPTIMIZERS
 

@@ -221,8 +221,8 @@ def test_explicit_flags_reach_every_task_even_when_equal_to_the_default():
 def test_adapter_trains_updates_moving_statistics_and_exports_named_inputs(named_csv, tmp_path):
     import tensorflow as tf
 
-    from tfps import data
-    from tfps.task import export
+    from tfps.data import dataset as data
+    from tfps.task.output import export
     v1 = tf.compat.v1
     s = setup_of(f"{FIX}:named_inputs", named_csv)
     assert s.model_fn.serving_inputs == {"score": ([1], "float32"), "age": ([1], "float32"),
@@ -319,9 +319,9 @@ def test_stateful_metrics_stream_over_the_whole_evaluation_set(tmp_path):
     import tensorflow as tf
     import tf_keras as keras
 
-    from tfps import data
     from tfps.config import RunConfig
-    from tfps.task import export
+    from tfps.data import dataset as data
+    from tfps.task.output import export
     from tfps.task.setup import JobSetup
     keras.utils.set_random_seed(0)   # the untrained model's weights: scores on both sides of 0.5
     rng = np.random.default_rng(3)
@@ -390,7 +390,7 @@ def test_running_metrics_of_a_training_step_are_the_workers_own(tmp_path, sync):
     import tensorflow as tf
 
     from tfps.cluster.spec import ClusterSpec, TaskRef
-    from tfps.task.lifecycle import StopSignal
+    from tfps.task.runtime.signals import StopSignal
     from tfps.task.worker import Worker
     v1 = tf.compat.v1
     train, _, _ = _binary_csv(tmp_path / "bin.csv")

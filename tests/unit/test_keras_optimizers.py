@@ -1,5 +1,5 @@
 """A Keras model's compiled optimizer, honoured or refused by name (tfps.models.keras_optimizers,
-tfps.task.optimizers): every check is an outcome. The v1 optimizer tfps builds from a
+tfps.task.graph.optimizers): every check is an outcome. The v1 optimizer tfps builds from a
 compiled one takes the same steps as the tf_keras optimizer itself on the same gradients
 (hyperparameters, clipping, weight decay, schedules); a setting tfps cannot honour stops
 the job before it starts with the option's name; a model with its own train_step is refused.
@@ -20,7 +20,7 @@ import tf_keras as keras  # noqa: E402
 from tfps.config import RunConfig  # noqa: E402
 from tfps.errors import ConfigError  # noqa: E402
 from tfps.models import keras_optimizers  # noqa: E402
-from tfps.task import optimizers  # noqa: E402
+from tfps.task.graph import optimizers  # noqa: E402
 from tfps.task.setup import JobSetup, optimizer_options  # noqa: E402
 
 v1 = tf.compat.v1
@@ -320,13 +320,13 @@ def _huge_step(wrap) -> np.ndarray:
 
 
 def test_the_async_step_clips_before_the_gradients_travel():
-    from tfps.task import steps
+    from tfps.task.graph import steps
     moved = _huge_step(lambda opt, loss, gs: steps.apply_packed(opt, loss, gs, ""))
     np.testing.assert_allclose(moved, -0.1 * np.full(4, 0.5), rtol=1e-5)   # norm 1, not 2e4
 
 
 def test_the_sync_step_clips_each_workers_gradient():
-    from tfps.task.syncagg import SyncAggregation
+    from tfps.task.graph.syncagg import SyncAggregation
 
     def sync(opt, loss, gs):
         pairs = SyncAggregation(opt, gs, 1, 1, "").compute_gradients(loss)

@@ -14,9 +14,9 @@ import sys
 import pytest
 
 from tfps.errors import ConfigError
-from tfps.task import listening
-from tfps.task.listening import is_loopback, open_addresses, parse_address, require_loopback_only
-from tfps.task.loopback import _write_pointers, page_protection
+from tfps.task.net import listening
+from tfps.task.net.listening import is_loopback, open_addresses, parse_address, require_loopback_only
+from tfps.task.net.loopback import _write_pointers, page_protection
 
 
 def _listener(family, host):

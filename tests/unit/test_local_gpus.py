@@ -223,6 +223,16 @@ def test_gpus_set_one_worker_per_gpu(local_call, argv, workers, gpus, tmp_path, 
     assert local_call[0]["num_workers"] == workers and local_call[0]["gpus"] == gpus
 
 
+def test_the_how_tos_command_asks_for_one_worker_per_gpu(local_call, tmp_path, monkeypatch):
+    """docs/how-to/gpus.md's `tfps local --gpus` line, as the page gives it, up to the launch."""
+    import docblocks
+    monkeypatch.chdir(tmp_path)
+    (argv,) = docblocks.commands("how-to/gpus.md", "tests/unit/test_local_gpus.py")
+    assert argv[:2] == ["tfps", "local"], argv
+    assert cli.main(argv[1:]) == ExitCode.OK
+    assert local_call[0]["num_workers"] == 2 and local_call[0]["gpus"] == ["0", "1"] and local_call[0]["num_ps"] == 1
+
+
 @pytest.mark.parametrize("argv, line", [
     (["--gpus", "0,1", "--workers", "3"],
      "tfps: error: workers: --workers 3 does not match 2 GPU id(s) in --gpus; a GPU worker per GPU, so drop --workers"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfps.task.loopback import bind_address, ensure_loopback_bind
+from tfps.task.net.loopback import bind_address, ensure_loopback_bind
 
 
 @pytest.mark.parametrize("host, address", [

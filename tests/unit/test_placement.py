@@ -10,7 +10,7 @@ import pytest
 
 from tfps.cluster.spec import ClusterSpec, TaskRef
 from tfps.config import RunConfig
-from tfps.task.lifecycle import StopSignal
+from tfps.task.runtime.signals import StopSignal
 from tfps.task.setup import JobSetup
 from tfps.task.worker import Worker
 
@@ -54,7 +54,7 @@ def test_without_big_variables_placement_is_by_bytes_not_round_robin(tmp_path):
 
 
 def _train_rows(optimizer_name: str, steps: list[list[int]]):
-    from tfps.task import optimizers
+    from tfps.task.graph import optimizers
     g = tf.Graph()
     with g.as_default():
         table = v1.get_variable("table", initializer=np.ones((6, 2), np.float32))
@@ -102,7 +102,7 @@ def test_a_step_on_a_split_table_moves_only_the_touched_rows():
     """On an in-process cluster (2 ps, 1 worker), one traced step of a model with a 4 MiB
     table split over both ps: what every task receives is a few rows, never the table."""
     from tfps.cluster.single_host import free_ports
-    from tfps.task import optimizers, placement
+    from tfps.task.graph import optimizers, partition, placement
     ports = free_ports(3, "127.0.0.1")
     cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"],
                                     "worker": [f"127.0.0.1:{ports[2]}"]})
@@ -113,7 +113,7 @@ def test_a_step_on_a_split_table_moves_only_the_touched_rows():
     g = tf.Graph()
     balancer = placement.ByteBalancer(2)
     with g.as_default(), v1.device(placement.device_setter(task, cluster, balancer)):
-        with placement.partitioned(2, partition_mb=1):
+        with partition.partitioned(2, partition_mb=1):
             table = v1.get_variable("table", [rows, dim], initializer=v1.zeros_initializer())
         ids = tf.constant(np.arange(batch) * 2039 % rows, tf.int64)   # rows on both shards
         loss = tf.reduce_sum(tf.square(tf.nn.embedding_lookup(table, ids) - 1.0))

@@ -1,4 +1,4 @@
-"""Progressive validation (tfps.task.progressive): each training batch scored before it trains,
+"""Progressive validation (tfps.task.monitor.progressive): each training batch scored before it trains,
 over the last N examples, against reference computations in NumPy; and a real worker's step
 (an in-process cluster) whose window holds the scores of the weights before its update."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from tfps.config import RunConfig
 from tfps.models.modelspec import ModelSpec
-from tfps.task import progressive
+from tfps.task.monitor import progressive
 
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
@@ -166,7 +166,7 @@ def test_a_workers_step_scores_its_batch_with_the_weights_before_its_update(tmp_
     after each update would hold the second loss after the first step."""
     from tfps.cluster.single_host import free_ports
     from tfps.cluster.spec import ClusterSpec, TaskRef
-    from tfps.task.lifecycle import StopSignal
+    from tfps.task.runtime.signals import StopSignal
     from tfps.task.setup import JobSetup
     from tfps.task.worker import Worker
     data = tmp_path / "same.csv"
@@ -197,7 +197,7 @@ def test_a_workers_step_scores_its_batch_with_the_weights_before_its_update(tmp_
         assert abs(first - second) > 0.1, (first, second)    # the update moved the weights far
         assert after_one["log_loss"] == pytest.approx(first, abs=1e-4)
         assert after_two["log_loss"] == pytest.approx((first + second) / 2, abs=1e-4)
-        # K steps in one run (tfps.task.steps): each of them adds its batch to the window.
+        # K steps in one run (tfps.task.graph.steps): each of them adds its batch to the window.
         s.run(ops.train_op, {ops.steps_per_run: 3})
         assert window.figures(s.run(window.summary), own=True)["examples"] == 16 * 5
 

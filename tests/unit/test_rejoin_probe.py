@@ -2,7 +2,7 @@
 
 Issue 51: "a chief restart rolled the ps back": one chief SIGKILL was recorded as
 ``how: restored`` thousands of steps back while the ps still held the variables. The chief
-asks the ps whether they hold every variable (tfps.task.rejoin); a probe that got no answer
+asks the ps whether they hold every variable (tfps.task.runtime.rejoin); a probe that got no answer
 within its timeout (a ps slow on an overloaded host) used to send it down the checkpoint path,
 restoring the checkpoint over the live variables. Here a real in-process TensorFlow server
 plays the ps, the live variables are ahead of the newest checkpoint, and the first probe is
@@ -27,7 +27,7 @@ def tf():
 
 def test_a_probe_without_an_answer_is_asked_again_and_the_chief_joins_the_live_variables(tf, tmp_path, monkeypatch):
     from tfps import timeouts
-    from tfps.task.rejoin import LiveJoiningChiefSessionCreator
+    from tfps.task.runtime.rejoin import LiveJoiningChiefSessionCreator
     v1 = tf.compat.v1
     monkeypatch.setattr(timeouts, "REJOIN_PROBE_TIMEOUT_MS", 500)
     monkeypatch.setattr(timeouts, "GIVE_UP_POLL_SECS", 0.05)

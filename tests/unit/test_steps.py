@@ -1,5 +1,5 @@
-"""How an async worker's steps run (tfps.task.steps) and how many threads a task gets
-(tfps.task.lifecycle.auto_threads), without a cluster: the loop of K steps stops at
+"""How an async worker's steps run (tfps.task.graph.steps) and how many threads a task gets
+(tfps.task.runtime.session.auto_threads), without a cluster: the loop of K steps stops at
 the last step, packed gradients update the variables exactly as ``minimize`` does.
 """
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tfps.cluster.spec import ClusterSpec, TaskRef
-from tfps.task.lifecycle import auto_threads
+from tfps.task.runtime.session import auto_threads
 
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
@@ -54,7 +54,7 @@ def _model(seed: int = 3):
 
 
 def _train(packed: bool, steps: int = 4) -> dict:
-    from tfps.task.steps import apply_packed
+    from tfps.task.graph.steps import apply_packed
     g = tf.Graph()
     with g.as_default():
         gs = v1.train.get_or_create_global_step()
@@ -88,7 +88,7 @@ def test_packed_gradients_update_the_variables_as_minimize_does():
 
 
 def test_the_loop_of_k_steps_ends_at_the_last_step():
-    from tfps.task.steps import step_loop
+    from tfps.task.graph.steps import step_loop
     g = tf.Graph()
     with g.as_default():
         gs = v1.train.get_or_create_global_step()
@@ -135,7 +135,7 @@ def test_the_chiefs_history_follows_the_jobs_global_step(tmp_path):
     import types
 
     from tfps.outcome import results
-    from tfps.task.hooks import ProgressHook
+    from tfps.task.runtime.hooks import ProgressHook
 
     job = types.SimpleNamespace(first_step_at=None, started_wall=0.0, last_seen_step=0, local_steps=0,
                                 watchdog=types.SimpleNamespace(progress=lambda: None))
@@ -159,9 +159,9 @@ def test_the_chiefs_history_follows_the_jobs_global_step(tmp_path):
 
 def test_a_board_write_carries_the_global_step_read_with_it():
     """A worker's board write needs no run of its own to read the global step first: the
-    write itself stores at least the step the ps holds (tfps.task.board)."""
+    write itself stores at least the step the ps holds (tfps.task.monitor.board)."""
     from tfps.cluster.single_host import free_ports
-    from tfps.task.board import Board
+    from tfps.task.monitor.board import Board
     cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{free_ports(1, '127.0.0.1')[0]}"]})
     server = tf.distribute.Server(cluster, job_name="ps", task_index=0)   # the board lives on ps 0
     g = tf.Graph()
@@ -187,7 +187,7 @@ def _cluster_loop(pack: bool, k: int = 3) -> tuple[dict, dict]:
     import collections
 
     from tfps.cluster.single_host import free_ports
-    from tfps.task.steps import PackedReads, apply_packed, step_loop
+    from tfps.task.graph.steps import PackedReads, apply_packed, step_loop
     ports = free_ports(3, "127.0.0.1")
     cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"],
                                     "worker": [f"127.0.0.1:{ports[2]}"]})
@@ -262,7 +262,7 @@ def test_packed_reads_leave_rows_and_variable_objects_to_the_model_and_keep_ever
     the sum of both paths (as without packing); a model that needs a variable object (here
     ``assign_add``) gets no packed reads and builds as it is."""
     from tfps.cluster.single_host import free_ports
-    from tfps.task.steps import PackedReads
+    from tfps.task.graph.steps import PackedReads
     ports = free_ports(2, "127.0.0.1")
     cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]})
     servers = [tf.distribute.Server(cluster, job_name=job, task_index=0) for job in ("ps", "worker")]
@@ -312,6 +312,33 @@ def test_packed_reads_leave_rows_and_variable_objects_to_the_model_and_keep_ever
         assert reads.plan == {} and loss.shape == ()
 
 
+def test_the_rehearsal_leaves_a_keras_layers_weights_to_keras_whatever_the_file_names(tmp_path):
+    """Which variables ``PackedReads`` packs is decided where tf_keras creates a weight (its
+    ``add_weight`` runs: ``tfps.compat.in_keras_add_weight``), not from the file names on the
+    call stack: a ``tf.compat.v1.layers`` layer's weights stay Keras's, and the user's own
+    ``get_variable`` is packed, even from a package directory named ``keras``."""
+    import importlib.util
+
+    from tfps import compat
+    from tfps.task.graph import partition
+    from tfps.task.graph.steps import _rehearse
+    (tmp_path / "keras").mkdir()
+    source = tmp_path / "keras" / "user_model.py"
+    source.write_text("import tensorflow as tf\n"
+                      "def model(x):\n"
+                      "    w = tf.compat.v1.get_variable('w', [3, 3], initializer=tf.compat.v1.ones_initializer())\n"
+                      "    return tf.compat.v1.layers.dense(tf.matmul(x, w), 2)\n")
+    spec = importlib.util.spec_from_file_location("user_model_under_keras", source)
+    user = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(user)
+    # As a worker builds it (inside partition.partitioned, whose add_weight wrapper marks), and bare.
+    for around in (lambda: partition.partitioned(1, 1000), lambda: compat.keras_add_weight_wrapped(lambda a: a)):
+        with tf.Graph().as_default(), around():
+            plan = _rehearse(user.model, (tf.constant(np.ones((2, 3), np.float32)),))
+        assert list(plan) == ["w"], plan
+    assert not compat.in_keras_add_weight()
+
+
 # ----------------------------------------------------------------------------- running metrics
 def test_running_auc_is_updated_by_every_step_of_the_loop_and_read_after_it():
     """wide_deep's running ``auc`` (binary labels) inside the loop of K steps: each step adds
@@ -319,7 +346,7 @@ def test_running_auc_is_updated_by_every_step_of_the_loop_and_read_after_it():
     the run reports is the AUC of the histograms after its last step."""
     from tfps import models
     from tfps.models import modelspec
-    from tfps.task.steps import step_loop
+    from tfps.task.graph.steps import step_loop
     rng = np.random.default_rng(4)
     x = rng.normal(size=(96, 3)).astype(np.float32)
     y = (x[:, 0] + rng.normal(size=96) > 0).astype(np.int64)
@@ -357,7 +384,7 @@ def test_running_auc_is_updated_by_every_step_of_the_loop_and_read_after_it():
 
 def test_the_running_auc_is_the_rank_auc_of_the_bucketed_scores():
     from tfps import models
-    from tfps.task.export import auc as rank_auc
+    from tfps.task.output.export import auc as rank_auc
     rng = np.random.default_rng(0)
     y = rng.integers(0, 2, 1000)
     p = 1 / (1 + np.exp(-(y + rng.normal(size=1000))))
@@ -375,7 +402,7 @@ def test_progress_lines_show_running_metrics_and_reset_them_after_each_line(tmp_
     import logging
     import types
 
-    from tfps.task.hooks import ProgressHook
+    from tfps.task.runtime.hooks import ProgressHook
     job = types.SimpleNamespace(first_step_at=None, started_wall=0.0, last_seen_step=0, local_steps=0,
                                 watchdog=types.SimpleNamespace(progress=lambda: None))
     ran = []
@@ -422,8 +449,7 @@ def _sync_cluster(pack: bool, steps: int = 4, workers: int = 2, backup: bool = F
     from tfps.cluster.single_host import free_ports
     from tfps.config import RunConfig
     from tfps.models.modelspec import ModelSpec
-    from tfps.task import optimizers
-    from tfps.task.graph import Devices, build_train_graph
+    from tfps.task.graph import Devices, build_train_graph, optimizers
     from tfps.task.setup import JobSetup
     ports = free_ports(2 + workers, "127.0.0.1")
     hosts = ClusterSpec(tuple(f"127.0.0.1:{p}" for p in ports[:2]), tuple(f"127.0.0.1:{p}" for p in ports[2:]))
@@ -608,7 +634,7 @@ def test_a_loop_of_sync_steps_trains_exactly_as_sync_replicas_optimizer():
     as 4 steps of SyncReplicasOptimizer as it is; with a backup worker (3 workers, one never
     running), 6 steps as 6 of a 2-worker job. A model with a sparse gradient is refused
     (``NotLoopable``: the worker then builds one step per run)."""
-    from tfps.task.syncagg import NotLoopable
+    from tfps.task.graph.syncagg import NotLoopable
     plain, _ = _sync_cluster(pack=False, sparse=False)
     looped, sent = _sync_cluster(pack=True, loop=True, sparse=False)
     assert plain["global_step"] == looped["global_step"] == 4

@@ -1,4 +1,4 @@
-"""One stop however it is sent (tfps.task.lifecycle.StopWindow, the launcher's exit code).
+"""One stop however it is sent (tfps.task.runtime.signals.StopWindow, the launcher's exit code).
 
 ``timeout`` and CI runners signal a process and then its group, and Ctrl-C reaches the
 whole foreground group: the signals of one stop come milliseconds apart, and only a signal
@@ -12,7 +12,7 @@ import signal
 
 from tfps.exitcodes import STOPPED_CODES, ExitCode, stopped_code
 from tfps.launch.processes import _launcher_code
-from tfps.task.lifecycle import StopWindow
+from tfps.task.runtime.signals import StopWindow
 
 
 class Clock:

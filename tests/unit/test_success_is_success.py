@@ -53,7 +53,7 @@ def test_the_job_is_reported_once_whoever_sees_its_end(tmp_path, monkeypatch):
 
 
 def test_the_watchdog_leaves_a_job_reported_by_the_training_loop_alone(monkeypatch):
-    from tfps.task import watchdog
+    from tfps.task.runtime import watchdog
     job = types.SimpleNamespace(
         task=types.SimpleNamespace(name="worker0", is_chief=True),
         cfg=types.SimpleNamespace(sync_timeout=1.0, startup_timeout=1.0), last_seen_step=131, claimed=True,
@@ -82,8 +82,8 @@ def test_the_report_keeps_the_highest_step_seen(tmp_path):
 
 
 def test_the_row_and_column_of_a_non_finite_value_in_a_workers_shard(tmp_path, monkeypatch):
-    from tfps import data as data_mod
-    from tfps.task import datafault
+    from tfps.data import dataset as data_mod
+    from tfps.task.runtime import datafault
     monkeypatch.setattr(data_mod, "CSV_SCAN_ROWS", 2)
     f = tmp_path / "train.csv"
     f.write_text("a,name,b,label\n1,x,2,0\n1,inf,2,1\n3,y,4,0\n5,z,nan,1\n6,w,inf,0\n")

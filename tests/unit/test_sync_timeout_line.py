@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tfps.task.watch import _WatchedWorker, is_step_timeout, sync_wait_line
+from tfps.task.monitor.watch import _WatchedWorker, is_step_timeout, sync_wait_line
 
 
 def _worker(name: str, global_step: int, idle: float, now: float) -> _WatchedWorker:
@@ -55,7 +55,7 @@ def test_the_chiefs_report_of_a_sync_timeout_names_the_worker_behind():
     from tfps.cluster.spec import ClusterSpec, TaskRef
     from tfps.config import RunConfig
     from tfps.outcome.report import format_error
-    from tfps.task.watch import JobWatch
+    from tfps.task.monitor.watch import JobWatch
     cfg = RunConfig(sync_replicas=True, sync_timeout=300).validate()
     task = TaskRef(ClusterSpec(("127.0.0.1:1",), ("127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4")), "worker", 0)
     watch = JobWatch(types.SimpleNamespace(cfg=cfg, task=task), None, None, None, None, None)

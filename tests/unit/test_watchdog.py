@@ -1,4 +1,4 @@
-"""The startup watchdog's port probe (tfps.task.watchdog.probe_task), on real sockets.
+"""The startup watchdog's port probe (tfps.task.runtime.watchdog.probe_task), on real sockets.
 
 A TF server answers the HTTP/2 preface with a SETTINGS frame; another program holding the
 port accepts and says nothing (or something else); a closed port refuses. IPv6 addresses
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tfps.task.watchdog import probe_patiently, probe_task
+from tfps.task.runtime.watchdog import probe_patiently, probe_task
 
 SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"   # an empty HTTP/2 SETTINGS frame
 

@@ -2,7 +2,7 @@
 
 ``tfps_data_src`` is a directory or a glob on the machine that runs the play. The play
 copies to each worker host only the files its workers read, decided here with the
-tfps's own rule (:func:`tfps.data.shard_files`), and writes on every worker host
+tfps's own rule (:func:`tfps.data.dataset.shard_files`), and writes on every worker host
 the job's list of training files (``train_list_path``); the role's ``tfps_data`` action
 calls :func:`assign`: each worker then shards that global list
 (``--train_data @/input/.tfps-train-files``), not the files that happen to be on its host.
@@ -20,9 +20,9 @@ import hashlib
 import os
 from collections.abc import Mapping, Sequence
 
-from tfps import data as data_mod
 from tfps.cluster.plan import DATA_MOUNT
 from tfps.cluster.variables import train_list_path
+from tfps.data import dataset as data_mod
 from tfps.errors import ConfigError
 
 MAGIC = set("*?[")

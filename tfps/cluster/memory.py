@@ -115,9 +115,9 @@ class MemoryEstimate:
     """What a job's variables need, from the shapes of its training graph (no session, no values).
 
     ``shares_mb`` is what the chief later logs and results.json records as ``ps_shares_mb``
-    (the same graph, the same ``tfps.task.placement.ByteBalancer``); ``export_mb`` what the chief's export restores
-    at the end of the job, while the ps tasks still hold their shares: the model's variables
-    once, whole, without the optimizer's slots.
+    (the same graph, the same ``tfps.task.graph.placement.ByteBalancer``); ``export_mb`` what
+    the chief's export restores at the end of the job, while the ps tasks still hold their
+    shares: the model's variables once, whole, without the optimizer's slots.
     """
 
     shares_mb: dict[str, float]
@@ -153,7 +153,7 @@ class MemoryEstimate:
 
     @classmethod
     def of(cls, balancer, optimizer: str, dynamic: tuple = ()) -> MemoryEstimate:
-        """What ``balancer`` (a ``tfps.task.placement.ByteBalancer``) placed while a worker's
+        """What ``balancer`` (a ``tfps.task.graph.placement.ByteBalancer``) placed while a worker's
         training graph was built (and the ``DynamicBudget`` of each dynamic table it built)."""
         whole = balancer.variables_bytes()
         largest = max(whole, key=whole.get) if whole else ""

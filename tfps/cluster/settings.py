@@ -16,7 +16,7 @@ compared the settings with its containers' labels before it started them.
 What may change between starts without that: cadences (log_steps, checkpoint_steps,
 summary_steps), timeouts, ports, notifications and restarts, and the number of ps tasks (the
 checkpoint holds each partitioned variable whole and the others by name, so a job saved from
-2 ps tasks goes on with 3: tfps.task.placement splits its tables again; the role still replaces
+2 ps tasks goes on with 3: tfps.task.graph.placement splits its tables again; the role still replaces
 a running job's containers for it, with tfps_replace).
 """
 

@@ -37,7 +37,7 @@ from tfps.config import (
     parse_model_args,
     run_option_actions,
 )
-from tfps.data import LIST_PREFIX
+from tfps.data.dataset import LIST_PREFIX
 from tfps.errors import ConfigError
 from tfps.playbooks import role_dir
 

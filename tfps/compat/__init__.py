@@ -21,7 +21,9 @@ This module imports neither TensorFlow nor tf_keras at the top: ``import tensorf
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dis
+import functools
 import glob
 import importlib
 import importlib.util
@@ -73,7 +75,7 @@ def _stores(func, attr: str) -> bool:
 
 
 # =================================================================== TensorFlow
-#: The library whose gRPC server calls ``bind`` (tfps.task.loopback patches its GOT entry).
+#: The library whose gRPC server calls ``bind`` (tfps.task.net.loopback patches its GOT entry).
 TF_CC_LIBRARY = "libtensorflow_cc.so"
 
 #: What ``import tensorflow`` imports eagerly only to register Keras's optimizers
@@ -348,7 +350,7 @@ def with_zeros_slots(base: type, name: str, slots: tuple) -> type:
 
 
 # =================================================================== tf_keras
-#: tf_keras's graph-mode layer bases, whose ``add_weight`` tfps.task.placement wraps.
+#: tf_keras's graph-mode layer bases, whose ``add_weight`` tfps.task.graph.keras_weights wraps.
 TF_KERAS_LAYER_MODULES = ("tf_keras.src.engine.base_layer", "tf_keras.src.engine.base_layer_v1")
 
 
@@ -439,9 +441,33 @@ def keras_installed() -> bool:
     return "tf_keras" in sys.modules or importlib.util.find_spec("tf_keras") is not None
 
 
+#: True while tf_keras's ``Layer.add_weight`` runs under tfps's wrapper (``keras_add_weight_wrapped``):
+#: a variable created then is a Keras layer's weight. Set where Keras creates the weight, so the
+#: answer depends on no file name of the code around it (a user's package may be named keras).
+_IN_KERAS_ADD_WEIGHT: contextvars.ContextVar[bool] = contextvars.ContextVar("tfps_in_keras_add_weight",
+                                                                            default=False)
+
+
+def in_keras_add_weight() -> bool:
+    """Whether the variable created now is a tf_keras layer's weight (``add_weight`` is running)."""
+    return _IN_KERAS_ADD_WEIGHT.get()
+
+
+def _marking(add_weight):
+    @functools.wraps(add_weight)
+    def marked(*args, **kwargs):
+        token = _IN_KERAS_ADD_WEIGHT.set(True)
+        try:
+            return add_weight(*args, **kwargs)
+        finally:
+            _IN_KERAS_ADD_WEIGHT.reset(token)
+    return marked
+
+
 @contextlib.contextmanager
-def keras_add_weight_wrapped(wrap):
-    """While inside: tf_keras's layer bases create weights with ``wrap(original_add_weight)``.
+def keras_add_weight_wrapped(wrap=None):
+    """While inside: tf_keras's layer bases create weights with ``wrap(original_add_weight)``
+    (``None``: the original), and :func:`in_keras_add_weight` is True while one runs.
 
     Does nothing when tf_keras is not installed. Both bases are patched because a model
     built in a ``tf.Graph`` may use either (TF2 layers, or the v1 graph-mode ones).
@@ -453,7 +479,7 @@ def keras_add_weight_wrapped(wrap):
     classes = [importlib.import_module(name).Layer for name in TF_KERAS_LAYER_MODULES]
     originals = {cls: cls.add_weight for cls in classes}
     for cls, original in originals.items():
-        cls.add_weight = wrap(original)
+        cls.add_weight = _marking(wrap(original) if wrap else original)
     try:
         yield
     finally:

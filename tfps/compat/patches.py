@@ -34,14 +34,15 @@ class Patch:
 
 _TF = f"TensorFlow {TENSORFLOW_VERSION}"
 PATCHES = (
-    Patch("bind-got", "tfps/task/loopback.py", f"{TF_CC_LIBRARY}'s GOT entry for bind: a wildcard bind "
+    Patch("bind-got", "tfps/task/net/loopback.py", f"{TF_CC_LIBRARY}'s GOT entry for bind: a wildcard bind "
           "becomes the task's own address (docs/design/loopback.md)", _TF),
     Patch("checkpoint-file-io", "tfps/compat/__init__.py", "checkpoint_management's file_io: checkpoint globs "
           "quote their directory (a model_dir named exp[lr=0.01])", _TF),
     Patch("critical-section-collections", "tfps/compat/patches.py", "TensorFlow's critical_sections graph "
           "collections are emptied after each DynamicEmbedding lock (a meta graph cannot hold them)", _TF),
     Patch("keras-add-weight", "tfps/compat/__init__.py", "tf_keras Layer.add_weight is wrapped while a model is "
-          "built (placement of its weights)", f"tf_keras {TF_KERAS_VERSION}"),
+          "built (placement of its weights; in_keras_add_weight marks a Keras weight's creation)",
+          f"tf_keras {TF_KERAS_VERSION}"),
     Patch("keras-optimizer-serialize", "tfps/compat/__init__.py", "a tf_keras optimizer's _serialize_hyperparameter, "
           "for one get_config()", f"tf_keras {TF_KERAS_VERSION}"),
     Patch("eager-keras-import", "tfps/task/__init__.py", "sys.modules entries of Keras's optimizers are None "

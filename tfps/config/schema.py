@@ -11,9 +11,9 @@ import dataclasses
 import math
 import os
 
-from tfps import stream
 from tfps.config.durations import parse_duration, parse_every
 from tfps.config.jobfile import yaml_scalar
+from tfps.data import stream
 from tfps.errors import ConfigError
 from tfps.names import MAX_RUN_NAME, check_directory_name, check_run_name  # noqa: F401
 
@@ -31,7 +31,7 @@ from tfps.timeouts import (  # noqa: F401
 #: one (tests/unit/test_imports.py checks that the two name the same models).
 BUILTIN_MODELS = ("linear", "mlp", "cnn", "wide_deep")
 #: Every optimizer tfps trains with (``--optimizer``): the one list of their names, which
-#: tfps.task.optimizers maps to ``tf.compat.v1.train`` classes.
+#: tfps.task.graph.optimizers maps to ``tf.compat.v1.train`` classes.
 OPTIMIZERS = ("sgd", "adam", "adagrad", "ftrl")
 #: How wide_deep (and a model_fn that reads params.embedding) keeps its id embeddings
 #: (``--embedding``): a fixed number of shared hash buckets, or a row per admitted id
@@ -44,7 +44,7 @@ EMBEDDING_MODELS = ("wide_deep",)
 DEFAULT_OPTIMIZER = "adam"
 DEFAULT_LEARNING_RATE = 0.01
 #: The largest step count or size a flag may hold: the global step is an int64, and an async
-#: worker's loop adds up to a run's steps to it (tfps.task.steps), so keep headroom.
+#: worker's loop adds up to a run's steps to it (tfps.task.graph.steps), so keep headroom.
 MAX_INT64_FLAG = 2**62
 #: The longest timeout or interval in seconds (about 31 years, i.e. never): threading's waits
 #: (threading.TIMEOUT_MAX) and TensorFlow's int64 milliseconds hold it, 1e308 holds in neither.
@@ -68,7 +68,7 @@ MAX_FOLLOW_STEPS = 2**53
 
 #: Upper bounds of the numeric options, (largest value, why): checked before anything starts,
 #: since a value past them fails every task only after the start (an OverflowError).
-#: --progressive_window: the job's last N examples (tfps.task.progressive), and the most a
+#: --progressive_window: the job's last N examples (tfps.task.monitor.progressive), and the most a
 #: window may hold (each worker keeps its share in memory, a few floats per example).
 DEFAULT_PROGRESSIVE_WINDOW = 100_000
 MAX_PROGRESSIVE_WINDOW = 10_000_000
@@ -142,17 +142,17 @@ class RunConfig:
     final_save_timeout: float = DEFAULT_FINAL_SAVE_TIMEOUT
     export_every: str | None = None     # versions while training: "10m", "90s", "2h" or "500" global steps
     keep_exports: int | None = None     # --export_every: the newest K versions stay; None keeps every one
-    delta_checkpoint_secs: int | None = None   # between full checkpoints, save what changed every N s (tfps.task.delta)
+    delta_checkpoint_secs: int | None = None   # between full checkpoints, what changed every N s (output.delta)
     sync_timeout: float = DEFAULT_SYNC_TIMEOUT
     startup_timeout: float = 600.0
-    tf_threads: int | None = None   # None: tfps.task.lifecycle.auto_threads
+    tf_threads: int | None = None   # None: tfps.task.runtime.session.auto_threads
     seed: int = 7
     notify: list[str] = dataclasses.field(default_factory=list)
     notify_config: str | None = None
     notify_started: bool = False
     notify_every: float = 0.0
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
-    partition_mb: float = 64.0      # variables above this are split over every ps (tfps.task.placement)
+    partition_mb: float = 64.0      # variables above this are split over every ps (tfps.task.graph.placement)
     hash_buckets: int = 1 << 20     # wide_deep: rows of its shared id tables
     embedding_dim: int = 16         # wide_deep: embedding width
     embedding: str = "hashed"       # wide_deep: "hashed" buckets or "dynamic" rows per id (EMBEDDINGS)
@@ -160,13 +160,13 @@ class RunConfig:
     steps_to_live: int = 0          # dynamic: free the rows of ids not seen for N global steps; 0 never
     expected_ids: int = 0           # dynamic: live ids expected per table (the memory plan); 0 unknown
     input_split: str | None = None  # "queue" (slices from one queue on ps 0) or "static" halves; None: auto
-    follow: bool = False            # --train_data names partitions that keep arriving (tfps.stream)
+    follow: bool = False            # --train_data names partitions that keep arriving (tfps.data.stream)
     until: str | None = None        # follow: the job succeeds once this partition is trained
     follow_idle: float | None = None   # follow: the job succeeds when no partition arrived for this long
     skip_bad_partitions: bool = False  # follow: a malformed partition is skipped whole, not the job's end
 
     def _check_stream(self) -> None:
-        """The slice queue and a followed input (tfps.stream): what goes with what."""
+        """The slice queue and a followed input (tfps.data.stream): what goes with what."""
         if self.input_split not in (None, "queue", "static"):
             raise ConfigError(f"must be queue (slices from one queue on ps 0) or static (each worker reads its own "
                               f"fixed share, the default), got {self.input_split!r}", "input_split")

@@ -222,11 +222,28 @@ def _check(ns: argparse.Namespace, cfg: RunConfig) -> None:
                               field)
     if ns.log_max_file < 1:
         raise ConfigError(f"is {ns.log_max_file}; keep at least 1 log file", "log_max_file")
+    if cfg.follow:
+        _check_followed(ns, cfg)
     for field in ("model_dir", "export_dir"):
         value = getattr(cfg, field)
         if value and not (value == "/data" or value.startswith("/data/")):
             raise ConfigError(f"{value} is not on the {VOLUME} volume; use a path under /data "
                               f"(default {MODEL_DIR})", field)
+
+
+def _check_followed(ns: argparse.Namespace, cfg: RunConfig) -> None:
+    """A followed stream lands on this machine: it must come in through --data_dir, which every
+    container mounts read-only at DATA_MOUNT (docs/explanation/continuous-training.md)."""
+    # (--until must match --train_data: checked with the job's settings.)
+    if cfg.train_data and not cfg.train_data.startswith(DATA_MOUNT + "/"):
+        what, field = f"--train_data {cfg.train_data} is not under {DATA_MOUNT}", "train_data"
+    elif not ns.data_dir:
+        what, field = "no --data_dir", "data_dir"
+    else:
+        return
+    raise ConfigError(f"--follow: {what}; the containers see the stream through --data_dir DIR (the stream's "
+                      f"directory on this machine, mounted read-only at {DATA_MOUNT}): give --data_dir DIR and "
+                      f"--train_data {DATA_MOUNT}/... (e.g. '{DATA_MOUNT}/dt=*')", field)
 
 
 def check_secret_file(path: str) -> None:

@@ -12,7 +12,7 @@ Anywhere else (a file, a pipe: logs, CI, containers) or with ``-v``: every line 
 task, prefixed with its name (``[worker1] ...``), as before; no escape codes.
 
 The source of the status line is ``status.json``, which the chief's watch rewrites in its
-model_dir every few seconds (``tfps.task.watch.JobWatch.status``). The chief already reads
+model_dir every few seconds (``tfps.task.monitor.watch.JobWatch.status``). The chief already reads
 every worker's board on ps 0 for its stall and progress messages: the job's step, each
 worker's rate and step are known there and nowhere else. Parsing the workers' progress
 lines instead would give each worker's view at its own log interval (stale by up to
@@ -29,9 +29,9 @@ import threading
 import time
 
 from tfps.outcome import results
-from tfps.outcome.contract import progressive_line, step_of
+from tfps.outcome.contract import has_total, progressive_line, step_of
 
-#: A task's per-worker progress line (tfps.task.hooks.ProgressHook), as the launcher reads it.
+#: A task's per-worker progress line (tfps.task.runtime.hooks.ProgressHook), as the launcher reads it.
 PROGRESS_LINE = re.compile(r"^\[worker\d+\] \d\d:\d\d:\d\d I worker\d+: step \d+/\d+")
 #: Seconds without a step after which the status line names a worker as idle.
 IDLE_SECS = 10.0
@@ -75,7 +75,8 @@ def status_text(status: dict | None, now: float, started: float, tasks: str = ""
         parts.append(scored.replace("progressive", "prog.", 1))
     if status.get("examples_per_sec"):
         parts.append(f"{_rate(status['examples_per_sec'])} ex/s")
-    if phase in (None, "training") and isinstance(status.get("eta_s"), (int, float)):
+    if (phase in (None, "training") and isinstance(status.get("eta_s"), (int, float))
+            and has_total(int(status.get("train_steps") or 0))):
         parts.append(f"ETA {_seconds(status['eta_s'] - max(now - status.get('time', now), 0))}")
     if phase in (None, "training"):
         lag = slowest_worker(status, now)
@@ -132,6 +133,10 @@ class JobConsole:
             grid.add_row(Text(text))
             return grid
         step, total = int(st.get("step", 0)), int(st.get("train_steps", 0) or 0)
+        if not has_total(total):   # a followed job: no last step, so no bar and no percentage
+            grid.add_row(Text(f"step {step_of(step, total)}", style="bold"),
+                         Text(text, no_wrap=True, overflow="ellipsis"))
+            return grid
         grid.add_row(Text(f"step {step_of(step, total)}", style="bold"),
                      ProgressBar(total=max(total, 1), completed=min(step, total), width=BAR_WIDTH),
                      Text(f"{100 * min(step, total) / max(total, 1):3.0f}%"),

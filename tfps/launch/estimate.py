@@ -25,7 +25,7 @@ from tfps.config import RunConfig, add_run_options, from_args, normalize_argv
 from tfps.errors import ConfigError, real_os_exit
 from tfps.launch.tasks import die_with_parent
 from tfps.task import import_tensorflow
-from tfps.task.lifecycle import StopSignal
+from tfps.task.runtime.signals import StopSignal
 
 log = logging.getLogger("tfps")
 
@@ -37,7 +37,7 @@ def estimate_memory(job, num_ps: int, num_workers: int = 1):
     """Each ps task's share of the variables, the optimizer's slots included (``tfps.cluster.memory.MemoryEstimate``).
 
     Builds the training graph exactly as a worker does (``tfps.task.worker.Worker.build``:
-    the same ``tfps.task.placement.partitioned(num_ps, partition_mb)``, optimizer and ``ByteBalancer``,
+    the same ``tfps.task.graph.partition.partitioned(num_ps, partition_mb)``, optimizer and ``ByteBalancer``,
     whose shares the chief logs and results.json records as ``ps_shares_mb``) in a
     throwaway graph, and never creates a session, so nothing is allocated. ``job`` is a
     ``JobSetup`` or a ``RunConfig``. A JobSetup made with ``bind=False`` (or from a

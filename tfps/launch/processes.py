@@ -53,7 +53,7 @@ from tfps.models import keras_model
 from tfps.notify import notifier_for
 from tfps.notify.urls import ENV_URLS, ENV_URLS_FILE, collect_urls
 from tfps.outcome import lock, results
-from tfps.task.lifecycle import StopWindow
+from tfps.task.runtime.signals import StopWindow
 
 log = logging.getLogger("tfps")
 
@@ -294,7 +294,7 @@ def _run_local(cfg: RunConfig, num_ps: int = 1, num_workers: int = 2, script: st
         ref = plan.task_ref(t)
         task_env = dict(env, **gpu.process_env(t.gpu)) if gpus is not None else dict(env)
         if script:
-            argv = [python, "-m", "tfps.task.script_guard", script, *ref.to_flags(), *(script_args or [])]
+            argv = [python, "-m", "tfps.task.net.script_guard", script, *ref.to_flags(), *(script_args or [])]
             tasks.append(TaskProcess(t.name, argv, task_env, out, verbose))
             continue
         run_args = [*(["-v"] if verbose else []), *ref.to_flags(), *cfg.to_args(),

@@ -36,8 +36,8 @@ from tfps.config import normalize_argv
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.task import entry
-from tfps.task.lifecycle import exit_now
-from tfps.task.loopback import BIND_ADDRESS_ENV
+from tfps.task.net.loopback import BIND_ADDRESS_ENV
+from tfps.task.runtime.signals import exit_now
 
 log = logging.getLogger("tfps")
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                  step.job_id, step.step_id, me.rank, me.name, " (the chief)" if me.name == "worker0" else "",
                  me.host, port, f" (listening on {ns.bind_interface}'s {address} only)" if address else "",
                  ns.rendezvous)
-        if address:   # the task's TensorFlow server binds it alone (tfps.task.loopback), checked after its start
+        if address:   # the task's TensorFlow server binds it alone (tfps.task.net.loopback), checked after its start
             os.environ[BIND_ADDRESS_ENV] = address
         cluster = slurm.gather(ns.rendezvous, step.layout, options.startup_timeout)
     except ConfigError as e:

@@ -22,7 +22,7 @@ from tfps.exitcodes import ExitCode
 from tfps.outcome.results import SENT_WITHOUT_RESULTS
 from tfps.task import entry as task_entry
 from tfps.task import import_tensorflow
-from tfps.task.lifecycle import STOP_SIGNALS
+from tfps.task.runtime.signals import STOP_SIGNALS
 
 _PR_SET_PDEATHSIG = 1
 
@@ -268,7 +268,7 @@ def import_tensorflow_once(verbose: bool, keras: bool = True) -> bool:
 
     tf_keras too, when it is installed and the model may use it (``models.may_use_keras``:
     not a built-in model): every worker then imports it to build its graph
-    (``placement.partitioned``), and so does the memory estimate (``estimate.estimate_isolated``),
+    (``partition.partitioned``), and so does the memory estimate (``estimate.estimate_isolated``),
     forked from here before them; imported once, it is shared by all of them. Its import
     starts no thread either."""
     if "tensorflow" in sys.modules and not single_threaded():

@@ -382,7 +382,7 @@ class DynamicTable:
             raise ValueError(f"DynamicTable {name}: serving must be True or False, not {serving!r}")
         self.serving = serving
         self.own_step = None      # the table's own step count, where the graph has no global step
-        self.chief_ops = None     # the chief's eviction and counts (tfps.task.tables)
+        self.chief_ops = None     # the chief's eviction and counts (tfps.task.graph.tables)
         self._saveable = None
         if serving:
             self._build_serving()

@@ -275,7 +275,7 @@ def may_use_keras(name: str) -> bool:
     The built-in models are plain ops and ``get_variable``; their jobs never import tf_keras
     (about 0.3-0.7 s of every launch here). A user's model may use it, even a model_fn
     (``tf.compat.v1.layers`` is tf_keras), so theirs get it imported and patched
-    (``tfps.task.placement.partitioned``)."""
+    (``tfps.task.graph.partition.partitioned``)."""
     return name not in BUILTIN
 
 

@@ -174,7 +174,7 @@ class KerasInfo:
     optimizer: str | None             # tfps optimizer name mapped from the compiled one
     learning_rate: float | None
     optimizer_note: str = ""
-    optimizer_options: dict = dataclasses.field(default_factory=dict)   # tfps.task.optimizers.make's options
+    optimizer_options: dict = dataclasses.field(default_factory=dict)   # tfps.task.graph.optimizers.make's options
     optimizer_class: str = ""         # the compiled optimizer's class name
     optimizer_refusal: ConfigError | None = None   # what of the compiled optimizer cannot be honoured
 
@@ -474,7 +474,7 @@ class KerasModelFn:
         fresh copy in this graph fed as Keras feeds it: the labels (one-hot for several
         classes) and the model's probabilities.
 
-        Eval: streamed over the whole evaluation set (``tfps.task.export.evaluate``).
+        Eval: streamed over the whole evaluation set (``tfps.task.output.export.evaluate``).
         Train: the running values of the worker's progress lines. The copies' variables are
         the worker's own (``modelspec.local_state``: on its device, never on a ps, in the
         checkpoint or the SavedModel), and the result is read after the step's update."""

@@ -2,7 +2,7 @@
 
 ``compiled_optimizer`` reads the compiled optimizer's class and config when the model is
 inspected (``tfps.models.keras_model.inspect_model``) and maps it to a tfps optimizer, its learning
-rate (or schedule) and the options ``tfps.task.optimizers.make`` applies; an option tfps
+rate (or schedule) and the options ``tfps.task.graph.optimizers.make`` applies; an option tfps
 cannot honour is a refusal, raised unless ``--optimizer`` replaces the model's optimizer.
 ``describe_options`` words the options for the optimizer log line.
 """
@@ -16,7 +16,7 @@ from tfps import compat
 from tfps.errors import ConfigError
 
 #: Per Keras optimizer tfps trains with (lower-cased class name): the options it maps to the
-#: ``tf.compat.v1.train`` optimizer (``tfps.task.optimizers.make``), in Keras's names.
+#: ``tf.compat.v1.train`` optimizer (``tfps.task.graph.optimizers.make``), in Keras's names.
 MAPPED_OPTIONS = {
     "sgd": ("momentum", "nesterov"),
     "adam": ("beta_1", "beta_2", "epsilon"),

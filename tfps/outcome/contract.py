@@ -94,7 +94,7 @@ class WorkerFigures:
 
 @dataclass
 class Stall:
-    """A stretch without progress (tfps.task.watch): who, from which step, since when."""
+    """A stretch without progress (tfps.task.monitor.watch): who, from which step, since when."""
 
     task: str = ""
     last_step: int = 0
@@ -105,7 +105,7 @@ class Stall:
 
 @dataclass
 class Progressive:
-    """Progressive validation (tfps.task.progressive): each training batch scored by the model as
+    """Progressive validation (tfps.task.monitor.progressive): each training batch scored by the model as
     it was before the batch trained it, over the job's last ``window`` examples (all workers'),
     as the chief last read them. Binary labels give ``auc``, ``log_loss`` and ``accuracy``; more
     classes ``log_loss`` and ``accuracy``; other models their own ``loss`` and ``metrics``."""
@@ -337,6 +337,12 @@ def progressive_line(p: Progressive | dict | None) -> str:
     over = (f" over the last {examples} examples" if not window or (examples or 0) >= window
             else f" over {examples} examples (window {window})")
     return f"progressive {words}{over}"
+
+
+def has_total(total: int) -> bool:
+    """Whether a job has a last step to count towards (a followed job, ``--follow``, has none:
+    no ETA, no percentage, no bar)."""
+    return 0 < int(total) < MAX_FOLLOW_STEPS
 
 
 def step_of(step: int, total: int) -> str:

@@ -29,7 +29,7 @@ RESTART_CAUSE_ENV = "TFPS_RESTART_CAUSE"
 RESTART_SIGNAL_ENV = "TFPS_RESTART_SIGNAL"
 #: Every death of the task's earlier processes under this supervisor, oldest first, as JSON
 #: ``[{"time": wall, "signal": N}, ...]`` (same origin). The task publishes it where the chief
-#: reads it (a worker's board, a ps's own variable: tfps.task.board), so that the journal
+#: reads it (a worker's board, a ps's own variable: tfps.task.monitor.board), so that the journal
 #: holds every failure, also of a process killed again before it trained or while the chief
 #: was away.
 RESTART_DEATHS_ENV = "TFPS_RESTART_DEATHS"

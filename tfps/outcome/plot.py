@@ -35,7 +35,7 @@ MAX_RIGHT_SERIES = 3
 def _series(history: list[dict], key: str, mean: bool = False) -> tuple[list[float], list[float]]:
     """(steps, values) of the finite numeric values of ``key``, in step order; with ``mean``,
     the record's mean over the chief's steps since the record before (``rec["mean"][key]``,
-    tfps.task.hooks.ProgressHook), where the record has one, else its value."""
+    tfps.task.runtime.hooks.ProgressHook), where the record has one, else its value."""
     points = []
     for rec in history:
         try:

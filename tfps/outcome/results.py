@@ -15,7 +15,7 @@ import tempfile
 
 from tfps.errors import ConfigError
 from tfps.jsonfile import now_iso, read_json, write_json_atomic  # noqa: F401 - also results.now_iso, ...
-from tfps.outcome.contract import step_of
+from tfps.outcome.contract import has_total, step_of
 from tfps.outcome.lock import LOCK_FILE
 
 RESULTS = "results.json"
@@ -58,7 +58,8 @@ def progress_line(record: dict | None, earlier: dict | None, total: int) -> str:
     if not record:
         return f"step 0/{total}: starting (no training step recorded yet)"
     step = int(record.get("step", 0))
-    parts = [f"step {step_of(step, total)} ({100 * min(step, total) / max(total, 1):.0f}%)"]
+    share = f" ({100 * min(step, total) / max(total, 1):.0f}%)" if has_total(total) else ""
+    parts = [f"step {step_of(step, total)}{share}"]
     if isinstance(record.get("loss"), (int, float)):
         parts.append(f"loss {record['loss']:.4f}")
     if record.get("examples_per_sec"):
@@ -70,7 +71,10 @@ def progress_line(record: dict | None, earlier: dict | None, total: int) -> str:
 
 
 def eta_seconds(record: dict | None, earlier: dict | None, total: int) -> float | None:
-    """Seconds to ``total`` steps at the rate between two history records; None without a rate."""
+    """Seconds to ``total`` steps at the rate between two history records; None without a rate
+    or without a total (a followed job)."""
+    if not has_total(total):
+        return None
     if not (record and earlier and record.get("time") and earlier.get("time") and record["time"] > earlier["time"]):
         return None
     step = int(record.get("step", 0))
@@ -163,10 +167,10 @@ def check_export_dir(export_dir: str, model_dir: str) -> None:
                           "directory as a whole; give --export_dir a directory of its own (default "
                           "MODEL_DIR/export)", "export_dir")
     check_writable_dir(export_dir, "export_dir")
-    # A tfps export's other files are carried into the next one (tfps.task.export.switch_into_place);
+    # A tfps export's other files are carried into the next one (tfps.task.output.export.switch_into_place);
     # a directory without a marker tfps wrote is not an export, and a user's files in it are refused.
     if os.path.isdir(export_dir) and read_export_marker(export_dir) is None:
-        # A base path of versions (--export_every, tfps.task.versions): integer directories
+        # A base path of versions (--export_every, tfps.task.output.versions): integer directories
         # that each hold a tfps export are tfps's own.
         versions = {n for n in _foreign(export_dir)
                     if n.isdigit() and read_export_marker(os.path.join(export_dir, n)) is not None}

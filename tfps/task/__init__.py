@@ -4,13 +4,13 @@
 the CLI and ``tfps local``'s forked tasks both call.
 
 ``ps`` serves the variables until every worker is done; ``worker`` trains, and ``chief``
-(worker 0) also checkpoints, exports and reports. ``lifecycle`` holds what they share
-(signals, the "done" queues, session settings), ``setup`` what a job trains, ``hooks``
-the MonitoredSession hooks, ``watchdog`` the startup bound, ``export`` the final
-SavedModel, ``supervise`` the ``--restarts`` supervisor, ``board`` each worker's progress
-on ps 0, ``watch`` the chief's stall and progress watch, ``rejoin`` the chief's session
-creator that joins the live ps, ``steps`` an async worker's several steps per run. Only ``run_task`` and the
-modules it loads import TensorFlow.
+(worker 0) also checkpoints, exports and reports; ``feeder`` is the chief's thread that fills
+the slice queue; ``setup`` is what a job trains, checked before any cluster exists. What the
+roles use lives in one subpackage per concern: ``graph`` (the training graph), ``runtime``
+(the process: signals, the done queue, session settings, health, the supervisor, the
+watchdog, the session's hooks), ``net`` (the network guards), ``output`` (checkpoints,
+exports, versions) and ``monitor`` (the board, the watch, progressive validation). Only
+``run_task`` and the modules it loads import TensorFlow.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ EAGER_KERAS = TF_EAGER_KERAS_MODULES
 
 def single_threaded_blas() -> None:
     """Before NumPy loads: its OpenBLAS would start a spinning thread per CPU, next to
-    TensorFlow's own pools (``lifecycle.auto_threads``); a task does no BLAS work of its own
+    TensorFlow's own pools (``runtime.session.auto_threads``); a task does no BLAS work of its own
     in NumPy. A value the user set wins."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 

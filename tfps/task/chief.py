@@ -2,14 +2,14 @@
 
 The end of the job is the point of this module (docs/explanation/job-end.md): the
 chief's last checkpoint is written by ``CheckpointSaverHook.end``; the SavedModel is
-exported afterwards from the newest checkpoint in a fresh graph (tfps.task.export),
+exported afterwards from the newest checkpoint in a fresh graph (tfps.task.output.export),
 then results.json and the one completion message (tfps.outcome.report), and only
 then the "done" tokens that let the ps exit. When it starts, the chief joins the live
 variables of the ps if every ps still holds them (a restarted chief: ``joined the live
 variables on the ps at step N``), else restores the newest checkpoint of its model_dir
-(``restored checkpoint of step N``; tfps.task.rejoin). It keeps the job's story across
+(``restored checkpoint of step N``; tfps.task.runtime.rejoin). It keeps the job's story across
 its restarts (tfps.outcome.journal) and watches the workers' progress while they train
-(tfps.task.watch).
+(tfps.task.monitor.watch).
 """
 
 from __future__ import annotations
@@ -20,25 +20,26 @@ import socket
 import threading
 import time
 
-from tfps import data as data_mod
 from tfps import timeouts
 from tfps.cluster import settings
 from tfps.cluster.spec import split_target
+from tfps.data import dataset as data_mod
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.notify import job_notifier
 from tfps.outcome import journal, lock, report, results
-from tfps.task import diskfull, export, versions
-from tfps.task.board import FIELDS, publish_hook
-from tfps.task.checkpoint import checkpoint_step
-from tfps.task.evaluations import Evaluations
-from tfps.task.export import nonfinite_variables
-from tfps.task.lifecycle import session_config
+from tfps.task.graph.traingraph import TrainGraph
+from tfps.task.monitor.board import FIELDS, publish_hook
+from tfps.task.monitor.watch import JobWatch, is_step_timeout, read_step
+from tfps.task.output import export, versions
+from tfps.task.output.checkpoint import checkpoint_step
+from tfps.task.output.evaluations import Evaluations
+from tfps.task.output.export import nonfinite_variables
+from tfps.task.output.versions import Versions
+from tfps.task.runtime import diskfull
+from tfps.task.runtime.session import session_config
+from tfps.task.runtime.watchdog import probe_tasks
 from tfps.task.setup import JobSetup
-from tfps.task.traingraph import TrainGraph
-from tfps.task.versions import Versions
-from tfps.task.watch import JobWatch, is_step_timeout, read_step
-from tfps.task.watchdog import probe_tasks
 from tfps.task.worker import Worker, WorkerFailed
 
 log = logging.getLogger("tfps")
@@ -54,7 +55,7 @@ class Chief(Worker):
 
     story: journal.Story | None = None   # the job's story (tfps.outcome.journal), once model_dir is claimed
     defined: dict | None = None   # the job's settings (tfps.cluster.settings), recorded once a session exists
-    publisher = None                      # this chief's board hook (tfps.task.board), with the latest loss
+    publisher = None                      # this chief's board hook (tfps.task.monitor.board), with the latest loss
     sessions = 0                          # sessions created so far (MonitoredSession recreates them)
     session_step: int | None = None       # the step the newest session started from
     _steps_at_session = 0                 # this process's steps when the newest session was created
@@ -63,8 +64,8 @@ class Chief(Worker):
     ended_by_epochs = False               # --epochs: every worker read its data before --train_steps
     feeder = None                         # the slice queue's feeder (tfps.task.feeder), where it is used
     watch: JobWatch | None = None         # the watch of the workers' progress, while the job trains
-    evaluations = None                    # evaluations of checkpoints while it trains (tfps.task.evaluations)
-    versions = None                       # --export_every: the versions written while it trains (tfps.task.versions)
+    evaluations = None                    # evaluations of checkpoints while it trains (tfps.task.output.evaluations)
+    versions = None                       # --export_every: versions written while it trains (tfps.task.output.versions)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -82,7 +83,7 @@ class Chief(Worker):
 
     def failure(self, error: Exception) -> Exception:
         """A full disk (a checkpoint's SaveV2, history.jsonl) is one line naming the disk and what
-        it needs (tfps.task.diskfull), and what the failed save left in model_dir is removed:
+        it needs (tfps.task.runtime.diskfull), and what the failed save left in model_dir is removed:
         results.json needs the room."""
         error = super().failure(error)
         if self.cfg.sync_replicas and self.watch is not None and is_step_timeout(error):
@@ -202,8 +203,8 @@ class Chief(Worker):
     def _role_hooks(self, server, scaffold) -> tuple[list, object]:
         import tensorflow as tf
 
-        from tfps.task.hooks import CheckpointSaverHook, ReleaseSyncTokensHook  # lazy: imports TensorFlow
-        from tfps.task.rejoin import LiveJoiningChiefSessionCreator  # lazy: imports TensorFlow
+        from tfps.task.runtime.hooks import CheckpointSaverHook, ReleaseSyncTokensHook  # lazy: imports TensorFlow
+        from tfps.task.runtime.rejoin import LiveJoiningChiefSessionCreator  # lazy: imports TensorFlow
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
         if self.setup is not None and self.setup.eval_schema is not None and self.evaluations is None:
@@ -217,8 +218,8 @@ class Chief(Worker):
             versions.set_provider("progressive_auc", lambda: (self.progressive_figures() or {}).get("auc"))
         listeners = [x for x in (self.evaluations, self.versions) if x is not None]
         deltas = None
-        if cfg.delta_checkpoint_secs:   # between full checkpoints, what changed (tfps.task.delta_hook)
-            from tfps.task.delta_hook import DeltaCheckpointHook  # lazy: imports TensorFlow
+        if cfg.delta_checkpoint_secs:   # between full checkpoints, what changed (tfps.task.output.delta_hook)
+            from tfps.task.output.delta_hook import DeltaCheckpointHook  # lazy: imports TensorFlow
             deltas = DeltaCheckpointHook(cfg.model_dir, cfg.delta_checkpoint_secs, task.name)
             listeners.append(deltas.listener)
         hooks = [
@@ -235,7 +236,7 @@ class Chief(Worker):
             restarted = (lambda: self.sessions > 1 or (self.story is not None and self.story.attempt > 0))
             hooks.append(ReleaseSyncTokensHook(self.ops.release_tokens,
                                                at_start=restarted if self.ops.backup_workers else None))
-        from tfps.task.tables import DynamicTablesHook  # lazy: imports TensorFlow
+        from tfps.task.graph.tables import DynamicTablesHook  # lazy: imports TensorFlow
         hooks.append(DynamicTablesHook(   # dynamic tables: eviction and their log line, off the step path
             self.ops.global_step_read, cfg.log_steps, task.name))
         self.publisher = publish_hook(self.ops.board, self, {"loss": self.ops.loss, **self.ops.metrics})
@@ -249,7 +250,7 @@ class Chief(Worker):
         return hooks, creator
 
     def _exports_failing(self, text: str) -> None:
-        """The one message of versions that keep failing (tfps.task.versions): the job goes on."""
+        """The one message of versions that keep failing (tfps.task.output.versions): the job goes on."""
         if self.watch is not None:
             reporter = self.watch.reporter
             reporter.send_event("exports_failing", {**reporter.base(), "status": "running",
@@ -257,7 +258,7 @@ class Chief(Worker):
 
     def _after_its_data(self, server, graph) -> None:
         """--epochs: the chief read its data; its final save (as the session closes) waits until
-        every other worker read its own too (their boards say so, tfps.task.board). The wait
+        every other worker read its own too (their boards say so, tfps.task.monitor.board). The wait
         also ends when the job reaches --train_steps, when a worker failed (the watch raised the
         stop flag), at a stop signal, or when the workers still awaited made no step for
         --sync_timeout (gone: the job is saved without them)."""

@@ -96,11 +96,14 @@ def _run(ns: argparse.Namespace, argv: list[str]) -> ExitCode | int:
         notifier_for(cfg.notify, cfg.notify_config)
     if ns.restarts < 0:
         raise ConfigError(f"{ns.restarts} is negative; use 0 (never) or how many times to restart", "restarts")
-    from tfps.task.supervise import SUPERVISED_ENV, supervise  # lazy: only a running task needs it, not the parser
+    from tfps.task.runtime.supervise import (  # lazy: only a running task needs it, not the parser
+        SUPERVISED_ENV,
+        supervise,
+    )
     if ns.restarts > 0 and not os.environ.get(SUPERVISED_ENV):
         return supervise(["run", *argv], ns.restarts, task.name)
     # lazy: only a running task needs it, not the parser
-    from tfps.task.lifecycle import StopSignal, exit_now, rpc_abandoned
+    from tfps.task.runtime.signals import StopSignal, exit_now, rpc_abandoned
     code = run_task(task, cfg, StopSignal(), PROCESS_START, replace=ns.replace)
     # The task is over and its exit status decided; only the interpreter and TensorFlow
     # shut down now (a second or two), and Python restores SIGTERM's default action for

@@ -1,9 +1,9 @@
 """The chief's feeder: lists the input, fills the slice queue on ps 0, keeps the position.
 
-One thread of the chief (workers only take slices, tfps.task.slicequeue). About twice a
+One thread of the chief (workers only take slices, tfps.task.graph.slicequeue). About twice a
 second it:
 
-* lists what is new (a followed ``--train_data``: tfps.stream.PartitionLister, which reads a
+* lists what is new (a followed ``--train_data``: tfps.data.stream.PartitionLister, which reads a
   directory again only when it changed), checks each new partition's files against the
   job's columns, and numbers their slices in the manifest (model_dir/stream.jsonl);
 * reads the done marks and moves the position (``tfps_stream/position``, checkpointed) to
@@ -27,11 +27,12 @@ import time
 
 import numpy as np
 
-from tfps import data as data_mod
-from tfps import stream, timeouts
+from tfps import timeouts
+from tfps.data import dataset as data_mod
+from tfps.data import stream
 from tfps.errors import ConfigError
-from tfps.task.lifecycle import session_config
-from tfps.task.slicequeue import RING, advance, claimed_by, done
+from tfps.task.graph.slicequeue import RING, advance, claimed_by, done
+from tfps.task.runtime.session import session_config
 
 log = logging.getLogger("tfps")
 

@@ -26,10 +26,13 @@ from tfps import timeouts
 from tfps.config import RunConfig
 from tfps.exitcodes import ExitCode
 from tfps.outcome import results
-from tfps.task.board import ps_ledger_write
-from tfps.task.lifecycle import StopSignal, done_queue, session_config, start_server, write_health
-from tfps.task.supervise import STATE_DIR_ENV
-from tfps.task.watchdog import StartupBound
+from tfps.task.monitor.board import ps_ledger_write
+from tfps.task.runtime.donequeue import done_queue
+from tfps.task.runtime.health import write_health
+from tfps.task.runtime.session import session_config, start_server
+from tfps.task.runtime.signals import StopSignal
+from tfps.task.runtime.supervise import STATE_DIR_ENV
+from tfps.task.runtime.watchdog import StartupBound
 
 log = logging.getLogger("tfps")
 

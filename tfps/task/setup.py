@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfps import data as data_mod
-from tfps import models, stream
+from tfps import models
 from tfps.cluster.memory import meminfo
 from tfps.config import DEFAULT_LEARNING_RATE, DEFAULT_OPTIMIZER, RunConfig
+from tfps.data import dataset as data_mod
+from tfps.data import stream
 from tfps.errors import ConfigError
 from tfps.models import demo, keras_model
 from tfps.models.keras_optimizers import describe_options
@@ -82,7 +83,7 @@ class JobSetup:
             self.bind()
 
     def _input_split(self, train: str) -> str:
-        """``queue`` (the slice queue on ps 0, tfps.task.slicequeue) or ``static`` (each worker its
+        """``queue`` (the slice queue on ps 0, tfps.task.graph.slicequeue) or ``static`` (each worker its
         own share): the queue with --follow, else as asked (--input_split), else static."""
         cfg = self.cfg
         if cfg.follow:
@@ -206,7 +207,7 @@ def choose_optimizer(cfg, model_fn) -> tuple[str, float, str]:
 
 
 def optimizer_options(cfg, model_fn) -> dict:
-    """The options of the Keras model's compiled optimizer that apply (``tfps.task.optimizers.make``):
+    """The options of the Keras model's compiled optimizer that apply (``tfps.task.graph.optimizers.make``):
     none with ``--optimizer``; without its schedule when ``--learning_rate`` is given."""
     info = getattr(model_fn, "info", None)
     options = dict(getattr(info, "optimizer_options", None) or {})

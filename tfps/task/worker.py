@@ -12,7 +12,7 @@ leaves:
   whole job winds down.
 * A worker that cannot train (bad input, a model that raises) still sends its "done"
   token, so the ps is not left waiting; a startup watchdog ends a worker that has not
-  trained a step within ``--startup_timeout`` (tfps.task.watchdog).
+  trained a step within ``--startup_timeout`` (tfps.task.runtime.watchdog).
 """
 
 from __future__ import annotations
@@ -22,30 +22,24 @@ import sys
 import threading
 import time
 
-from tfps import data as data_mod
 from tfps import timeouts
 from tfps.config import RunConfig, replicas_per_step
+from tfps.data import dataset as data_mod
 from tfps.errors import ConfigError
 from tfps.exitcodes import ExitCode
 from tfps.outcome import results
 from tfps.outcome.report import error_line
-from tfps.task import datafault, slicequeue
-from tfps.task.board import publish_hook
-from tfps.task.checkpoint import glob_free_checkpoint as glob_free
-from tfps.task.lifecycle import (
-    StopSignal,
-    abandon_rpc,
-    done_queue,
-    left_in_tensorflow,
-    rpc_abandoned,
-    session_config,
-    start_server,
-    stop_flag,
-    write_health,
-)
+from tfps.task.graph import slicequeue
+from tfps.task.graph.traingraph import TrainGraph
+from tfps.task.monitor.board import publish_hook
+from tfps.task.output.checkpoint import glob_free_checkpoint as glob_free
+from tfps.task.runtime import datafault
+from tfps.task.runtime.donequeue import done_queue, stop_flag
+from tfps.task.runtime.health import write_health
+from tfps.task.runtime.session import session_config, start_server
+from tfps.task.runtime.signals import StopSignal, abandon_rpc, left_in_tensorflow, rpc_abandoned
+from tfps.task.runtime.watchdog import StartupWatchdog
 from tfps.task.setup import JobSetup
-from tfps.task.traingraph import TrainGraph
-from tfps.task.watchdog import StartupWatchdog
 
 log = logging.getLogger("tfps")
 
@@ -71,10 +65,10 @@ class Worker:
         self.last_seen_step = 0
         self.local_steps = 0                  # steps this process trained (ProgressHook counts them)
         self.epoch_steps: int | None = None   # --epochs: the steps of this worker's passes over its data
-        self.data_done = False                # --epochs: it read its data that many times (tfps.task.board)
-        self.slices_taken = 0                 # slices this process took from the slice queue (tfps.task.board)
+        self.data_done = False                # --epochs: it read its data that many times (tfps.task.monitor.board)
+        self.slices_taken = 0                 # slices this process took from the slice queue (tfps.task.monitor.board)
         self.input_over = False               # the training loop ended: the slice queue's input ends too
-        self.slice_input = None               # the slice queue's input generator (tfps.task.slicequeue)
+        self.slice_input = None               # the slice queue's input generator (tfps.task.graph.slicequeue)
         self.setup: JobSetup | None = None
         self.ops: TrainGraph | None = None    # the training graph's parts, once built
         self.claimed = False   # this chief owns model_dir (results.json may be written there)
@@ -91,7 +85,7 @@ class Worker:
 
     def _role_hooks(self, server, scaffold) -> tuple[list, object]:
         """(extra hooks, session creator) of this task's MonitoredSession."""
-        from tfps.task.hooks import FastWorkerSessionCreator  # lazy: imports TensorFlow
+        from tfps.task.runtime.hooks import FastWorkerSessionCreator  # lazy: imports TensorFlow
         return [publish_hook(self.ops.board, self)], FastWorkerSessionCreator(
             scaffold=scaffold, master=server.target, config=session_config(self.task, self.cfg),
             wait_for_chief=self._wait_for_chief, job_over=lambda: self.job_over)
@@ -102,7 +96,7 @@ class Worker:
     def failure(self, error: Exception) -> Exception:
         """The error a training failure is reported with: a non-finite value in the data the
         pre-check did not reach becomes a ``DataFault`` naming the file, the line and the
-        column (tfps.task.datafault); anything else stays as it is."""
+        column (tfps.task.runtime.datafault); anything else stays as it is."""
         if self.setup is None or not datafault.is_nonfinite_data_error(error):
             return error
         try:
@@ -117,7 +111,7 @@ class Worker:
         return fault
 
     def _publish_failure(self, server, graph, error: Exception) -> None:
-        """Tell the chief why this worker failed (tfps.task.board): the job fails with it."""
+        """Tell the chief why this worker failed (tfps.task.monitor.board): the job fails with it."""
         board = self.ops.board if self.ops is not None else None
         if board is None:
             return
@@ -128,10 +122,10 @@ class Worker:
     # ------------------------------------------------------------------ graph
     def build(self, setup: JobSetup):
         """The training graph (tfps.task.graph.build_train_graph): K steps per run
-        (tfps.task.steps), also in sync training, unless a sync model has sparse gradients
-        (then one sync step per run, tfps.task.syncagg): that is found while the loop is
+        (tfps.task.graph.steps), also in sync training, unless a sync model has sparse gradients
+        (then one sync step per run, tfps.task.graph.syncagg): that is found while the loop is
         built, and the graph is built again."""
-        from tfps.task import syncagg  # lazy: imports TensorFlow
+        from tfps.task.graph import syncagg  # lazy: imports TensorFlow
         if self.cfg.sync_replicas:
             try:
                 return self._graph(setup, loop=True)
@@ -158,7 +152,7 @@ class Worker:
                                  queue_input=lambda graph, slices: self._queue_input(setup, graph, slices))
 
     def _queue_input(self, setup: JobSetup, graph, slices):
-        """The slice queue's dataset (tfps.task.slicequeue); its generator is ``self.slice_input``."""
+        """The slice queue's dataset (tfps.task.graph.slicequeue); its generator is ``self.slice_input``."""
         ds, self.slice_input = slicequeue.worker_input(self, setup, graph, slices)
         return ds
 
@@ -198,8 +192,8 @@ class Worker:
     def _session(self, server, graph, hooks):
         import tensorflow as tf
 
-        from tfps.task import steps as steps_mod  # lazy: imports TensorFlow
-        from tfps.task.hooks import ProgressHook, StopFlagHook  # lazy: imports TensorFlow
+        from tfps.task.graph import steps as steps_mod  # lazy: imports TensorFlow
+        from tfps.task.runtime.hooks import ProgressHook, StopFlagHook  # lazy: imports TensorFlow
         v1 = tf.compat.v1
         cfg, task = self.cfg, self.task
         from tfps.layers import table_restore  # lazy: imports TensorFlow
@@ -227,7 +221,7 @@ class Worker:
                                          stop_grace_period_secs=timeouts.SESSION_CLOSE_GRACE_SECS), progress
 
     def _train(self, server, graph):
-        from tfps.task.hooks import JobOver  # lazy: imports TensorFlow
+        from tfps.task.runtime.hooks import JobOver  # lazy: imports TensorFlow
         ended = threading.Event()
         if not self.task.is_chief:
             self.end_watch = threading.Thread(target=self._watch_for_the_jobs_end, args=(server, graph, ended),
@@ -236,7 +230,7 @@ class Worker:
         progress = None
         # The slice queue: a run may wait for the next slice (the other workers' last ones, a
         # followed job's next partition) longer than --sync_timeout, the session's bound of an
-        # operation; a lost task is found by the watchdog (tfps.task.watchdog) instead.
+        # operation; a lost task is found by the watchdog (tfps.task.runtime.watchdog) instead.
         options = None if self.ops.slices is None else slicequeue.run_options()
         try:
             with graph.as_default():
@@ -290,7 +284,7 @@ class Worker:
         one waiting), which closing the token queue ends (what the chief's queue runner does
         at its end: the step ends with OutOfRange, which ends MonitoredSession's loop
         cleanly); and a session being created again after a peer went away, which waits
-        for a ready model (``job_over`` makes it give up: tfps.task.hooks.JobOver).
+        for a ready model (``job_over`` makes it give up: tfps.task.runtime.hooks.JobOver).
         """
         import tensorflow as tf
         v1 = tf.compat.v1
@@ -317,7 +311,7 @@ class Worker:
                 reached_at = reached_at or time.monotonic()
                 if time.monotonic() - reached_at < timeouts.SYNC_END_GRACE_SECS or ended.is_set():
                     continue
-                self.job_over = True   # a session being created again gives up (tfps.task.hooks.JobOver)
+                self.job_over = True   # a session being created again gives up (tfps.task.runtime.hooks.JobOver)
                 if not closed and self.ops.close_tokens is not None:
                     closed = True
                     log.info("%s: the job reached step %d and this worker has not ended; closing the sync "
@@ -335,7 +329,7 @@ class Worker:
         The ps may be gone already. The run has its own timeout, but TensorFlow waits for
         the session's tasks without a bound when the session is created, so the call runs
         in a thread that is abandoned after END_RPC_BOUND_SECS; the process then ends
-        without waiting for it (lifecycle.abandon_rpc).
+        without waiting for it (signals.abandon_rpc).
         """
         if rpc_abandoned():   # an earlier one found no ps: do not wait again
             log.warning("%s: did not %s: no ps answered before", self.task.name, what)
@@ -389,13 +383,13 @@ class Worker:
         return code
 
     def _wait_for_chief(self, session, ready, then=None) -> None:
-        """Non-chief: wait until the chief has initialised the model (tfps.task.hooks.wait_for_chief),
+        """Non-chief: wait until the chief has initialised the model (tfps.task.runtime.hooks.wait_for_chief),
         in the session this worker then trains in (``FastWorkerSessionCreator``): once the chief
         is done, that check costs nothing new to set up. Raises ``ChiefGaveUp`` when the chief gave
         up instead (it raised the stop flag before the model was ever ready, e.g. on bad input),
         so that this worker does not wait for hours, or when this worker is asked to stop while
         it waits; ``JobOver`` when the job reached its last step meanwhile."""
-        from tfps.task.hooks import ChiefWaitEnded, wait_for_chief  # lazy: imports TensorFlow
+        from tfps.task.runtime.hooks import ChiefWaitEnded, wait_for_chief  # lazy: imports TensorFlow
         try:
             wait_for_chief(session, ready, then, flag=self.ops.flag, stopped=lambda: self.stop.requested,
                            job_over=lambda: self.job_over, answered=self.watchdog.extend,

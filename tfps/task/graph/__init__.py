@@ -4,7 +4,7 @@ One function builds every mode's graph; what differs between the modes is one sm
 strategy each (``MODES``): ``async_mode`` (K steps per run), ``sync_mode`` (tfps's sync
 aggregation, K steps per run or one) and ``backup_mode`` (sync with backup workers). The
 model's step itself (input, model, running metrics, progressive validation, the slice
-queue) is ``tfps.task.graph.step``. The worker (tfps.task.worker) only runs sessions on it.
+queue) is ``tfps.task.graph.model_step``. The worker (tfps.task.worker) only runs sessions on it.
 See docs/design/steps.md and the page of each mode.
 """
 
@@ -14,13 +14,14 @@ import logging
 from dataclasses import dataclass
 
 from tfps import compat
-from tfps.task import optimizers, placement, progressive, slicequeue
-from tfps.task.board import Board
-from tfps.task.graph import async_mode, backup_mode, sync_mode
-from tfps.task.graph.step import ModelStep, input_batches
-from tfps.task.lifecycle import cluster_spec, done_queue, stop_flag
+from tfps.task.graph import async_mode, backup_mode, optimizers, placement, slicequeue, sync_mode
+from tfps.task.graph.model_step import ModelStep, input_batches
+from tfps.task.graph.traingraph import TrainGraph
+from tfps.task.monitor import progressive
+from tfps.task.monitor.board import Board
+from tfps.task.runtime.donequeue import done_queue, stop_flag
+from tfps.task.runtime.session import cluster_spec
 from tfps.task.setup import JobSetup, optimizer_options
-from tfps.task.traingraph import TrainGraph
 
 log = logging.getLogger("tfps")
 
@@ -31,7 +32,7 @@ MODES = {"async": async_mode.AsyncMode, "sync": sync_mode.SyncMode, "backup": ba
 @dataclass
 class Devices:
     """Where a worker's graph goes: ``task`` (its TaskRef), ``worker`` (its CPU), and the
-    ``balancer`` (tfps.task.placement.ByteBalancer) that places its variables on the ps."""
+    ``balancer`` (tfps.task.graph.placement.ByteBalancer) that places its variables on the ps."""
 
     task: object
     worker: str
@@ -53,7 +54,7 @@ def optimizer(setup: JobSetup):
 def build_train_graph(setup: JobSetup, mode: str, devices: Devices, *, loop: bool = True, queue_input=None):
     """(graph, TrainGraph) of one worker in ``mode`` (a key of ``MODES``). ``loop``: sync
     steps in a loop (``syncagg.NotLoopable`` when the model cannot); ``queue_input(graph,
-    slices)``: the slice queue's dataset (tfps.task.slicequeue.worker_input), with
+    slices)``: the slice queue's dataset (tfps.task.graph.slicequeue.worker_input), with
     ``--input_split queue``. The ops are created in a fixed order (the graph seed's op ids)."""
     import tensorflow as tf
     v1 = tf.compat.v1

@@ -1,4 +1,4 @@
-"""Async training: K steps per ``session.run`` (tfps.task.steps.step_loop).
+"""Async training: K steps per ``session.run`` (tfps.task.graph.steps.step_loop).
 
 Each step applies its own gradients on the ps (``steps.apply_packed``); the loop runs up to
 K of them per call, K fed by ``steps.StepsPerRunHook``. No coordination between workers.
@@ -6,7 +6,7 @@ K of them per call, K fed by ``steps.StepsPerRunHook``. No coordination between 
 
 from __future__ import annotations
 
-from tfps.task.graph.step import Built
+from tfps.task.graph.model_step import Built
 
 
 class AsyncMode:
@@ -24,11 +24,11 @@ class AsyncMode:
         self.opt = opt
 
     def train(self, loss, read, local_step):
-        from tfps.task import steps  # lazy: imports TensorFlow
+        from tfps.task.graph import steps  # lazy: imports TensorFlow
         return steps.apply_packed(self.opt, loss, self.global_step, self.devices.worker), ()
 
     def build(self, step) -> Built:
-        from tfps.task import steps  # lazy: imports TensorFlow
+        from tfps.task.graph import steps  # lazy: imports TensorFlow
         train_op, count, loss, metrics, per_run = steps.step_loop(step, self.global_step, self.setup.cfg.train_steps)
         return Built(train_op, count, loss, metrics, per_run, self.step_read, {})
 

@@ -1,4 +1,4 @@
-"""Sync training: tfps's own aggregation (tfps.task.syncagg), K steps per run or one.
+"""Sync training: tfps's own aggregation (tfps.task.graph.syncagg), K steps per run or one.
 
 Every step's gradients go to the accumulators on the ps with the step they belong to; the
 chief's queue runner applies a step once ``replicas_per_step`` gradients arrived and hands
@@ -11,7 +11,7 @@ travels with the step's packed reads.
 from __future__ import annotations
 
 from tfps.config import replicas_per_step
-from tfps.task.graph.step import Built
+from tfps.task.graph.model_step import Built
 
 
 class SyncMode:
@@ -30,7 +30,7 @@ class SyncMode:
                 self.step_read = tf.identity(step_value, name="global_step_read")
 
     def use(self, opt) -> None:
-        from tfps.task import syncagg  # lazy: imports TensorFlow
+        from tfps.task.graph import syncagg  # lazy: imports TensorFlow
         task = self.devices.task
         self.agg = syncagg.SyncAggregation(opt, self.global_step, self.per_step, task.num_workers,
                                            self.devices.worker)
@@ -38,7 +38,7 @@ class SyncMode:
     def train(self, loss, read, local_step):
         import tensorflow as tf
 
-        from tfps.task import syncagg  # lazy: imports TensorFlow
+        from tfps.task.graph import syncagg  # lazy: imports TensorFlow
         fresh_from = read if self.backup else None
         last = self.setup.cfg.train_steps
         if local_step is not None:
@@ -58,7 +58,7 @@ class SyncMode:
     def build(self, step) -> Built:
         import tensorflow as tf
 
-        from tfps.task import syncagg  # lazy: imports TensorFlow
+        from tfps.task.graph import syncagg  # lazy: imports TensorFlow
         if self.loop:   # several sync steps per session.run
             def sync_step(local_step):
                 # Each step reads the global step before its variables: the dropped count's
@@ -79,7 +79,7 @@ class SyncMode:
         return Built(train_op, None, loss, metrics, None, step_read, self.sync_fetch)
 
     def coordination(self) -> dict:
-        from tfps.task import syncagg  # lazy: imports TensorFlow
+        from tfps.task.graph import syncagg  # lazy: imports TensorFlow
         task = self.devices.task
         return {"release_tokens": syncagg.release_tokens(self.agg.token_queue, self.global_step, task.num_workers,
                                                          ahead=1 if self.backup else 0, marked=self.loop),

@@ -1,7 +1,7 @@
 """Action tfps_data: which training files of tfps_data_src each worker host gets.
 
 Runs on the controller and contacts no host. ``tfps.cluster.datasrc.assign`` decides,
-with tfps's own sharding function (``tfps.data.shard_files``), so the files a
+with tfps's own sharding function (``tfps.data.dataset.shard_files``), so the files a
 host receives are the files its workers read. With ``checksums``, the result also holds
 the sha256 and size of every file (read on the controller) and the text of the job's list
 of training files the workers shard.
