@@ -17,7 +17,7 @@ environment, the way a container restart policy would. Then:
   worker rolls nothing back);
 * no process of the cluster is left.
 
-The ps-async case also writes delta checkpoints (``--delta_checkpoint_secs 1``, workers paced
+The ps-sync case also writes delta checkpoints (``--delta_checkpoint_secs 1``, workers paced
 so that one lands between two full checkpoints): the ps is killed once a delta is on disk,
 and the chief restores the newest full checkpoint with its deltas (tfps.task.output.delta), at the
 newest delta's step, not the full checkpoint's.
@@ -91,8 +91,8 @@ PACED_CHIEF_STEP_SECS = {"sync": 0.05}
 #: killed the ps at step 600, while the chief was exporting, and worker1 had ended).
 BASE_STEP_SECS = 0.01
 #: The case with delta checkpoints (every DELTA_SECS s): its workers' pace puts deltas between
-#: the full checkpoints (100 global steps of 2 workers take 2.5 s at least).
-DELTA_CASE, DELTA_SECS, DELTA_STEP_SECS = ("ps0", "async"), 1, 0.05
+#: the full checkpoints (100 sync steps take 5 s at least).
+DELTA_CASE, DELTA_SECS, DELTA_STEP_SECS = ("ps0", "sync"), 1, 0.05
 
 TABLE_FILE = Path(__file__).with_name(".faults-table.txt")
 VICTIMS = {"ps0": "ps", "worker0": "chief (worker0)", "worker1": "non-chief (worker1)"}
