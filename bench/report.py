@@ -23,7 +23,8 @@ MARKERS = {"general": (BEGIN, END),
            "dynamic": ("<!-- bench:dynamic:begin (written by bench/run.py) -->", "<!-- bench:dynamic:end -->"),
            "dlrm": ("<!-- bench:dlrm:begin (written by bench/run.py) -->", "<!-- bench:dlrm:end -->"),
            "export": ("<!-- bench:export:begin (written by bench/run.py) -->", "<!-- bench:export:end -->"),
-           "stream": ("<!-- bench:stream:begin (written by bench/run.py) -->", "<!-- bench:stream:end -->")}
+           "stream": ("<!-- bench:stream:begin (written by bench/run.py) -->", "<!-- bench:stream:end -->"),
+           "delta": ("<!-- bench:delta:begin (written by bench/run.py) -->", "<!-- bench:delta:end -->")}
 
 
 def _cell(f: Figure | None, fmt: str) -> str:
@@ -170,10 +171,16 @@ def stream_table(records: list[dict]) -> list[tuple]:
     return stream_rows(records)
 
 
+def delta_table(records: list[dict]) -> list[tuple]:
+    from sec_delta import delta_rows
+    return delta_rows(records)
+
+
 PARTS = {"general": (GENERAL, general_rows), "other": (OTHER, more_rows), "ctr": (("ctr",), ctr_table),
          "dynamic": (("dynamic",), dynamic_table),
          "dlrm": (("dlrm",), dlrm_table), "export": (("export",), export_table),
-         "stream": (("stream",), stream_table)}
+         "stream": (("stream",), stream_table),
+         "delta": (("delta",), delta_table)}
 
 
 def measured(records: list[dict], sections) -> bool:

@@ -30,6 +30,8 @@
    worker in stream order with a collision-free table (the ceiling), the same job on a fixed
    file list and on static halves (bench/sec_stream.py): progressive AUC on the last window
    and over time (a plot beside the results file), lag behind the newest partition, examples/s
+11. delta: delta checkpoints against full ones on a dynamic table of 2 M live rows on 2 ps,
+   ~1 % of its rows changed between saves: bytes, save time, training pause, restore time
 
 Every run is appended to the results file (JSON lines, ``--results``; by default
 docs/bench-data/<UTC time>.jsonl) and printed as it ends, so a bench that is stopped or runs
@@ -65,14 +67,14 @@ import results  # noqa: E402
 from procs import ROOT, OutOfTime  # noqa: E402
 
 SECTIONS = ("startup", "throughput", "backup", "final_save", "image", "deploy", "ctr", "dynamic", "dlrm", "export",
-            "stream")
+            "stream", "delta")
 #: Minutes each section may take. --quick: the sections startup and throughput (what
 #: `--quick --skip deploy,image,final_save,ctr,backup,dynamic,dlrm` runs) end within 17
 #: minutes together on 2 cores, whatever the load: issue 52's run had not ended after 40.
 BUDGET_MIN = {"startup": 60, "throughput": 120, "backup": 30, "final_save": 30, "image": 2, "deploy": 60,
-              "ctr": 90, "dynamic": 300, "dlrm": 90, "export": 60, "stream": 30}
+              "ctr": 90, "dynamic": 300, "dlrm": 90, "export": 60, "stream": 30, "delta": 30}
 BUDGET_MIN_QUICK = {"startup": 6, "throughput": 11, "backup": 8, "final_save": 5, "image": 1, "deploy": 30,
-                    "ctr": 25, "dynamic": 30, "dlrm": 25, "export": 10, "stream": 10}
+                    "ctr": 25, "dynamic": 30, "dlrm": 25, "export": 10, "stream": 10, "delta": 10}
 
 
 class Context:

@@ -272,7 +272,8 @@ def plan_memory_line(est, run_args) -> str:
     if not isinstance(est, memory.MemoryEstimate):
         return f"memory: not estimated: {est}"
     cfg = config_of(run_args)
-    versions = memory.versions_on_disk(est.export_mb, cfg.export_every, cfg.keep_exports)
+    versions = "; ".join(x for x in (memory.versions_on_disk(est.export_mb, cfg.export_every, cfg.keep_exports),
+                                     memory.deltas_on_disk(cfg.delta_checkpoint_secs, cfg.checkpoint_secs)) if x)
     return (f"memory: {est.line()} (estimated from the model's shapes); the chief's export restores the model's "
             f"variables once more ({memory.fmt_mb(est.export_mb)} MB). The play refuses a ps host whose tasks' "
             f"shares exceed {memory.USABLE_MEMORY:.0%} of its memory (ansible_memtotal_mb)."

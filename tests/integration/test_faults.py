@@ -17,6 +17,11 @@ environment, the way a container restart policy would. Then:
   worker rolls nothing back);
 * no process of the cluster is left.
 
+The ps-sync case also writes delta checkpoints (``--delta_checkpoint_secs 1``, workers paced
+so that one lands between two full checkpoints): the ps is killed once a delta is on disk,
+and the chief restores the newest full checkpoint with its deltas (tfps.task.output.delta), at the
+newest delta's step, not the full checkpoint's.
+
 Each case adds a row (recovered, seconds from the kill to the first progress line after
 the restart, steps redone) to a table that the end of the module writes to
 ``tests/integration/.faults-table.txt`` and to the terminal. In async mode worker1 trains
@@ -43,7 +48,9 @@ chief of a sync job, in tests/integration/test_story.py.
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import signal
 import time
 from pathlib import Path
@@ -83,6 +90,9 @@ PACED_CHIEF_STEP_SECS = {"sync": 0.05}
 #: more, and a kill drawn at step 300 could land after the last step (an async ps case once
 #: killed the ps at step 600, while the chief was exporting, and worker1 had ended).
 BASE_STEP_SECS = 0.01
+#: The case with delta checkpoints (every DELTA_SECS s): its workers' pace puts deltas between
+#: the full checkpoints (100 sync steps take 5 s at least).
+DELTA_CASE, DELTA_SECS, DELTA_STEP_SECS = ("ps0", "sync"), 1, 0.05
 
 TABLE_FILE = Path(__file__).with_name(".faults-table.txt")
 VICTIMS = {"ps0": "ps", "worker0": "chief (worker0)", "worker1": "non-chief (worker1)"}
@@ -97,6 +107,14 @@ fault_table = faults.table_fixture(
 
 
 # ----------------------------------------------------------------------------- helpers
+def delta_steps(model_dir: Path) -> list[int]:
+    """The steps of the delta checkpoints on disk of the newest full checkpoint (tfps.task.output.delta's
+    manifests; a full save removes the older ones just after it is the newest)."""
+    base = f"model.ckpt-{checkpoint_step(model_dir)}"
+    return [m["step"] for m in (json.loads(p.read_text()) for p in model_dir.glob("deltas/*/manifest.json"))
+            if m["base"] == base]
+
+
 def progress_steps(*procs: Proc, since: dict[str, int] | None = None) -> list[int]:
     """Global steps of the progress lines ("workerN: step S/M") in the processes' logs."""
     return [step for p in procs for step in faults.progress_steps(p.output()[(since or {}).get(p.name, 0):])]
@@ -121,6 +139,7 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
     case_id = CASE_IDS[CASES.index((victim, mode))]
     target = faults.kill_target(TRAIN_STEPS, CHECKPOINT_STEPS, rng=random.Random(case_id))
     paced = victim == "worker1" and mode in PACED_CHIEF_STEP_SECS
+    deltas = (victim, mode) == DELTA_CASE
 
     model_dir = tmp_path / "model"
     plan = local_plan(1, 2)
@@ -133,11 +152,12 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
                         "--log_steps", str(LOG_STEPS), "--tf_threads", "1", "--sync_timeout", str(SYNC_TIMEOUT),
                         *(["--sync_replicas"] if mode in ("sync", "backup") else []),
                         *(["--backup_workers", "1"] if mode == "backup" else []),
-                        "--model", PACED_MODEL]
+                        "--model", PACED_MODEL,
+                        *(["--delta_checkpoint_secs", str(DELTA_SECS)] if deltas else [])]
         extra = {"APPRISE_URLS": smtp_server.url()} if t.name == "worker0" else {}
         if t.name.startswith("worker"):
             extra["TFPS_TEST_STEP_SECS"] = str(PACED_CHIEF_STEP_SECS[mode] if paced and t.name == "worker0"
-                                               else BASE_STEP_SECS)
+                                               else DELTA_STEP_SECS if deltas else BASE_STEP_SECS)
         env[t.name] = base_env(**extra)
         tasks[t.name] = procs.tfps(t.name, *argv[t.name], env=env[t.name])
     ports = [t.port for t in plan.tasks]
@@ -147,7 +167,8 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
         # Kill at the first progress line at or past the drawn step (after the first checkpoint).
         def reached():
             steps = progress_steps(*workers)
-            done = steps and max(steps) >= target and checkpoint_step(model_dir) >= CHECKPOINT_STEPS
+            done = steps and max(steps) >= target and checkpoint_step(model_dir) >= CHECKPOINT_STEPS \
+                and (not deltas or delta_steps(model_dir))
             return steps if done else None
 
         seen = poll(reached, 240, f"global step {target}", *tasks.values())
@@ -159,7 +180,8 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
         assert tasks[victim].wait(10) == -signal.SIGKILL
         # The step at the kill: the last one logged, or the newest checkpoint if that is newer.
         ckpt_at_kill = checkpoint_step(model_dir)
-        row.kill_step = max(max(seen), ckpt_at_kill)
+        delta_at_kill = max(delta_steps(model_dir), default=0)
+        row.kill_step = max(max(seen), ckpt_at_kill, delta_at_kill)
         assert ckpt_at_kill >= CHECKPOINT_STEPS, f"no periodic checkpoint before the kill at {row.kill_step}"
 
         time.sleep(RESTART_DELAY)
@@ -213,7 +235,12 @@ def test_killed_task_restarts_and_job_completes(victim, mode, procs: Processes, 
             assert chief.lines(r"resuming from the newest checkpoint"), chief.tail()
             assert row.redone == 0
         else:
-            assert row.resumed_from == ckpt_at_kill, "restored an older checkpoint than the newest one"
+            assert row.resumed_from == max(ckpt_at_kill, delta_at_kill), "restored an older step than the newest save"
+            if deltas:   # full + its deltas, at the newest delta's step
+                row.note = f"full checkpoint of step {ckpt_at_kill} + deltas to step {delta_at_kill}"
+                assert delta_at_kill > ckpt_at_kill, row.note
+                assert re.search(rf"restoring step {delta_at_kill} from model\.ckpt-{ckpt_at_kill} \+ \d+ delta",
+                                 chief_after_kill), chief_after_kill[-3000:]
             # The step fetched with the train op is read before the update lands (in sync mode, before
             # the chief's aggregation), so the first line after a restore can repeat the restored step.
             assert first >= row.resumed_from, f"training restarted instead of resuming: {first} < {row.resumed_from}"

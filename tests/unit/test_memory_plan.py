@@ -135,6 +135,10 @@ def test_the_plan_and_tfps_local_count_the_versions_kept_on_disk():
         "\ndisk: the versions of --export_every 500 take about 1500 MB each on the export's disk: unbounded (every "
         "version stays; set --keep_exports K to keep the newest K).")
     assert "disk:" not in plan_line() and "versions" not in plan_line()
+    assert plan_line(tfps_delta_checkpoint_secs=60).endswith(   # delta checkpoints (tfps.task.output.delta)
+        "\ndisk: the delta checkpoints of --delta_checkpoint_secs 60 stay in MODEL_DIR/deltas until the next full "
+        "checkpoint: one per interval until the next full checkpoint, each the dense variables plus the dynamic "
+        "tables' rows touched in 60 s (at most a full checkpoint's size).")
     assert plan_line().startswith("memory: variables per ps task")
     line = start_memory_line(est, 32 * 2**30, "90s", 2)
     assert line.endswith("of this host's 32.0 GiB; the versions of --export_every 90s take about 1500 MB each on the "

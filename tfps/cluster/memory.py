@@ -47,6 +47,18 @@ def versions_on_disk(export_mb: float, export_every: str | None, keep: int | Non
             f"({fmt_size((keep + 1) * export_mb)} while the next one is written)")
 
 
+def deltas_on_disk(delta_secs: int | None, checkpoint_secs: int | None) -> str:
+    """What the delta checkpoints of ``--delta_checkpoint_secs`` keep on the chief's disk: the
+    deltas of the newest full checkpoint, until the next full one removes them. '' without."""
+    if not delta_secs:
+        return ""
+    count = (f"about {max(1, checkpoint_secs // delta_secs)} (--checkpoint_secs {checkpoint_secs} / "
+             f"{delta_secs})" if checkpoint_secs else "one per interval until the next full checkpoint")
+    return (f"the delta checkpoints of --delta_checkpoint_secs {delta_secs} stay in MODEL_DIR/deltas until the "
+            f"next full checkpoint: {count}, each the dense variables plus the dynamic tables' rows touched in "
+            f"{delta_secs} s (at most a full checkpoint's size)")
+
+
 #: Bytes a ``MutableHashTable`` int64 -> int64 takes per entry on a ps (TensorFlow 2.21, the
 #: RSS of one process before and after inserting random keys): 40-48 once built (0.6-3 M
 #: entries), 53-55 at its peak while it grows its buckets; the plan takes the peak.

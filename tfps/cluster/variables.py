@@ -74,6 +74,7 @@ RUN_FIELDS = {
     "tfps_export_dir": "export_dir",
     "tfps_export_every": "export_every",
     "tfps_keep_exports": "keep_exports",
+    "tfps_delta_checkpoint_secs": "delta_checkpoint_secs",
     "tfps_embedding": "embedding",
     "tfps_min_count": "min_count",
     "tfps_steps_to_live": "steps_to_live",
@@ -260,7 +261,8 @@ def _coerce(cfg: RunConfig) -> None:
                                   f.name) from None
             setattr(cfg, f.name, value)
             continue
-        if f.name in ("replicas_to_aggregate", "backup_workers", "checkpoint_steps", "epochs", "keep_exports"):
+        if f.name in ("replicas_to_aggregate", "backup_workers", "checkpoint_steps", "epochs", "keep_exports",
+                      "delta_checkpoint_secs"):
             kind = int
         if f.name == "export_every":   # 500 (steps) or "10m": RunConfig reads either
             kind = str

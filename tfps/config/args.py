@@ -192,6 +192,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                         "(the final export is then the last version; default: one export at the end)")
     g.add_argument("--keep_exports", type=int, metavar="K",
                    help="--export_every: keep the newest K versions, remove older ones (default: keep all)")
+    g.add_argument("--delta_checkpoint_secs", type=int, metavar="N",
+                   help="between full checkpoints, every N seconds save only what changed since the last save "
+                        "(the dynamic tables' touched rows with their slots, dense variables whole, the position); "
+                        "a restore applies them to the newest full checkpoint (default: full checkpoints only)")
     g.add_argument("--final_save_timeout", type=float, default=d.final_save_timeout,
                    help="seconds the final checkpoint + export may take; every stop grace derives from it "
                         "(default %(default)s)")

@@ -142,6 +142,7 @@ class RunConfig:
     final_save_timeout: float = DEFAULT_FINAL_SAVE_TIMEOUT
     export_every: str | None = None     # versions while training: "10m", "90s", "2h" or "500" global steps
     keep_exports: int | None = None     # --export_every: the newest K versions stay; None keeps every one
+    delta_checkpoint_secs: int | None = None   # between full checkpoints, what changed every N s (output.delta)
     sync_timeout: float = DEFAULT_SYNC_TIMEOUT
     startup_timeout: float = 600.0
     tf_threads: int | None = None   # None: tfps.task.runtime.session.auto_threads
@@ -251,6 +252,7 @@ class RunConfig:
         positive("hash_buckets", self.hash_buckets)
         positive("embedding_dim", self.embedding_dim)
         positive("keep_exports", self.keep_exports)
+        positive("delta_checkpoint_secs", self.delta_checkpoint_secs)
         self.export_cadence   # noqa: B018 - refuses a malformed --export_every
         if self.keep_exports is not None and self.export_every is None:
             raise ConfigError("bounds the versions that --export_every writes; add --export_every (e.g. 10m), "

@@ -217,6 +217,11 @@ class Chief(Worker):
             versions.set_provider("progressive", self.progressive_figures)
             versions.set_provider("progressive_auc", lambda: (self.progressive_figures() or {}).get("auc"))
         listeners = [x for x in (self.evaluations, self.versions) if x is not None]
+        deltas = None
+        if cfg.delta_checkpoint_secs:   # between full checkpoints, what changed (tfps.task.output.delta_hook)
+            from tfps.task.output.delta_hook import DeltaCheckpointHook  # lazy: imports TensorFlow
+            deltas = DeltaCheckpointHook(cfg.model_dir, cfg.delta_checkpoint_secs, task.name)
+            listeners.append(deltas.listener)
         hooks = [
             CheckpointSaverHook(cfg.model_dir, save_steps=cfg.checkpoint_every_steps,
                                 save_secs=cfg.checkpoint_secs, scaffold=scaffold,
@@ -224,7 +229,7 @@ class Chief(Worker):
                                 save_when=self.versions.due if self.versions is not None else None),
             v1.train.SummarySaverHook(save_steps=cfg.summary_steps, output_dir=cfg.model_dir, scaffold=scaffold),
             v1.train.StepCounterHook(every_n_steps=cfg.summary_steps, output_dir=cfg.model_dir),
-        ]
+        ] + ([deltas] if deltas is not None else [])
         if self.ops.release_tokens is not None:
             # Backup workers: a restarted chief (a later session or attempt) releases the
             # workers that wait for the step the old chief did not finish (steps.release_tokens).

@@ -36,6 +36,7 @@ import tensorflow as tf
 
 from tfps import compat, timeouts
 from tfps.cluster.spec import PS, task_name
+from tfps.task.output import delta
 from tfps.task.output.checkpoint import checkpoint_step
 from tfps.task.runtime.hooks import RestoreLoggingChiefSessionCreator
 
@@ -116,7 +117,8 @@ class LiveJoiningChiefSessionCreator(RestoreLoggingChiefSessionCreator):
         else:
             lost = sorted({p for p in (_ps_of(n, v1.get_default_graph()) for n in missing or []) if p})
             checkpoint_dir = compat.session_creator_checkpoint_dir(self)
-            checkpoint = tf.train.latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
+            # the newest full checkpoint with its delta checkpoints applied (tfps.task.output.delta)
+            checkpoint = delta.consolidate(checkpoint_dir) if checkpoint_dir else None
             session = super().create_session()
             step = checkpoint_step(checkpoint)
             how = "restored" if checkpoint else "initialised"
