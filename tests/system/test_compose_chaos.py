@@ -245,8 +245,15 @@ def test_twenty_container_faults_in_one_compose_job(compose_job, tfps_image, con
         assert needed[task] <= listed[task] <= kills[task], \
             f"{task}: {listed[task]} entries for {kills[task]} crashes ({needed[task]} recovered from one by one): " \
             f"{results['restarts']}"
+    # A chief killed again before it had come back from a kill never joined: that entry has no
+    # ``how`` (a CI run: the chief killed 1.4 s after ps0's crash, and again 6 s later).
+    chief_kills = [f for f in sent if f.kind == chaos.KILL and f.task == CHIEF]
+    interrupted = sum(1 for f, g in zip(chief_kills, chief_kills[1:])
+                      if f.recover_s is None or g.at <= f.at + f.recover_s)
+    unjoined = [r for r in results["restarts"] if r["task"] == CHIEF and not r.get("note") and r.get("how") is None]
+    assert len(unjoined) <= interrupted, (unjoined, interrupted)
     for r in results["restarts"]:   # a lost worker loses no step; nor a chief whose ps kept the variables
-        if r["task"] == CHIEF and not r.get("note"):
+        if r["task"] == CHIEF and not r.get("note") and r not in unjoined:
             assert (r.get("how"), r.get("steps_redone")) == ("joined", 0), r
         elif r["task"] == "worker1":
             assert r.get("steps_redone") in (0, None), r
