@@ -24,7 +24,6 @@ Only the chief calls this; TensorFlow is imported where a checkpoint is read or 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -34,6 +33,7 @@ import time
 
 import numpy as np
 
+from tfps.cluster.datasrc import sha256
 from tfps.task.output.checkpoint import checkpoint_step, glob_free_checkpoint
 
 log = logging.getLogger("tfps")
@@ -62,14 +62,6 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write(model_dir: str, base: str, seq: int, step: int, since: int, save_dense, tables: dict) -> dict:
     """Write delta ``seq`` of full checkpoint ``base`` atomically; returns its manifest.
 
@@ -89,7 +81,7 @@ def write(model_dir: str, base: str, seq: int, step: int, since: int, save_dense
         for name in sorted(os.listdir(tmp)):
             path = os.path.join(tmp, name)
             _fsync(path)
-            files[name] = {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
+            files[name] = {"bytes": os.path.getsize(path), "sha256": sha256(path)}
         manifest = {"format": FORMAT, "base": os.path.basename(base), "sequence": seq, "step": int(step),
                     "since": int(since), "written": round(time.time(), 3), "files": files,
                     "tables": {t: {"rows": int(len(got["keys"])),
@@ -133,7 +125,7 @@ def check(path: str, base: str, seq: int) -> dict:
         size = os.path.getsize(file)
         if size != want.get("bytes"):
             raise BadDelta(f"{name} is {size} bytes, the manifest says {want.get('bytes')}")
-        if _sha256(file) != want.get("sha256"):
+        if sha256(file) != want.get("sha256"):
             raise BadDelta(f"{name} does not match its checksum")
     if TABLES not in manifest["files"] or f"{DENSE}.index" not in manifest["files"]:
         raise BadDelta("its manifest lists no dense or table part")
